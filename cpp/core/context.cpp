@@ -1,0 +1,86 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "core/context.hpp"
+
+#include <omp.h>
+#include <sched.h>
+
+#include <atomic>
+#include <chrono>
+
+#include "core/config.hpp"
+#include "core/error.hpp"
+
+#if CORTADO_WITH_CUDA
+#include <cuda_runtime.h>
+#endif
+
+extern "C" void openblas_set_num_threads(int num_threads);
+
+namespace cortado {
+
+std::string Device::ToString() const {
+  return is_cpu() ? std::string("cpu") : fmt::format("cuda:{}", id);
+}
+
+namespace {
+
+int64_t ClockSeed() {
+  static std::atomic<int64_t> counter{0};
+  auto now = std::chrono::high_resolution_clock::now().time_since_epoch().count();
+  return (now ^ (counter.fetch_add(1) * 0x9E3779B97F4A7C15LL)) & 0x7fffffff;
+}
+
+std::atomic<int>& ThreadCount() {
+  static std::atomic<int> threads{0};
+  return threads;
+}
+
+}  // namespace
+
+Context::Context(Device device, int64_t seed) : device_(device) {
+  if (device_.is_cuda()) {
+    int count = CudaDeviceCount();
+    if (device_.id < 0 || device_.id >= count) {
+      CORTADO_THROW(kInvalidArgument, "CUDA device {} requested but {} device(s) available",
+                    device_.id, count);
+    }
+  }
+  Seed(seed);
+}
+
+Context::~Context() = default;
+
+void Context::Seed(int64_t seed) {
+  rng_.seed(static_cast<Rng::result_type>(seed < 0 ? ClockSeed() : seed));
+}
+
+int Context::NumThreads() {
+  int threads = ThreadCount().load();
+  if (threads > 0) return threads;
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof(set), &set) == 0) return CPU_COUNT(&set);
+  return omp_get_max_threads();
+}
+
+void Context::SetNumThreads(int threads) {
+  CORTADO_CHECK_GT(threads, 0);
+  ThreadCount().store(threads);
+  omp_set_num_threads(threads);
+  openblas_set_num_threads(threads);
+}
+
+int Context::CudaDeviceCount() {
+#if CORTADO_WITH_CUDA
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess) {
+    cudaGetLastError();  // clear the sticky error: no driver or no device means zero devices
+    return 0;
+  }
+  return count;
+#else
+  return 0;
+#endif
+}
+
+}  // namespace cortado

@@ -1,0 +1,56 @@
+// SPDX-License-Identifier: Apache-2.0
+// Device and Context: where a net runs and the per-replica state that goes with it.
+//
+// A Context belongs to one solver thread (one replica): its device, its random number
+// generator and, on CUDA, its stream and library handles. Layers reach it through
+// Layer::context(). A Context is not thread-safe; each thread uses its own.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <random>
+#include <string>
+
+namespace cortado {
+
+enum class DeviceType { kCpu, kCuda };
+
+struct Device {
+  DeviceType type = DeviceType::kCpu;
+  int id = 0;  // CUDA ordinal; 0 for the CPU
+
+  static Device Cpu() { return {DeviceType::kCpu, 0}; }
+  static Device Cuda(int ordinal) { return {DeviceType::kCuda, ordinal}; }
+  bool is_cpu() const { return type == DeviceType::kCpu; }
+  bool is_cuda() const { return type == DeviceType::kCuda; }
+  std::string ToString() const;  // "cpu" or "cuda:N"
+};
+
+// The random engine every layer and filler draws from; seeded per context so runs repeat.
+using Rng = std::mt19937;
+
+class Context {
+ public:
+  // seed < 0 picks a seed from the clock and the device (as Caffe does without random_seed).
+  explicit Context(Device device = Device::Cpu(), int64_t seed = -1);
+  ~Context();
+  Context(const Context&) = delete;
+  Context& operator=(const Context&) = delete;
+
+  const Device& device() const { return device_; }
+  Rng& rng() { return rng_; }
+  void Seed(int64_t seed);
+
+  // Threads for CPU math (OpenMP and BLAS); defaults to the cores this process may use.
+  static int NumThreads();
+  static void SetNumThreads(int threads);
+
+  // Number of CUDA devices visible; 0 in a build without CUDA or on a machine without a GPU.
+  static int CudaDeviceCount();
+
+ private:
+  Device device_;
+  Rng rng_;
+};
+
+}  // namespace cortado

@@ -1,0 +1,120 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "core/synced_memory.hpp"
+
+#include <cstdlib>
+#include <cstring>
+
+#include "core/config.hpp"
+#include "core/error.hpp"
+#include "core/logging.hpp"
+
+#if CORTADO_WITH_CUDA
+#include <cuda_runtime.h>
+#endif
+
+namespace cortado {
+namespace {
+
+constexpr size_t kAlignment = 64;
+
+void* AllocateHost(size_t bytes) {
+  size_t rounded = (bytes + kAlignment - 1) / kAlignment * kAlignment;
+  void* ptr = std::aligned_alloc(kAlignment, rounded == 0 ? kAlignment : rounded);
+  if (ptr == nullptr) {
+    CORTADO_THROW(kOutOfMemory, "cannot allocate {} bytes of host memory", bytes);
+  }
+  std::memset(ptr, 0, bytes);
+  return ptr;
+}
+
+#if CORTADO_WITH_CUDA
+void CudaCheck(cudaError_t status, const char* what) {
+  if (status != cudaSuccess) {
+    CORTADO_THROW(kCuda, "{}: {}", what, cudaGetErrorString(status));
+  }
+}
+#endif
+
+}  // namespace
+
+SyncedMemory::SyncedMemory(size_t bytes, int device_id) : bytes_(bytes), device_id_(device_id) {}
+
+SyncedMemory::~SyncedMemory() {
+  std::free(host_);
+#if CORTADO_WITH_CUDA
+  if (device_ != nullptr) {
+    if (cudaFree(device_) != cudaSuccess) {
+      CORTADO_LOG_ERROR("cudaFree failed while releasing {} bytes", bytes_);
+    }
+  }
+#endif
+}
+
+void SyncedMemory::ToHost() {
+  switch (head_) {
+    case Head::kUninitialized:
+      host_ = AllocateHost(bytes_);
+      head_ = Head::kHost;
+      break;
+    case Head::kDevice:
+#if CORTADO_WITH_CUDA
+      if (host_ == nullptr) host_ = AllocateHost(bytes_);
+      CudaCheck(cudaMemcpy(host_, device_, bytes_, cudaMemcpyDeviceToHost), "device to host copy");
+      head_ = Head::kSynced;
+#endif
+      break;
+    case Head::kHost:
+    case Head::kSynced:
+      break;
+  }
+}
+
+void SyncedMemory::ToDevice() {
+#if CORTADO_WITH_CUDA
+  switch (head_) {
+    case Head::kUninitialized:
+      CudaCheck(cudaSetDevice(device_id_), "cudaSetDevice");
+      CudaCheck(cudaMalloc(&device_, bytes_ == 0 ? 1 : bytes_), "cudaMalloc");
+      CudaCheck(cudaMemset(device_, 0, bytes_), "cudaMemset");
+      head_ = Head::kDevice;
+      break;
+    case Head::kHost:
+      if (device_ == nullptr) {
+        CudaCheck(cudaSetDevice(device_id_), "cudaSetDevice");
+        CudaCheck(cudaMalloc(&device_, bytes_ == 0 ? 1 : bytes_), "cudaMalloc");
+      }
+      CudaCheck(cudaMemcpy(device_, host_, bytes_, cudaMemcpyHostToDevice), "host to device copy");
+      head_ = Head::kSynced;
+      break;
+    case Head::kDevice:
+    case Head::kSynced:
+      break;
+  }
+#else
+  CORTADO_THROW(kUnimplemented, "device memory requested in a build without CUDA");
+#endif
+}
+
+const void* SyncedMemory::host_data() {
+  ToHost();
+  return host_;
+}
+
+void* SyncedMemory::mutable_host_data() {
+  ToHost();
+  head_ = Head::kHost;
+  return host_;
+}
+
+const void* SyncedMemory::device_data() {
+  ToDevice();
+  return device_;
+}
+
+void* SyncedMemory::mutable_device_data() {
+  ToDevice();
+  head_ = Head::kDevice;
+  return device_;
+}
+
+}  // namespace cortado

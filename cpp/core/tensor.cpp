@@ -1,0 +1,254 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "core/tensor.hpp"
+
+#include <cblas.h>
+
+#include <climits>
+#include <cmath>
+#include <cstring>
+
+#include "core/error.hpp"
+#include "proto/caffe.pb.h"
+
+namespace cortado {
+
+Tensor::Tensor(const std::vector<int>& shape) { Reshape(shape); }
+
+void Tensor::Reshape(const std::vector<int>& shape) {
+  if (static_cast<int>(shape.size()) > kMaxAxes) {
+    CORTADO_THROW(kInvalidArgument, "tensor with {} axes; at most {} are supported", shape.size(),
+                  kMaxAxes);
+  }
+  int64_t count = 1;
+  for (int dim : shape) {
+    if (dim < 0) {
+      CORTADO_THROW(kInvalidArgument, "negative dimension in shape [{}]", fmt::join(shape, " "));
+    }
+    count *= dim;
+    if (count > INT_MAX) {
+      CORTADO_THROW(kInvalidArgument, "shape [{}] has more than INT_MAX elements",
+                    fmt::join(shape, " "));
+    }
+  }
+  shape_ = shape;
+  count_ = static_cast<int>(count);
+  if (count_ > capacity_ || !data_) {
+    capacity_ = count_;
+    data_ = std::make_shared<SyncedMemory>(sizeof(float) * static_cast<size_t>(capacity_),
+                                           device_id_);
+    diff_ = std::make_shared<SyncedMemory>(sizeof(float) * static_cast<size_t>(capacity_),
+                                           device_id_);
+  }
+}
+
+void Tensor::Reshape(const caffe::BlobShape& shape) {
+  std::vector<int> dims;
+  for (int i = 0; i < shape.dim_size(); ++i) {
+    if (shape.dim(i) > INT_MAX || shape.dim(i) < 0) {
+      CORTADO_THROW(kInvalidArgument, "dimension {} of a blob shape is {}", i, shape.dim(i));
+    }
+    dims.push_back(static_cast<int>(shape.dim(i)));
+  }
+  Reshape(dims);
+}
+
+void Tensor::Reshape(int num, int channels, int height, int width) {
+  Reshape(std::vector<int>{num, channels, height, width});
+}
+
+int Tensor::count(int start, int end) const {
+  CORTADO_CHECK(0 <= start && start <= end && end <= num_axes(), "count({}, {}) of {}", start,
+                end, ShapeString());
+  int result = 1;
+  for (int i = start; i < end; ++i) result *= shape_[i];
+  return result;
+}
+
+int Tensor::CanonicalAxisIndex(int axis) const {
+  int n = num_axes();
+  if (axis < -n || axis >= n) {
+    CORTADO_THROW(kInvalidArgument, "axis {} out of range for a {}-D tensor of shape {}", axis, n,
+                  ShapeString());
+  }
+  return axis < 0 ? axis + n : axis;
+}
+
+std::string Tensor::ShapeString() const {
+  return fmt::format("{}{}({})", fmt::join(shape_, " "), shape_.empty() ? "" : " ", count_);
+}
+
+int Tensor::LegacyShape(int index) const {
+  CORTADO_CHECK_LE(num_axes(), 4, "legacy accessors need a tensor of at most 4 axes");
+  if (index >= num_axes() || index < -num_axes()) return 1;
+  return shape(index);
+}
+
+int Tensor::offset(int n, int c, int h, int w) const {
+  return ((n * channels() + c) * height() + h) * width() + w;
+}
+
+int Tensor::offset(const std::vector<int>& indices) const {
+  CORTADO_CHECK_LE(static_cast<int>(indices.size()), num_axes());
+  int result = 0;
+  for (int i = 0; i < num_axes(); ++i) {
+    result *= shape_[i];
+    if (i < static_cast<int>(indices.size())) result += indices[i];
+  }
+  return result;
+}
+
+const float* Tensor::cpu_data() const {
+  CORTADO_CHECK(data_ != nullptr, "tensor has no data (never reshaped)");
+  return static_cast<const float*>(data_->host_data());
+}
+const float* Tensor::cpu_diff() const {
+  CORTADO_CHECK(diff_ != nullptr, "tensor has no diff (never reshaped)");
+  return static_cast<const float*>(diff_->host_data());
+}
+float* Tensor::mutable_cpu_data() {
+  CORTADO_CHECK(data_ != nullptr, "tensor has no data (never reshaped)");
+  return static_cast<float*>(data_->mutable_host_data());
+}
+float* Tensor::mutable_cpu_diff() {
+  CORTADO_CHECK(diff_ != nullptr, "tensor has no diff (never reshaped)");
+  return static_cast<float*>(diff_->mutable_host_data());
+}
+const float* Tensor::gpu_data() const {
+  CORTADO_CHECK(data_ != nullptr, "tensor has no data (never reshaped)");
+  return static_cast<const float*>(data_->device_data());
+}
+const float* Tensor::gpu_diff() const {
+  CORTADO_CHECK(diff_ != nullptr, "tensor has no diff (never reshaped)");
+  return static_cast<const float*>(diff_->device_data());
+}
+float* Tensor::mutable_gpu_data() {
+  CORTADO_CHECK(data_ != nullptr, "tensor has no data (never reshaped)");
+  return static_cast<float*>(data_->mutable_device_data());
+}
+float* Tensor::mutable_gpu_diff() {
+  CORTADO_CHECK(diff_ != nullptr, "tensor has no diff (never reshaped)");
+  return static_cast<float*>(diff_->mutable_device_data());
+}
+
+void Tensor::ShareData(const Tensor& other) {
+  CORTADO_CHECK_EQ(count_, other.count(), "ShareData between {} and {}", ShapeString(),
+                   other.ShapeString());
+  data_ = other.data_;
+}
+
+void Tensor::ShareDiff(const Tensor& other) {
+  CORTADO_CHECK_EQ(count_, other.count(), "ShareDiff between {} and {}", ShapeString(),
+                   other.ShapeString());
+  diff_ = other.diff_;
+}
+
+void Tensor::Update() {
+  if (count_ == 0) return;
+  cblas_saxpy(count_, -1.0f, cpu_diff(), 1, mutable_cpu_data(), 1);
+}
+
+float Tensor::asum_data() const { return count_ ? cblas_sasum(count_, cpu_data(), 1) : 0.0f; }
+float Tensor::asum_diff() const { return count_ ? cblas_sasum(count_, cpu_diff(), 1) : 0.0f; }
+float Tensor::sumsq_data() const {
+  return count_ ? cblas_sdot(count_, cpu_data(), 1, cpu_data(), 1) : 0.0f;
+}
+float Tensor::sumsq_diff() const {
+  return count_ ? cblas_sdot(count_, cpu_diff(), 1, cpu_diff(), 1) : 0.0f;
+}
+void Tensor::scale_data(float factor) {
+  if (count_) cblas_sscal(count_, factor, mutable_cpu_data(), 1);
+}
+void Tensor::scale_diff(float factor) {
+  if (count_) cblas_sscal(count_, factor, mutable_cpu_diff(), 1);
+}
+
+void Tensor::CopyFrom(const Tensor& source, bool copy_diff, bool reshape) {
+  if (source.count() != count_ || source.shape() != shape_) {
+    if (!reshape) {
+      CORTADO_THROW(kInvalidArgument, "cannot copy a tensor of shape {} into one of shape {}",
+                    source.ShapeString(), ShapeString());
+    }
+    ReshapeLike(source);
+  }
+  if (count_ == 0) return;
+  if (copy_diff) {
+    std::memcpy(mutable_cpu_diff(), source.cpu_diff(), sizeof(float) * count_);
+  } else {
+    std::memcpy(mutable_cpu_data(), source.cpu_data(), sizeof(float) * count_);
+  }
+}
+
+namespace {
+
+std::vector<int> ProtoShape(const caffe::BlobProto& proto) {
+  std::vector<int> shape;
+  if (proto.has_num() || proto.has_channels() || proto.has_height() || proto.has_width()) {
+    shape = {proto.num(), proto.channels(), proto.height(), proto.width()};
+  } else {
+    for (int i = 0; i < proto.shape().dim_size(); ++i) {
+      shape.push_back(static_cast<int>(proto.shape().dim(i)));
+    }
+  }
+  return shape;
+}
+
+}  // namespace
+
+std::string ProtoShapeString(const caffe::BlobProto& proto) {
+  std::vector<int> shape = ProtoShape(proto);
+  int64_t count = 1;
+  for (int d : shape) count *= d;
+  return fmt::format("{}{}({})", fmt::join(shape, " "), shape.empty() ? "" : " ", count);
+}
+
+bool Tensor::ShapeEquals(const caffe::BlobProto& proto) const {
+  if (proto.has_num() || proto.has_channels() || proto.has_height() || proto.has_width()) {
+    // Legacy 4-D blobs match a tensor of at most 4 axes whose padded shape agrees.
+    return num_axes() <= 4 && LegacyShape(-4) == proto.num() &&
+           LegacyShape(-3) == proto.channels() && LegacyShape(-2) == proto.height() &&
+           LegacyShape(-1) == proto.width();
+  }
+  return ProtoShape(proto) == shape_;
+}
+
+void Tensor::FromProto(const caffe::BlobProto& proto, bool reshape) {
+  if (reshape) {
+    Reshape(ProtoShape(proto));
+  } else if (!ShapeEquals(proto)) {
+    CORTADO_THROW(kInvalidArgument, "shape mismatch: stored blob is {}, expected {}",
+                  ProtoShapeString(proto), ShapeString());
+  }
+  auto fill = [this](float* dst, const auto& values, const char* what) {
+    if (values.size() != count_) {
+      CORTADO_THROW(kInvalidArgument, "blob of shape {} holds {} {} values", ShapeString(),
+                    values.size(), what);
+    }
+    for (int i = 0; i < count_; ++i) dst[i] = static_cast<float>(values.Get(i));
+  };
+  if (proto.double_data_size() > 0) {
+    fill(mutable_cpu_data(), proto.double_data(), "double_data");
+  } else {
+    fill(mutable_cpu_data(), proto.data(), "data");
+  }
+  if (proto.double_diff_size() > 0) {
+    fill(mutable_cpu_diff(), proto.double_diff(), "double_diff");
+  } else if (proto.diff_size() > 0) {
+    fill(mutable_cpu_diff(), proto.diff(), "diff");
+  }
+}
+
+void Tensor::ToProto(caffe::BlobProto* proto, bool write_diff) const {
+  proto->Clear();
+  for (int dim : shape_) proto->mutable_shape()->add_dim(dim);
+  if (count_ == 0) return;
+  const float* data = cpu_data();
+  proto->mutable_data()->Reserve(count_);
+  proto->mutable_data()->Add(data, data + count_);
+  if (write_diff) {
+    const float* diff = cpu_diff();
+    proto->mutable_diff()->Reserve(count_);
+    proto->mutable_diff()->Add(diff, diff + count_);
+  }
+}
+
+}  // namespace cortado

@@ -1,0 +1,108 @@
+// SPDX-License-Identifier: Apache-2.0
+// Tensor: Caffe's Blob. An N-D float32 array (row-major, NCHW for images) with a data buffer
+// and a gradient ("diff") buffer of the same shape, each a SyncedMemory.
+//
+// Reshape keeps the allocation when the new count fits (Caffe's behaviour), so nets can
+// reshape every iteration without reallocating. Not thread-safe.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/synced_memory.hpp"
+
+namespace caffe {
+class BlobProto;
+class BlobShape;
+}  // namespace caffe
+
+namespace cortado {
+
+class Tensor {
+ public:
+  // Caffe caps axes at 32; so do we.
+  static constexpr int kMaxAxes = 32;
+
+  Tensor() = default;
+  explicit Tensor(const std::vector<int>& shape);
+  Tensor(const Tensor&) = delete;
+  Tensor& operator=(const Tensor&) = delete;
+
+  // Changes the shape; throws kInvalidArgument on a negative dimension or a count over INT_MAX.
+  void Reshape(const std::vector<int>& shape);
+  void Reshape(const caffe::BlobShape& shape);
+  void Reshape(int num, int channels, int height, int width);
+  void ReshapeLike(const Tensor& other) { Reshape(other.shape()); }
+
+  const std::vector<int>& shape() const { return shape_; }
+  // Dimension of `axis`; negative counts from the end.
+  int shape(int axis) const { return shape_[CanonicalAxisIndex(axis)]; }
+  int num_axes() const { return static_cast<int>(shape_.size()); }
+  int count() const { return count_; }
+  // Product of dimensions [start, end).
+  int count(int start, int end) const;
+  int count(int start) const { return count(start, num_axes()); }
+  // Maps axis in [-num_axes, num_axes) to [0, num_axes); throws kInvalidArgument otherwise.
+  int CanonicalAxisIndex(int axis) const;
+  // "2 3 4 5 (120)"
+  std::string ShapeString() const;
+
+  // Caffe's 4-D accessors; axes beyond num_axes() read as 1.
+  int num() const { return LegacyShape(0); }
+  int channels() const { return LegacyShape(1); }
+  int height() const { return LegacyShape(2); }
+  int width() const { return LegacyShape(3); }
+  int LegacyShape(int index) const;
+  int offset(int n, int c = 0, int h = 0, int w = 0) const;
+  int offset(const std::vector<int>& indices) const;
+
+  const float* cpu_data() const;
+  const float* cpu_diff() const;
+  float* mutable_cpu_data();
+  float* mutable_cpu_diff();
+  const float* gpu_data() const;
+  const float* gpu_diff() const;
+  float* mutable_gpu_data();
+  float* mutable_gpu_diff();
+  float data_at(int n, int c = 0, int h = 0, int w = 0) const { return cpu_data()[offset(n, c, h, w)]; }
+  float diff_at(int n, int c = 0, int h = 0, int w = 0) const { return cpu_diff()[offset(n, c, h, w)]; }
+
+  const std::shared_ptr<SyncedMemory>& data() const { return data_; }
+  const std::shared_ptr<SyncedMemory>& diff() const { return diff_; }
+
+  // Makes this tensor use other's data (or diff) buffer; counts must match.
+  void ShareData(const Tensor& other);
+  void ShareDiff(const Tensor& other);
+
+  // data -= diff (the plain SGD step the solvers build on).
+  void Update();
+  float asum_data() const;
+  float asum_diff() const;
+  float sumsq_data() const;
+  float sumsq_diff() const;
+  void scale_data(float factor);
+  void scale_diff(float factor);
+
+  // Copies data (or diff) from `source`; with reshape=false the shapes must already agree.
+  void CopyFrom(const Tensor& source, bool copy_diff = false, bool reshape = false);
+
+  // BlobProto I/O: reads `shape` or the legacy num/channels/height/width fields, and
+  // `data` or `double_data`. With reshape=false the shapes must match (legacy 4-D ones too).
+  void FromProto(const caffe::BlobProto& proto, bool reshape = true);
+  void ToProto(caffe::BlobProto* proto, bool write_diff = false) const;
+  bool ShapeEquals(const caffe::BlobProto& proto) const;
+
+ private:
+  std::shared_ptr<SyncedMemory> data_;
+  std::shared_ptr<SyncedMemory> diff_;
+  std::vector<int> shape_;
+  int count_ = 0;
+  int capacity_ = 0;
+  int device_id_ = 0;
+};
+
+// Shape of a BlobProto as a string ("2 3 4 5 (120)"), for error messages.
+std::string ProtoShapeString(const caffe::BlobProto& proto);
+
+}  // namespace cortado

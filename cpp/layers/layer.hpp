@@ -1,0 +1,119 @@
+// SPDX-License-Identifier: Apache-2.0
+// Layer: the unit a Net is made of (Caffe's Layer). A layer reads its bottom tensors and writes
+// its top tensors in Forward, and turns top diffs into bottom diffs (and parameter diffs) in
+// Backward. Each concrete layer lives in <name>_layer.{hpp,cpp} and registers itself under its
+// Caffe type string with CORTADO_REGISTER_LAYER.
+//
+// Life cycle, driven by the Net: construct -> Initialize(bottom, top) once -> then, per
+// iteration, Reshape (when input shapes may change), Forward, Backward.
+// A layer is used by one thread at a time; it keeps a non-owning pointer to its Context.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/context.hpp"
+#include "core/error.hpp"
+#include "core/registry.hpp"
+#include "core/tensor.hpp"
+#include "proto/caffe.pb.h"
+
+namespace cortado {
+
+class Layer {
+ public:
+  Layer(const caffe::LayerParameter& param, Context* ctx);
+  virtual ~Layer() = default;
+  Layer(const Layer&) = delete;
+  Layer& operator=(const Layer&) = delete;
+
+  // Checks blob counts, runs Setup and Reshape, and sets up loss weights on the tops.
+  void Initialize(const std::vector<Tensor*>& bottom, const std::vector<Tensor*>& top);
+
+  // Layer-specific one-time setup: read parameters, create and fill `blobs_`.
+  virtual void Setup(const std::vector<Tensor*>& /*bottom*/, const std::vector<Tensor*>& /*top*/) {}
+  // Shapes the tops (and internal buffers) from the bottoms' shapes.
+  virtual void Reshape(const std::vector<Tensor*>& bottom, const std::vector<Tensor*>& top) = 0;
+
+  // Runs forward on the context's device and returns the weighted loss of this layer's tops.
+  float Forward(const std::vector<Tensor*>& bottom, const std::vector<Tensor*>& top);
+  // Computes bottom diffs for bottoms with propagate_down set, and parameter diffs
+  // (accumulated: the net clears them before each backward pass).
+  void Backward(const std::vector<Tensor*>& top, const std::vector<bool>& propagate_down,
+                const std::vector<Tensor*>& bottom);
+
+  // The Caffe type string ("ReLU").
+  virtual const char* type() const = 0;
+  const std::string& name() const { return param_.name(); }
+  const caffe::LayerParameter& layer_param() const { return param_; }
+  caffe::Phase phase() const { return param_.phase(); }
+  Context* context() const { return ctx_; }
+
+  // Learnable parameters (weights, biases, statistics), shared_ptr so nets can share them.
+  std::vector<std::shared_ptr<Tensor>>& blobs() { return blobs_; }
+  // Writes param_ with the current blobs into `proto`.
+  virtual void ToProto(caffe::LayerParameter* proto, bool write_diff = false) const;
+
+  float loss(int top_index) const {
+    return top_index < static_cast<int>(loss_.size()) ? loss_[top_index] : 0.0f;
+  }
+  void set_loss(int top_index, float value);
+
+  // Blob count contract, as in Caffe; -1 means no constraint.
+  virtual int ExactNumBottomBlobs() const { return -1; }
+  virtual int MinBottomBlobs() const { return -1; }
+  virtual int MaxBottomBlobs() const { return -1; }
+  virtual int ExactNumTopBlobs() const { return -1; }
+  virtual int MinTopBlobs() const { return -1; }
+  virtual int MaxTopBlobs() const { return -1; }
+  virtual bool EqualNumBottomTopBlobs() const { return false; }
+  // Layers whose missing tops the net should create anonymously (losses: the loss output).
+  virtual bool AutoTopBlobs() const { return false; }
+  // Whether force_backward may set propagate_down for this bottom (false for labels).
+  virtual bool AllowForceBackward(int /*bottom_index*/) const { return true; }
+
+  bool param_propagate_down(int index) const {
+    return index < static_cast<int>(param_propagate_down_.size()) && param_propagate_down_[index];
+  }
+  void set_param_propagate_down(int index, bool value);
+
+ protected:
+  virtual void ForwardCpu(const std::vector<Tensor*>& bottom, const std::vector<Tensor*>& top) = 0;
+  virtual void BackwardCpu(const std::vector<Tensor*>& top, const std::vector<bool>& propagate_down,
+                           const std::vector<Tensor*>& bottom) = 0;
+  // GPU versions default to the CPU code through host copies (and say so once).
+  virtual void ForwardGpu(const std::vector<Tensor*>& bottom, const std::vector<Tensor*>& top);
+  virtual void BackwardGpu(const std::vector<Tensor*>& top, const std::vector<bool>& propagate_down,
+                           const std::vector<Tensor*>& bottom);
+
+  // "layer 'conv1' (Convolution)", for messages.
+  std::string Describe() const;
+
+  caffe::LayerParameter param_;
+  Context* ctx_;
+  std::vector<std::shared_ptr<Tensor>> blobs_;
+  std::vector<bool> param_propagate_down_;
+  std::vector<float> loss_;
+
+ private:
+  void CheckBlobCounts(const std::vector<Tensor*>& bottom, const std::vector<Tensor*>& top) const;
+  void SetLossWeights(const std::vector<Tensor*>& top);
+};
+
+using LayerRegistry = Registry<Layer, const caffe::LayerParameter&, Context*>;
+
+// Creates the layer named by param.type(); an unknown type lists the known ones.
+std::unique_ptr<Layer> CreateLayer(const caffe::LayerParameter& param, Context* ctx);
+
+}  // namespace cortado
+
+// Ends a layer's .cpp: CORTADO_REGISTER_LAYER(ReLU, ReLULayer);
+#define CORTADO_REGISTER_LAYER(type, Class)                                                 \
+  static ::cortado::Registerer<::cortado::Layer, const ::caffe::LayerParameter&,            \
+                               ::cortado::Context*>                                         \
+      cortado_layer_registerer_##type(#type,                                                \
+                                      [](const ::caffe::LayerParameter& param,              \
+                                         ::cortado::Context* ctx) -> std::unique_ptr<::cortado::Layer> { \
+                                        return std::make_unique<Class>(param, ctx);         \
+                                      })
