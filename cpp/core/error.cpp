@@ -5,17 +5,28 @@ namespace cortado {
 
 const char* ErrorCodeName(ErrorCode code) {
   switch (code) {
-    case ErrorCode::kInvalidArgument: return "invalid argument";
-    case ErrorCode::kParse: return "parse";
-    case ErrorCode::kNotFound: return "not found";
-    case ErrorCode::kIo: return "io";
-    case ErrorCode::kComm: return "comm";
-    case ErrorCode::kTimeout: return "timeout";
-    case ErrorCode::kAborted: return "aborted";
-    case ErrorCode::kCuda: return "cuda";
-    case ErrorCode::kOutOfMemory: return "out of memory";
-    case ErrorCode::kUnimplemented: return "unimplemented";
-    case ErrorCode::kInternal: return "internal";
+    case ErrorCode::kInvalidArgument:
+      return "invalid argument";
+    case ErrorCode::kParse:
+      return "parse";
+    case ErrorCode::kNotFound:
+      return "not found";
+    case ErrorCode::kIo:
+      return "io";
+    case ErrorCode::kComm:
+      return "comm";
+    case ErrorCode::kTimeout:
+      return "timeout";
+    case ErrorCode::kAborted:
+      return "aborted";
+    case ErrorCode::kCuda:
+      return "cuda";
+    case ErrorCode::kOutOfMemory:
+      return "out of memory";
+    case ErrorCode::kUnimplemented:
+      return "unimplemented";
+    case ErrorCode::kInternal:
+      return "internal";
   }
   return "unknown";
 }

@@ -61,30 +61,29 @@ std::string FormatOptional(fmt::format_string<Args...> format, Args&&... args) {
 }  // namespace cortado
 
 // CORTADO_THROW(kParse, "{}:{}: unknown field", file, line)
-#define CORTADO_THROW(code, ...)                                                           \
-  throw ::cortado::Error(::cortado::ErrorCode::code, ::fmt::format(__VA_ARGS__), __FILE__, \
-                         __LINE__)
+#define CORTADO_THROW(code, ...) \
+  throw ::cortado::Error(::cortado::ErrorCode::code, ::fmt::format(__VA_ARGS__), __FILE__, __LINE__)
 
 // CORTADO_CHECK(cond) or CORTADO_CHECK(cond, "context {}", x): throws kInternal.
-#define CORTADO_CHECK(cond, ...)                                                          \
-  do {                                                                                    \
-    if (!(cond)) {                                                                        \
-      ::cortado::detail::ThrowCheckFailure(__FILE__, __LINE__, "check failed: " #cond,    \
+#define CORTADO_CHECK(cond, ...)                                                            \
+  do {                                                                                      \
+    if (!(cond)) {                                                                          \
+      ::cortado::detail::ThrowCheckFailure(__FILE__, __LINE__, "check failed: " #cond,      \
                                            ::cortado::detail::FormatOptional(__VA_ARGS__)); \
-    }                                                                                     \
+    }                                                                                       \
   } while (0)
 
-#define CORTADO_CHECK_OP_(op, a, b, ...)                                                   \
-  do {                                                                                     \
-    const auto& cortado_check_a_ = (a);                                                    \
-    const auto& cortado_check_b_ = (b);                                                    \
-    if (!(cortado_check_a_ op cortado_check_b_)) {                                         \
-      ::cortado::detail::ThrowCheckFailure(                                                \
-          __FILE__, __LINE__,                                                              \
+#define CORTADO_CHECK_OP_(op, a, b, ...)                                                     \
+  do {                                                                                       \
+    const auto& cortado_check_a_ = (a);                                                      \
+    const auto& cortado_check_b_ = (b);                                                      \
+    if (!(cortado_check_a_ op cortado_check_b_)) {                                           \
+      ::cortado::detail::ThrowCheckFailure(                                                  \
+          __FILE__, __LINE__,                                                                \
           ::fmt::format("check failed: {} {} {} ({} vs. {})", #a, #op, #b, cortado_check_a_, \
-                        cortado_check_b_),                                                 \
-          ::cortado::detail::FormatOptional(__VA_ARGS__));                                 \
-    }                                                                                      \
+                        cortado_check_b_),                                                   \
+          ::cortado::detail::FormatOptional(__VA_ARGS__));                                   \
+    }                                                                                        \
   } while (0)
 
 #define CORTADO_CHECK_EQ(a, b, ...) CORTADO_CHECK_OP_(==, a, b, ##__VA_ARGS__)

@@ -27,8 +27,8 @@ void SetLoggerName(const std::string& name);
 #define CORTADO_LOG_WARN(...) SPDLOG_LOGGER_WARN(::cortado::Logger(), __VA_ARGS__)
 #define CORTADO_LOG_ERROR(...) SPDLOG_LOGGER_ERROR(::cortado::Logger(), __VA_ARGS__)
 // Logs a warning the first time this line is reached in the process.
-#define CORTADO_LOG_WARN_ONCE(...)                              \
-  do {                                                          \
-    static std::once_flag cortado_warn_once_;                   \
+#define CORTADO_LOG_WARN_ONCE(...)                                              \
+  do {                                                                          \
+    static std::once_flag cortado_warn_once_;                                   \
     std::call_once(cortado_warn_once_, [&] { CORTADO_LOG_WARN(__VA_ARGS__); }); \
   } while (0)

@@ -34,10 +34,10 @@ void Tensor::Reshape(const std::vector<int>& shape) {
   count_ = static_cast<int>(count);
   if (count_ > capacity_ || !data_) {
     capacity_ = count_;
-    data_ = std::make_shared<SyncedMemory>(sizeof(float) * static_cast<size_t>(capacity_),
-                                           device_id_);
-    diff_ = std::make_shared<SyncedMemory>(sizeof(float) * static_cast<size_t>(capacity_),
-                                           device_id_);
+    data_ =
+        std::make_shared<SyncedMemory>(sizeof(float) * static_cast<size_t>(capacity_), device_id_);
+    diff_ =
+        std::make_shared<SyncedMemory>(sizeof(float) * static_cast<size_t>(capacity_), device_id_);
   }
 }
 
@@ -57,8 +57,8 @@ void Tensor::Reshape(int num, int channels, int height, int width) {
 }
 
 int Tensor::count(int start, int end) const {
-  CORTADO_CHECK(0 <= start && start <= end && end <= num_axes(), "count({}, {}) of {}", start,
-                end, ShapeString());
+  CORTADO_CHECK(0 <= start && start <= end && end <= num_axes(), "count({}, {}) of {}", start, end,
+                ShapeString());
   int result = 1;
   for (int i = start; i < end; ++i) result *= shape_[i];
   return result;

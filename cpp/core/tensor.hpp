@@ -65,8 +65,12 @@ class Tensor {
   const float* gpu_diff() const;
   float* mutable_gpu_data();
   float* mutable_gpu_diff();
-  float data_at(int n, int c = 0, int h = 0, int w = 0) const { return cpu_data()[offset(n, c, h, w)]; }
-  float diff_at(int n, int c = 0, int h = 0, int w = 0) const { return cpu_diff()[offset(n, c, h, w)]; }
+  float data_at(int n, int c = 0, int h = 0, int w = 0) const {
+    return cpu_data()[offset(n, c, h, w)];
+  }
+  float diff_at(int n, int c = 0, int h = 0, int w = 0) const {
+    return cpu_diff()[offset(n, c, h, w)];
+  }
 
   const std::shared_ptr<SyncedMemory>& data() const { return data_; }
   const std::shared_ptr<SyncedMemory>& diff() const { return diff_; }

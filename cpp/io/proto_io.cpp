@@ -86,7 +86,8 @@ void ReadProtoFromTextString(const std::string& text, const std::string& source,
   ErrorCollector errors(source);
   parser.RecordErrorsTo(&errors);
   if (!parser.ParseFromString(text, message)) {
-    CORTADO_THROW(kParse, "{}", errors.first().empty() ? source + ": cannot parse" : errors.first());
+    CORTADO_THROW(kParse, "{}",
+                  errors.first().empty() ? source + ": cannot parse" : errors.first());
   }
 }
 

@@ -18,9 +18,12 @@ float FanScale(const caffe::FillerParameter& param, const Tensor& t) {
   const float fan_out =
       t.num_axes() > 1 ? static_cast<float>(t.count()) / t.shape(1) : static_cast<float>(t.count());
   switch (param.variance_norm()) {
-    case caffe::FillerParameter::FAN_OUT: return fan_out;
-    case caffe::FillerParameter::AVERAGE: return (fan_in + fan_out) / 2.0f;
-    default: return fan_in;
+    case caffe::FillerParameter::FAN_OUT:
+      return fan_out;
+    case caffe::FillerParameter::AVERAGE:
+      return (fan_in + fan_out) / 2.0f;
+    default:
+      return fan_in;
   }
 }
 

@@ -102,8 +102,7 @@ void Layer::Backward(const std::vector<Tensor*>& top, const std::vector<bool>& p
 }
 
 void Layer::ForwardGpu(const std::vector<Tensor*>& bottom, const std::vector<Tensor*>& top) {
-  CORTADO_LOG_WARN_ONCE("{} has no GPU forward; running it on the CPU through host copies",
-                        type());
+  CORTADO_LOG_WARN_ONCE("{} has no GPU forward; running it on the CPU through host copies", type());
   ForwardCpu(bottom, top);
 }
 

@@ -109,11 +109,12 @@ std::unique_ptr<Layer> CreateLayer(const caffe::LayerParameter& param, Context* 
 }  // namespace cortado
 
 // Ends a layer's .cpp: CORTADO_REGISTER_LAYER(ReLU, ReLULayer);
-#define CORTADO_REGISTER_LAYER(type, Class)                                                 \
-  static ::cortado::Registerer<::cortado::Layer, const ::caffe::LayerParameter&,            \
-                               ::cortado::Context*>                                         \
-      cortado_layer_registerer_##type(#type,                                                \
-                                      [](const ::caffe::LayerParameter& param,              \
-                                         ::cortado::Context* ctx) -> std::unique_ptr<::cortado::Layer> { \
-                                        return std::make_unique<Class>(param, ctx);         \
-                                      })
+#define CORTADO_REGISTER_LAYER(type, Class)                                      \
+  static ::cortado::Registerer<::cortado::Layer, const ::caffe::LayerParameter&, \
+                               ::cortado::Context*>                              \
+      cortado_layer_registerer_##type(                                           \
+          #type,                                                                 \
+          [](const ::caffe::LayerParameter& param,                               \
+             ::cortado::Context* ctx) -> std::unique_ptr<::cortado::Layer> {     \
+            return std::make_unique<Class>(param, ctx);                          \
+          })

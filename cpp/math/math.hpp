@@ -19,10 +19,10 @@ void Gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const fl
 void Gemv(bool trans_a, int m, int n, float alpha, const float* a, const float* x, float beta,
           float* y);
 
-void Axpy(int n, float alpha, const float* x, float* y);            // y += alpha * x
+void Axpy(int n, float alpha, const float* x, float* y);               // y += alpha * x
 void Axpby(int n, float alpha, const float* x, float beta, float* y);  // y = a*x + b*y
-void Scale(int n, float alpha, float* x);                            // x *= alpha
-void Scale(int n, float alpha, const float* x, float* y);            // y = alpha * x
+void Scale(int n, float alpha, float* x);                              // x *= alpha
+void Scale(int n, float alpha, const float* x, float* y);              // y = alpha * x
 void Set(int n, float value, float* x);
 void Copy(int n, const float* x, float* y);
 void AddScalar(int n, float alpha, float* x);  // x += alpha
@@ -44,9 +44,9 @@ void Powx(int n, const float* a, float b, float* y);  // y = a ^ b
 void Sign(int n, const float* a, float* y);           // -1, 0 or 1
 
 // Random numbers from the context's engine; the same engine and seed give the same values.
-void RngUniform(int n, float lo, float hi, Rng& rng, float* r);        // [lo, hi)
+void RngUniform(int n, float lo, float hi, Rng& rng, float* r);  // [lo, hi)
 void RngGaussian(int n, float mean, float stddev, Rng& rng, float* r);
-void RngBernoulli(int n, float p, Rng& rng, unsigned int* r);          // 1 with probability p
+void RngBernoulli(int n, float p, Rng& rng, unsigned int* r);  // 1 with probability p
 
 // Caffe's im2col for 2-D convolution: the image (channels x height x width) becomes a
 // (channels*kernel_h*kernel_w) x (output_h*output_w) matrix; padding reads as zero.
@@ -54,9 +54,9 @@ void Im2col(const float* image, int channels, int height, int width, int kernel_
             int pad_h, int pad_w, int stride_h, int stride_w, int dilation_h, int dilation_w,
             float* columns);
 // The adjoint of Im2col: accumulates columns back into a zeroed image.
-void Col2im(const float* columns, int channels, int height, int width, int kernel_h,
-            int kernel_w, int pad_h, int pad_w, int stride_h, int stride_w, int dilation_h,
-            int dilation_w, float* image);
+void Col2im(const float* columns, int channels, int height, int width, int kernel_h, int kernel_w,
+            int pad_h, int pad_w, int stride_h, int stride_w, int dilation_h, int dilation_w,
+            float* image);
 // N-D versions: num_spatial_axes spatial dimensions; shapes are {channels, spatial...}.
 void Im2colNd(const float* image, int num_spatial_axes, const int* image_shape,
               const int* column_shape, const int* kernel_shape, const int* pad, const int* stride,

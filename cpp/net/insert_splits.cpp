@@ -61,8 +61,8 @@ caffe::NetParameter InsertSplits(const caffe::NetParameter& param) {
       const TopIndex source = bottom_source[{i, j}];
       if (consumers[source] > 1) {
         const std::string& source_layer = param.layer(source.first).name();
-        layer->set_bottom(j, SplitBlobName(source_layer, layer->bottom(j), source.second,
-                                           next_split[source]++));
+        layer->set_bottom(
+            j, SplitBlobName(source_layer, layer->bottom(j), source.second, next_split[source]++));
       }
     }
     for (int j = 0; j < layer->top_size(); ++j) {

@@ -119,7 +119,8 @@ void Net::Init(const caffe::NetParameter& in_param) {
     }
     for (int top_id = 0; top_id < layer_param->top_size(); ++top_id) {
       AppendTop(param, layer_id, top_id, &available);
-      if (layer_param->type() == "Input") input_blobs_.push_back(blobs_[top_ids_[layer_id][top_id]].get());
+      if (layer_param->type() == "Input")
+        input_blobs_.push_back(blobs_[top_ids_[layer_id][top_id]].get());
     }
     // Layers such as losses may produce tops the prototxt does not name.
     if (layer->AutoTopBlobs()) {
@@ -135,8 +136,8 @@ void Net::Init(const caffe::NetParameter& in_param) {
       layer->Initialize(bottom_vecs_[layer_id], top_vecs_[layer_id]);
     } catch (const Error& e) {
       throw Error(e.code(),
-                  fmt::format("{}: setting up {} with bottoms {}: {}", name_.empty() ? "net" : name_,
-                              DescribeLayer(layer_id),
+                  fmt::format("{}: setting up {} with bottoms {}: {}",
+                              name_.empty() ? "net" : name_, DescribeLayer(layer_id),
                               ShapesOf(bottom_vecs_[layer_id], bottom_names), e.what()),
                   e.file(), e.line());
     }
@@ -234,8 +235,8 @@ void Net::AppendTop(const caffe::NetParameter& param, int layer_id, int top_id,
   const std::string blob_name = (top_id >= 0 && top_id < layer_param.top_size())
                                     ? layer_param.top(top_id)
                                     : fmt::format("(automatic top {})", top_vecs_[layer_id].size());
-  const bool in_place = top_id >= 0 && layer_param.bottom_size() > top_id &&
-                        layer_param.bottom(top_id) == blob_name;
+  const bool in_place =
+      top_id >= 0 && layer_param.bottom_size() > top_id && layer_param.bottom(top_id) == blob_name;
   if (in_place) {
     // The top is the bottom itself, computed in place.
     const int blob_id = blob_index_.at(blob_name);
@@ -290,11 +291,12 @@ void Net::AppendParam(const caffe::NetParameter& param, int layer_id, int param_
   params_.push_back(blob);
   param_id_vecs_[layer_id].push_back(net_param_id);
   param_layer_indices_.emplace_back(layer_id, param_id);
-  param_display_names_.push_back(param_name.empty() ? fmt::format("{}[{}]", layer_param.name(), param_id)
-                                                    : param_name);
+  param_display_names_.push_back(
+      param_name.empty() ? fmt::format("{}[{}]", layer_param.name(), param_id) : param_name);
   caffe::ParamSpec default_spec;
   const caffe::ParamSpec& spec = param_id < num_specs ? layer_param.param(param_id) : default_spec;
-  auto owner_it = param_name.empty() ? param_names_index_.end() : param_names_index_.find(param_name);
+  auto owner_it =
+      param_name.empty() ? param_names_index_.end() : param_names_index_.find(param_name);
   if (owner_it == param_names_index_.end()) {
     // This layer owns the parameter.
     if (!param_name.empty()) param_names_index_[param_name] = net_param_id;
@@ -318,7 +320,8 @@ void Net::AppendParam(const caffe::NetParameter& param, int layer_id, int param_
                   "layer '{}' shares parameter '{}' with layer '{}', but its shape [{}] differs "
                   "from the owner's [{}]{}",
                   layer_param.name(), param_name, layer_names_[owner_layer], blob->ShapeString(),
-                  owner->ShapeString(), strict ? " (set share_mode: PERMISSIVE to match counts only)" : "");
+                  owner->ShapeString(),
+                  strict ? " (set share_mode: PERMISSIVE to match counts only)" : "");
   }
   blob->ShareData(*owner);
   blob->ShareDiff(*owner);
@@ -327,19 +330,21 @@ void Net::AppendParam(const caffe::NetParameter& param, int layer_id, int param_
       learnable_param_ids_.begin());
   if (spec.has_lr_mult()) {
     if (has_params_lr_[learnable_id] && params_lr_[learnable_id] != spec.lr_mult()) {
-      CORTADO_THROW(kInvalidArgument, "shared parameter '{}' has lr_mult {} in layer '{}' but {} in '{}'",
-                    param_name, spec.lr_mult(), layer_param.name(), params_lr_[learnable_id],
+      CORTADO_THROW(kInvalidArgument,
+                    "shared parameter '{}' has lr_mult {} in layer '{}' but {} in '{}'", param_name,
+                    spec.lr_mult(), layer_param.name(), params_lr_[learnable_id],
                     layer_names_[owner_layer]);
     }
     has_params_lr_[learnable_id] = true;
     params_lr_[learnable_id] = spec.lr_mult();
   }
   if (spec.has_decay_mult()) {
-    if (has_params_decay_[learnable_id] && params_weight_decay_[learnable_id] != spec.decay_mult()) {
+    if (has_params_decay_[learnable_id] &&
+        params_weight_decay_[learnable_id] != spec.decay_mult()) {
       CORTADO_THROW(kInvalidArgument,
-                    "shared parameter '{}' has decay_mult {} in layer '{}' but {} in '{}'", param_name,
-                    spec.decay_mult(), layer_param.name(), params_weight_decay_[learnable_id],
-                    layer_names_[owner_layer]);
+                    "shared parameter '{}' has decay_mult {} in layer '{}' but {} in '{}'",
+                    param_name, spec.decay_mult(), layer_param.name(),
+                    params_weight_decay_[learnable_id], layer_names_[owner_layer]);
     }
     has_params_decay_[learnable_id] = true;
     params_weight_decay_[learnable_id] = spec.decay_mult();

@@ -67,7 +67,9 @@ class Net {
   const std::vector<std::vector<Tensor*>>& top_vecs() const { return top_vecs_; }
   const std::vector<int>& top_ids(int layer) const { return top_ids_[layer]; }
   const std::vector<int>& bottom_ids(int layer) const { return bottom_ids_[layer]; }
-  const std::vector<std::vector<bool>>& bottom_need_backward() const { return bottom_need_backward_; }
+  const std::vector<std::vector<bool>>& bottom_need_backward() const {
+    return bottom_need_backward_;
+  }
   const std::vector<bool>& layer_need_backward() const { return layer_need_backward_; }
   const std::vector<float>& blob_loss_weights() const { return blob_loss_weights_; }
   // Tops of Input layers, and blobs no layer consumes.

@@ -1,3 +1,62 @@
 // SPDX-License-Identifier: Apache-2.0
+// The `cortado` command-line tool, in the manner of Caffe's `caffe` tool:
+//   cortado time --model=NET.prototxt --iterations=N
+//   cortado device_query
 #include <cstdio>
-int main() { std::puts("cortado"); return 0; }
+#include <cstring>
+#include <exception>
+#include <functional>
+#include <map>
+#include <string>
+
+#include "core/device_info.hpp"
+#include "core/error.hpp"
+#include "core/logging.hpp"
+#include "tools/commands.hpp"
+#include "tools/flags.hpp"
+
+namespace cortado::tools {
+
+int DeviceQueryCommand(int argc, char** argv) {
+  Flags flags(argc, argv, 2, {});
+  for (const auto& line : DescribeDevices()) std::printf("%s\n", line.c_str());
+  return 0;
+}
+
+}  // namespace cortado::tools
+
+namespace {
+
+const char kUsage[] =
+    "usage: cortado <command> [flags]\n"
+    "commands:\n"
+    "  time          time a net's forward and backward passes, per layer\n"
+    "  device_query  show the CPU and CUDA devices this build can use\n"
+    "Run 'cortado <command> --help' for a command's flags.\n";
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const std::map<std::string, std::function<int(int, char**)>> commands = {
+      {"time", cortado::tools::TimeCommand},
+      {"device_query", cortado::tools::DeviceQueryCommand},
+  };
+  if (argc < 2 || std::strcmp(argv[1], "--help") == 0 || std::strcmp(argv[1], "-h") == 0) {
+    std::fputs(kUsage, argc < 2 ? stderr : stdout);
+    return argc < 2 ? 1 : 0;
+  }
+  auto it = commands.find(argv[1]);
+  if (it == commands.end()) {
+    std::fprintf(stderr, "cortado: unknown command '%s'\n%s", argv[1], kUsage);
+    return 1;
+  }
+  try {
+    return it->second(argc, argv);
+  } catch (const cortado::Error& e) {
+    std::fprintf(stderr, "cortado %s: error: %s\n", argv[1], e.what());
+    return 1;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "cortado %s: internal error: %s\n", argv[1], e.what());
+    return 2;
+  }
+}

@@ -13,14 +13,11 @@ namespace cortado::io {
 namespace {
 
 std::string TempPath(const std::string& name) {
-  return (std::filesystem::temp_directory_path() /
-          (name + "." + std::to_string(::getpid())))
+  return (std::filesystem::temp_directory_path() / (name + "." + std::to_string(::getpid())))
       .string();
 }
 
-void WriteText(const std::string& path, const std::string& text) {
-  std::ofstream(path) << text;
-}
+void WriteText(const std::string& path, const std::string& text) { std::ofstream(path) << text; }
 
 TEST(ProtoIoTest, SyntaxErrorReportsFileLineColumn) {
   const std::string path = TempPath("bad.prototxt");

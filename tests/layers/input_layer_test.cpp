@@ -22,10 +22,9 @@ TEST(InputLayerTest, ShapesEachTop) {
 
 TEST(InputLayerTest, OneShapeForAllTops) {
   Context ctx;
-  auto layer = CreateLayer(
-      testing::LayerParam("name: 'in' type: 'Input' top: 'a' top: 'b' "
-                          "input_param { shape { dim: 5 } }"),
-      &ctx);
+  auto layer = CreateLayer(testing::LayerParam("name: 'in' type: 'Input' top: 'a' top: 'b' "
+                                               "input_param { shape { dim: 5 } }"),
+                           &ctx);
   Tensor a, b;
   layer->Initialize({}, {&a, &b});
   EXPECT_EQ(b.shape(), (std::vector<int>{5}));
@@ -33,10 +32,10 @@ TEST(InputLayerTest, OneShapeForAllTops) {
 
 TEST(InputLayerTest, WrongNumberOfShapesIsAnError) {
   Context ctx;
-  auto layer = CreateLayer(
-      testing::LayerParam("name: 'in' type: 'Input' top: 'a' top: 'b' top: 'c' "
-                          "input_param { shape { dim: 5 } shape { dim: 6 } }"),
-      &ctx);
+  auto layer =
+      CreateLayer(testing::LayerParam("name: 'in' type: 'Input' top: 'a' top: 'b' top: 'c' "
+                                      "input_param { shape { dim: 5 } shape { dim: 6 } }"),
+                  &ctx);
   Tensor a, b, c;
   EXPECT_THROW(layer->Initialize({}, {&a, &b, &c}), Error);
 }

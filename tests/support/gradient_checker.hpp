@@ -93,8 +93,8 @@ class GradientChecker {
       for (int i = 0; i < in->count(); ++i) {
         float* x = in->mutable_cpu_data();
         const float original = x[i];
-        if (options_.kink_range > 0.0f && std::fabs(std::fabs(original) - options_.kink) <
-                                              options_.kink_range) {
+        if (options_.kink_range > 0.0f &&
+            std::fabs(std::fabs(original) - options_.kink) < options_.kink_range) {
           continue;
         }
         x[i] = original + options_.step;
@@ -139,7 +139,8 @@ class GradientChecker {
     double sum = 0.0;
     for (size_t t = 0; t < top.size(); ++t) {
       const float* data = top[t]->cpu_data();
-      for (int i = 0; i < top[t]->count(); ++i) sum += static_cast<double>(weights_[t][i]) * data[i];
+      for (int i = 0; i < top[t]->count(); ++i)
+        sum += static_cast<double>(weights_[t][i]) * data[i];
     }
     return sum;
   }

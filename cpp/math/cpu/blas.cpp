@@ -16,8 +16,8 @@ void Gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const fl
 
 void Gemv(bool trans_a, int m, int n, float alpha, const float* a, const float* x, float beta,
           float* y) {
-  cblas_sgemv(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, m, n, alpha, a, n, x, 1, beta,
-              y, 1);
+  cblas_sgemv(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, m, n, alpha, a, n, x, 1, beta, y,
+              1);
 }
 
 void Axpy(int n, float alpha, const float* x, float* y) { cblas_saxpy(n, alpha, x, 1, y, 1); }

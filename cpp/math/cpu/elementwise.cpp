@@ -28,7 +28,9 @@ void Set(int n, float value, float* x) {
   ForEach(n, [=](int i) { x[i] = value; });
 }
 
-void AddScalar(int n, float alpha, float* x) { ForEach(n, [=](int i) { x[i] += alpha; }); }
+void AddScalar(int n, float alpha, float* x) {
+  ForEach(n, [=](int i) { x[i] += alpha; });
+}
 
 float Sum(int n, const float* x) {
   double sum = 0.0;
@@ -48,11 +50,21 @@ void Mul(int n, const float* a, const float* b, float* y) {
 void Div(int n, const float* a, const float* b, float* y) {
   ForEach(n, [=](int i) { y[i] = a[i] / b[i]; });
 }
-void Sqr(int n, const float* a, float* y) { ForEach(n, [=](int i) { y[i] = a[i] * a[i]; }); }
-void Sqrt(int n, const float* a, float* y) { ForEach(n, [=](int i) { y[i] = std::sqrt(a[i]); }); }
-void Exp(int n, const float* a, float* y) { ForEach(n, [=](int i) { y[i] = std::exp(a[i]); }); }
-void Log(int n, const float* a, float* y) { ForEach(n, [=](int i) { y[i] = std::log(a[i]); }); }
-void Abs(int n, const float* a, float* y) { ForEach(n, [=](int i) { y[i] = std::fabs(a[i]); }); }
+void Sqr(int n, const float* a, float* y) {
+  ForEach(n, [=](int i) { y[i] = a[i] * a[i]; });
+}
+void Sqrt(int n, const float* a, float* y) {
+  ForEach(n, [=](int i) { y[i] = std::sqrt(a[i]); });
+}
+void Exp(int n, const float* a, float* y) {
+  ForEach(n, [=](int i) { y[i] = std::exp(a[i]); });
+}
+void Log(int n, const float* a, float* y) {
+  ForEach(n, [=](int i) { y[i] = std::log(a[i]); });
+}
+void Abs(int n, const float* a, float* y) {
+  ForEach(n, [=](int i) { y[i] = std::fabs(a[i]); });
+}
 void Powx(int n, const float* a, float b, float* y) {
   ForEach(n, [=](int i) { y[i] = std::pow(a[i], b); });
 }

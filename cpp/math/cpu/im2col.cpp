@@ -51,9 +51,9 @@ void Im2col(const float* image, int channels, int height, int width, int kernel_
   }
 }
 
-void Col2im(const float* columns, int channels, int height, int width, int kernel_h,
-            int kernel_w, int pad_h, int pad_w, int stride_h, int stride_w, int dilation_h,
-            int dilation_w, float* image) {
+void Col2im(const float* columns, int channels, int height, int width, int kernel_h, int kernel_w,
+            int pad_h, int pad_w, int stride_h, int stride_w, int dilation_h, int dilation_w,
+            float* image) {
   const int out_h = OutputSize(height, kernel_h, pad_h, stride_h, dilation_h);
   const int out_w = OutputSize(width, kernel_w, pad_w, stride_w, dilation_w);
   std::memset(image, 0, sizeof(float) * static_cast<size_t>(channels) * height * width);

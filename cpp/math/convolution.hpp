@@ -1,0 +1,52 @@
+// SPDX-License-Identifier: Apache-2.0
+// A fast 2-D convolution for the CPU behind a small interface, so layers never call oneDNN
+// directly. A plan is made once per shape (primitive creation is costly) and run many times.
+//
+// Layouts are Caffe's: src [N, C, H, W], weights [OC, C/group, KH, KW], bias [OC],
+// dst [N, OC, OH, OW], with Caffe's output size (floor((H + 2*pad - dilated kernel)/stride) + 1).
+#pragma once
+
+#include <memory>
+#include <string>
+
+namespace cortado::math {
+
+struct ConvolutionShape {
+  int num = 0, channels = 0, height = 0, width = 0;
+  int num_output = 0;
+  int kernel_h = 1, kernel_w = 1;
+  int pad_h = 0, pad_w = 0;
+  int stride_h = 1, stride_w = 1;
+  int dilation_h = 1, dilation_w = 1;
+  int group = 1;
+  bool bias = true;
+
+  int output_h() const {
+    return (height + 2 * pad_h - (dilation_h * (kernel_h - 1) + 1)) / stride_h + 1;
+  }
+  int output_w() const {
+    return (width + 2 * pad_w - (dilation_w * (kernel_w - 1) + 1)) / stride_w + 1;
+  }
+  bool operator==(const ConvolutionShape& o) const;
+  bool operator!=(const ConvolutionShape& o) const { return !(*this == o); }
+};
+
+class ConvolutionPlan {
+ public:
+  virtual ~ConvolutionPlan() = default;
+  // dst = conv(src, weights) + bias (bias ignored when the shape has none).
+  virtual void Forward(const float* src, const float* weights, const float* bias, float* dst) = 0;
+  // diff_src = the gradient of the loss with respect to src (overwritten).
+  virtual void BackwardData(const float* diff_dst, const float* weights, float* diff_src) = 0;
+  // diff_weights += dL/dweights and diff_bias += dL/dbias (accumulated, as layers do).
+  virtual void BackwardWeights(const float* src, const float* diff_dst, float* diff_weights,
+                               float* diff_bias) = 0;
+  // The implementation chosen, for logs ("oneDNN jit:avx2").
+  virtual std::string Name() const = 0;
+};
+
+// A plan for `shape`, or nullptr when no fast implementation exists in this build or for this
+// shape (the caller then uses im2col + GEMM).
+std::unique_ptr<ConvolutionPlan> MakeFastConvolution(const ConvolutionShape& shape);
+
+}  // namespace cortado::math

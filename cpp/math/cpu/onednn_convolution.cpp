@@ -1,0 +1,215 @@
+// SPDX-License-Identifier: Apache-2.0
+// ConvolutionPlan on oneDNN. Primitives choose their own (blocked) memory formats; our plain
+// NCHW buffers are reordered in and out, into scratch buffers allocated once per plan.
+#include <unordered_map>
+#include <vector>
+
+#include "core/config.hpp"
+#include "core/error.hpp"
+#include "math/convolution.hpp"
+#include "math/math.hpp"
+
+#if CORTADO_WITH_ONEDNN
+#include <dnnl.hpp>
+#endif
+
+namespace cortado::math {
+
+bool ConvolutionShape::operator==(const ConvolutionShape& o) const {
+  return num == o.num && channels == o.channels && height == o.height && width == o.width &&
+         num_output == o.num_output && kernel_h == o.kernel_h && kernel_w == o.kernel_w &&
+         pad_h == o.pad_h && pad_w == o.pad_w && stride_h == o.stride_h && stride_w == o.stride_w &&
+         dilation_h == o.dilation_h && dilation_w == o.dilation_w && group == o.group &&
+         bias == o.bias;
+}
+
+#if CORTADO_WITH_ONEDNN
+namespace {
+
+using dnnl::memory;
+using Tag = memory::format_tag;
+using Type = memory::data_type;
+
+// A plain user buffer and, when the primitive wants another layout, a scratch copy in it.
+class Operand {
+ public:
+  Operand() = default;
+  Operand(const memory::desc& user, const memory::desc& wanted, const dnnl::engine& engine)
+      : user_(user, engine, DNNL_MEMORY_NONE), engine_(engine) {
+    if (wanted != user) {
+      scratch_ = memory(wanted, engine);
+      to_scratch_ = dnnl::reorder(user_, scratch_);
+      from_scratch_ = dnnl::reorder(scratch_, user_);
+    }
+  }
+  bool reordered() const { return static_cast<bool>(scratch_); }
+
+  // The memory the primitive reads, copying `data` in if needed.
+  memory In(const float* data, dnnl::stream& stream) {
+    user_.set_data_handle(const_cast<float*>(data));
+    if (!reordered()) return user_;
+    to_scratch_.execute(stream, user_, scratch_);
+    return scratch_;
+  }
+  // The memory the primitive writes; call Out() after it ran to copy back.
+  memory Target(float* data) {
+    user_.set_data_handle(data);
+    return reordered() ? scratch_ : user_;
+  }
+  void Out(dnnl::stream& stream) {
+    if (reordered()) from_scratch_.execute(stream, scratch_, user_);
+  }
+
+ private:
+  memory user_;
+  memory scratch_;
+  dnnl::reorder to_scratch_;
+  dnnl::reorder from_scratch_;
+  dnnl::engine engine_;
+};
+
+class OneDnnConvolution final : public ConvolutionPlan {
+ public:
+  explicit OneDnnConvolution(const ConvolutionShape& s)
+      : shape_(s), engine_(dnnl::engine::kind::cpu, 0), stream_(engine_) {
+    const memory::dim oh = s.output_h(), ow = s.output_w();
+    const memory::dims src_dims = {s.num, s.channels, s.height, s.width};
+    const memory::dims dst_dims = {s.num, s.num_output, oh, ow};
+    const memory::dims bias_dims = {s.num_output};
+    memory::dims weight_dims;
+    Tag weight_tag;
+    if (s.group > 1) {
+      weight_dims = {s.group, s.num_output / s.group, s.channels / s.group, s.kernel_h, s.kernel_w};
+      weight_tag = Tag::goihw;
+    } else {
+      weight_dims = {s.num_output, s.channels, s.kernel_h, s.kernel_w};
+      weight_tag = Tag::oihw;
+    }
+    const memory::dims strides = {s.stride_h, s.stride_w};
+    const memory::dims dilates = {s.dilation_h - 1, s.dilation_w - 1};  // oneDNN counts from 0
+    const memory::dims pad_l = {s.pad_h, s.pad_w};
+    // Caffe's floor may leave input rows unused; the right padding absorbs the difference.
+    const memory::dims pad_r = {
+        (oh - 1) * s.stride_h + (s.kernel_h - 1) * s.dilation_h + 1 - s.height - s.pad_h,
+        (ow - 1) * s.stride_w + (s.kernel_w - 1) * s.dilation_w + 1 - s.width - s.pad_w};
+
+    const memory::desc src_any(src_dims, Type::f32, Tag::any);
+    const memory::desc dst_any(dst_dims, Type::f32, Tag::any);
+    const memory::desc weight_any(weight_dims, Type::f32, Tag::any);
+    const memory::desc bias_md(bias_dims, Type::f32, Tag::x);
+    const memory::desc no_bias;
+
+    const auto algorithm = dnnl::algorithm::convolution_direct;
+    dnnl::convolution_forward::desc fwd_desc(dnnl::prop_kind::forward_training, algorithm, src_any,
+                                             weight_any, s.bias ? bias_md : no_bias, dst_any,
+                                             strides, dilates, pad_l, pad_r);
+    fwd_pd_ = dnnl::convolution_forward::primitive_desc(fwd_desc, engine_);
+    dnnl::convolution_backward_data::desc bwd_data_desc(algorithm, src_any, weight_any, dst_any,
+                                                        strides, dilates, pad_l, pad_r);
+    bwd_data_pd_ = dnnl::convolution_backward_data::primitive_desc(bwd_data_desc, engine_, fwd_pd_);
+    dnnl::convolution_backward_weights::desc bwd_weights_desc(algorithm, src_any, weight_any,
+                                                              s.bias ? bias_md : no_bias, dst_any,
+                                                              strides, dilates, pad_l, pad_r);
+    bwd_weights_pd_ =
+        dnnl::convolution_backward_weights::primitive_desc(bwd_weights_desc, engine_, fwd_pd_);
+    forward_ = dnnl::convolution_forward(fwd_pd_);
+    backward_data_ = dnnl::convolution_backward_data(bwd_data_pd_);
+    backward_weights_ = dnnl::convolution_backward_weights(bwd_weights_pd_);
+
+    const memory::desc src_user(src_dims, Type::f32, Tag::nchw);
+    const memory::desc dst_user(dst_dims, Type::f32, Tag::nchw);
+    const memory::desc weight_user(weight_dims, Type::f32, weight_tag);
+    fwd_src_ = Operand(src_user, fwd_pd_.src_desc(), engine_);
+    fwd_weights_ = Operand(weight_user, fwd_pd_.weights_desc(), engine_);
+    fwd_dst_ = Operand(dst_user, fwd_pd_.dst_desc(), engine_);
+    bias_ = memory(bias_md, engine_, DNNL_MEMORY_NONE);
+    bd_diff_dst_ = Operand(dst_user, bwd_data_pd_.diff_dst_desc(), engine_);
+    bd_weights_ = Operand(weight_user, bwd_data_pd_.weights_desc(), engine_);
+    bd_diff_src_ = Operand(src_user, bwd_data_pd_.diff_src_desc(), engine_);
+    bw_src_ = Operand(src_user, bwd_weights_pd_.src_desc(), engine_);
+    bw_diff_dst_ = Operand(dst_user, bwd_weights_pd_.diff_dst_desc(), engine_);
+    bw_diff_weights_ = Operand(weight_user, bwd_weights_pd_.diff_weights_desc(), engine_);
+    weight_count_ = static_cast<int>(weight_user.get_size() / sizeof(float));
+    weight_grad_.resize(weight_count_);
+    bias_grad_.resize(s.num_output);
+    diff_bias_ = memory(bias_md, engine_, bias_grad_.data());
+  }
+
+  void Forward(const float* src, const float* weights, const float* bias, float* dst) override {
+    std::unordered_map<int, memory> args = {{DNNL_ARG_SRC, fwd_src_.In(src, stream_)},
+                                            {DNNL_ARG_WEIGHTS, fwd_weights_.In(weights, stream_)},
+                                            {DNNL_ARG_DST, fwd_dst_.Target(dst)}};
+    if (shape_.bias) {
+      bias_.set_data_handle(const_cast<float*>(bias));
+      args[DNNL_ARG_BIAS] = bias_;
+    }
+    forward_.execute(stream_, args);
+    fwd_dst_.Out(stream_);
+    stream_.wait();
+  }
+
+  void BackwardData(const float* diff_dst, const float* weights, float* diff_src) override {
+    backward_data_.execute(stream_, {{DNNL_ARG_DIFF_DST, bd_diff_dst_.In(diff_dst, stream_)},
+                                     {DNNL_ARG_WEIGHTS, bd_weights_.In(weights, stream_)},
+                                     {DNNL_ARG_DIFF_SRC, bd_diff_src_.Target(diff_src)}});
+    bd_diff_src_.Out(stream_);
+    stream_.wait();
+  }
+
+  void BackwardWeights(const float* src, const float* diff_dst, float* diff_weights,
+                       float* diff_bias) override {
+    // oneDNN overwrites its outputs; layers accumulate, so compute into scratch and add.
+    std::unordered_map<int, memory> args = {
+        {DNNL_ARG_SRC, bw_src_.In(src, stream_)},
+        {DNNL_ARG_DIFF_DST, bw_diff_dst_.In(diff_dst, stream_)},
+        {DNNL_ARG_DIFF_WEIGHTS, bw_diff_weights_.Target(weight_grad_.data())}};
+    if (shape_.bias) args[DNNL_ARG_DIFF_BIAS] = diff_bias_;
+    backward_weights_.execute(stream_, args);
+    bw_diff_weights_.Out(stream_);
+    stream_.wait();
+    Axpy(weight_count_, 1.0f, weight_grad_.data(), diff_weights);
+    if (shape_.bias && diff_bias != nullptr) {
+      Axpy(shape_.num_output, 1.0f, bias_grad_.data(), diff_bias);
+    }
+  }
+
+  std::string Name() const override { return std::string("oneDNN ") + fwd_pd_.impl_info_str(); }
+
+ private:
+  ConvolutionShape shape_;
+  dnnl::engine engine_;
+  dnnl::stream stream_;
+  dnnl::convolution_forward::primitive_desc fwd_pd_;
+  dnnl::convolution_backward_data::primitive_desc bwd_data_pd_;
+  dnnl::convolution_backward_weights::primitive_desc bwd_weights_pd_;
+  dnnl::convolution_forward forward_;
+  dnnl::convolution_backward_data backward_data_;
+  dnnl::convolution_backward_weights backward_weights_;
+  Operand fwd_src_, fwd_weights_, fwd_dst_;
+  Operand bd_diff_dst_, bd_weights_, bd_diff_src_;
+  Operand bw_src_, bw_diff_dst_, bw_diff_weights_;
+  memory bias_;
+  memory diff_bias_;
+  int weight_count_ = 0;
+  std::vector<float> weight_grad_;
+  std::vector<float> bias_grad_;
+};
+
+}  // namespace
+
+std::unique_ptr<ConvolutionPlan> MakeFastConvolution(const ConvolutionShape& shape) {
+  if (shape.output_h() <= 0 || shape.output_w() <= 0) return nullptr;
+  try {
+    return std::make_unique<OneDnnConvolution>(shape);
+  } catch (const dnnl::error&) {
+    return nullptr;  // a shape oneDNN does not take: the caller falls back to im2col
+  }
+}
+
+#else
+
+std::unique_ptr<ConvolutionPlan> MakeFastConvolution(const ConvolutionShape&) { return nullptr; }
+
+#endif
+
+}  // namespace cortado::math

@@ -1,0 +1,73 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "tools/flags.hpp"
+
+#include <cstdlib>
+
+#include "core/error.hpp"
+
+namespace cortado::tools {
+
+Flags::Flags(int argc, char** argv, int first, const std::vector<FlagSpec>& specs) {
+  for (const auto& spec : specs) values_[spec.name] = spec.default_value;
+  for (int i = first; i < argc; ++i) {
+    std::string arg = argv[i];
+    if (arg.size() < 2 || arg[0] != '-') {
+      CORTADO_THROW(kInvalidArgument, "unexpected argument '{}'\n{}", arg, Usage(specs));
+    }
+    arg = arg.substr(arg[1] == '-' ? 2 : 1);
+    std::string name = arg;
+    std::string value;
+    bool has_value = false;
+    if (auto eq = arg.find('='); eq != std::string::npos) {
+      name = arg.substr(0, eq);
+      value = arg.substr(eq + 1);
+      has_value = true;
+    }
+    if (!values_.count(name)) {
+      CORTADO_THROW(kInvalidArgument, "unknown flag '--{}'\n{}", name, Usage(specs));
+    }
+    if (!has_value) {
+      if (i + 1 < argc && argv[i + 1][0] != '-') {
+        value = argv[++i];
+      } else {
+        value = "true";
+      }
+    }
+    values_[name] = value;
+    set_[name] = true;
+  }
+}
+
+const std::string& Flags::Get(const std::string& name) const {
+  auto it = values_.find(name);
+  CORTADO_CHECK(it != values_.end(), "flag '{}' not declared", name);
+  return it->second;
+}
+
+int Flags::GetInt(const std::string& name) const {
+  const std::string& value = Get(name);
+  char* end = nullptr;
+  long parsed = std::strtol(value.c_str(), &end, 10);
+  if (value.empty() || *end != '\0') {
+    CORTADO_THROW(kInvalidArgument, "--{} takes an integer, got '{}'", name, value);
+  }
+  return static_cast<int>(parsed);
+}
+
+bool Flags::GetBool(const std::string& name) const {
+  const std::string& value = Get(name);
+  if (value == "true" || value == "1") return true;
+  if (value == "false" || value == "0" || value.empty()) return false;
+  CORTADO_THROW(kInvalidArgument, "--{} takes true or false, got '{}'", name, value);
+}
+
+std::string Flags::Usage(const std::vector<FlagSpec>& specs) {
+  std::string out = "flags:\n";
+  for (const auto& spec : specs) {
+    out += fmt::format("  --{} ({}){}\n", spec.name, spec.help,
+                       spec.default_value.empty() ? "" : " default: " + spec.default_value);
+  }
+  return out;
+}
+
+}  // namespace cortado::tools
