@@ -73,6 +73,11 @@ class Layer {
   // Whether force_backward may set propagate_down for this bottom (false for labels).
   virtual bool AllowForceBackward(int /*bottom_index*/) const { return true; }
 
+  // Data layers: position the sample stream so the next Forward yields batch `batch_index`
+  // (counted from the start of training), so a resumed run sees the data an uninterrupted run
+  // would. Other layers ignore it.
+  virtual void Seek(int64_t /*batch_index*/) {}
+
   bool param_propagate_down(int index) const {
     return index < static_cast<int>(param_propagate_down_.size()) && param_propagate_down_[index];
   }
