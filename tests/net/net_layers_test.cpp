@@ -124,7 +124,8 @@ TEST(NetLayersTest, ZeroLrMultStopsBackwardAndForceBackwardRestoresIt) {
   Context ctx(Device::Cpu(), 3);
   Net net(ParseNet(body), &ctx);
   const auto& names = net.layer_names();
-  const int frozen = static_cast<int>(std::find(names.begin(), names.end(), "frozen") - names.begin());
+  const int frozen =
+      static_cast<int>(std::find(names.begin(), names.end(), "frozen") - names.begin());
   EXPECT_FALSE(net.layer_need_backward()[frozen]);
   EXPECT_EQ(net.params_lr()[0], 0.0f);
 
@@ -154,14 +155,15 @@ TEST(NetLayersTest, CaffemodelRoundTripAndCopyByName) {
   Net trained(ParseNet(kLeNetish), &ctx);
   caffe::NetParameter weights;
   trained.ToProto(&weights);
-  const std::string path =
-      (std::filesystem::temp_directory_path() / ("small." + std::to_string(::getpid()) + ".caffemodel"))
-          .string();
+  const std::string path = (std::filesystem::temp_directory_path() /
+                            ("small." + std::to_string(::getpid()) + ".caffemodel"))
+                               .string();
   io::WriteProtoToBinaryFile(weights, path);
 
   Context ctx2(Device::Cpu(), 99);
   Net fresh(ParseNet(kLeNetish), &ctx2);
-  EXPECT_NE(fresh.learnable_params()[0]->cpu_data()[0], trained.learnable_params()[0]->cpu_data()[0]);
+  EXPECT_NE(fresh.learnable_params()[0]->cpu_data()[0],
+            trained.learnable_params()[0]->cpu_data()[0]);
   fresh.CopyTrainedLayersFrom(path);
   for (size_t k = 0; k < fresh.learnable_params().size(); ++k) {
     const Tensor* a = fresh.learnable_params()[k];
@@ -178,7 +180,8 @@ TEST(NetLayersTest, CaffemodelRoundTripAndCopyByName) {
             convolution_param { num_output: 3 kernel_size: 3 } }
     layer { name: "ip_new" type: "InnerProduct" bottom: "conv" top: "ip"
             inner_product_param { num_output: 4 } }
-  )"), &ctx3);
+  )"),
+            &ctx3);
   other.CopyTrainedLayersFrom(path);
   EXPECT_EQ(other.layer_by_name("conv")->blobs()[0]->cpu_data()[4],
             trained.layer_by_name("conv")->blobs()[0]->cpu_data()[4]);
@@ -212,7 +215,8 @@ TEST(NetLayersTest, IncompatibleShapesNameLayersAndShapes) {
       layer { name: "in" type: "Input" top: "a" top: "b"
               input_param { shape { dim: 2 dim: 3 } shape { dim: 2 dim: 4 } } }
       layer { name: "add" type: "Eltwise" bottom: "a" bottom: "b" top: "c" }
-    )"), &ctx);
+    )"),
+            &ctx);
     FAIL() << "no error";
   } catch (const Error& e) {
     const std::string msg = e.what();
@@ -227,7 +231,9 @@ TEST(NetLayersTest, DuplicateTopIsAnError) {
   EXPECT_THROW(Net(ParseNet(R"(
       layer { name: "in" type: "Input" top: "a" input_param { shape { dim: 2 } } }
       layer { name: "in2" type: "Input" top: "a" input_param { shape { dim: 2 } } }
-    )"), &ctx), Error);
+    )"),
+                   &ctx),
+               Error);
 }
 
 }  // namespace
