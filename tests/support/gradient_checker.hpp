@@ -79,9 +79,10 @@ class GradientChecker {
     {
       Reseed(layer);
       layer->Forward(bottom, top);
-      SetTopDiffs(top);
+      // Zero first: a top may share its diff with a bottom (Reshape, Flatten).
       for (Tensor* b : bottom) Zero(b, true);
       for (auto& p : layer->blobs()) Zero(p.get(), true);
+      SetTopDiffs(top);
       layer->Backward(top, propagate, bottom);
       for (Tensor* in : inputs) {
         analytic.emplace_back(in->cpu_diff(), in->cpu_diff() + in->count());

@@ -1,0 +1,122 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "layers/eltwise_layer.hpp"
+
+#include "math/math.hpp"
+
+namespace cortado {
+
+void EltwiseLayer::Setup(const std::vector<Tensor*>& bottom, const std::vector<Tensor*>& /*top*/) {
+  const auto& p = param_.eltwise_param();
+  op_ = p.operation();
+  stable_prod_grad_ = p.stable_prod_grad();
+  if (p.coeff_size() > 0 && op_ != caffe::EltwiseParameter::SUM) {
+    CORTADO_THROW(kInvalidArgument, "{}: coeff is only allowed with operation SUM, not {}",
+                  Describe(), caffe::EltwiseParameter::EltwiseOp_Name(op_));
+  }
+  if (p.coeff_size() > 0 && p.coeff_size() != static_cast<int>(bottom.size())) {
+    CORTADO_THROW(kInvalidArgument, "{}: {} coeff value(s) for {} bottoms; give one per bottom",
+                  Describe(), p.coeff_size(), bottom.size());
+  }
+  coeffs_.assign(bottom.size(), 1.0f);
+  for (int i = 0; i < p.coeff_size(); ++i) coeffs_[i] = p.coeff(i);
+}
+
+void EltwiseLayer::Reshape(const std::vector<Tensor*>& bottom, const std::vector<Tensor*>& top) {
+  for (size_t i = 1; i < bottom.size(); ++i) {
+    if (bottom[i]->shape() != bottom[0]->shape()) {
+      CORTADO_THROW(kInvalidArgument,
+                    "{}: bottom {} has shape {} but bottom 0 has shape {}; all bottoms must "
+                    "have the same shape",
+                    Describe(), i, bottom[i]->ShapeString(), bottom[0]->ShapeString());
+    }
+  }
+  top[0]->ReshapeLike(*bottom[0]);
+  if (op_ == caffe::EltwiseParameter::MAX) max_idx_.resize(bottom[0]->count());
+}
+
+void EltwiseLayer::ForwardCpu(const std::vector<Tensor*>& bottom, const std::vector<Tensor*>& top) {
+  const int n = top[0]->count();
+  float* out = top[0]->mutable_cpu_data();
+  const int num_bottom = static_cast<int>(bottom.size());
+  switch (op_) {
+    case caffe::EltwiseParameter::PROD:
+      math::Mul(n, bottom[0]->cpu_data(), bottom[1]->cpu_data(), out);
+      for (int b = 2; b < num_bottom; ++b) math::Mul(n, out, bottom[b]->cpu_data(), out);
+      break;
+    case caffe::EltwiseParameter::SUM:
+      math::Set(n, 0.0f, out);
+      for (int b = 0; b < num_bottom; ++b) math::Axpy(n, coeffs_[b], bottom[b]->cpu_data(), out);
+      break;
+    case caffe::EltwiseParameter::MAX: {
+      const float* a = bottom[0]->cpu_data();
+      const float* c = bottom[1]->cpu_data();
+      int* idx = max_idx_.data();
+      for (int i = 0; i < n; ++i) {
+        // Strict ">" so that a tie between the first two goes to bottom 1, as in Caffe.
+        const bool first = a[i] > c[i];
+        out[i] = first ? a[i] : c[i];
+        idx[i] = first ? 0 : 1;
+      }
+      for (int b = 2; b < num_bottom; ++b) {
+        const float* x = bottom[b]->cpu_data();
+        for (int i = 0; i < n; ++i) {
+          if (x[i] > out[i]) {
+            out[i] = x[i];
+            idx[i] = b;
+          }
+        }
+      }
+      break;
+    }
+    default:
+      CORTADO_THROW(kInvalidArgument, "{}: unknown eltwise operation {}", Describe(),
+                    static_cast<int>(op_));
+  }
+}
+
+void EltwiseLayer::BackwardCpu(const std::vector<Tensor*>& top,
+                               const std::vector<bool>& propagate_down,
+                               const std::vector<Tensor*>& bottom) {
+  const int n = top[0]->count();
+  const float* top_diff = top[0]->cpu_diff();
+  const float* top_data = top[0]->cpu_data();
+  const int num_bottom = static_cast<int>(bottom.size());
+  for (int b = 0; b < num_bottom; ++b) {
+    if (!propagate_down[b]) continue;
+    float* diff = bottom[b]->mutable_cpu_diff();
+    switch (op_) {
+      case caffe::EltwiseParameter::PROD:
+        if (stable_prod_grad_) {
+          // Product of all the other bottoms.
+          bool started = false;
+          for (int j = 0; j < num_bottom; ++j) {
+            if (j == b) continue;
+            if (!started) {
+              math::Copy(n, bottom[j]->cpu_data(), diff);
+              started = true;
+            } else {
+              math::Mul(n, diff, bottom[j]->cpu_data(), diff);
+            }
+          }
+        } else {
+          math::Div(n, top_data, bottom[b]->cpu_data(), diff);
+        }
+        math::Mul(n, diff, top_diff, diff);
+        break;
+      case caffe::EltwiseParameter::SUM:
+        math::Scale(n, coeffs_[b], top_diff, diff);
+        break;
+      case caffe::EltwiseParameter::MAX: {
+        const int* idx = max_idx_.data();
+        for (int i = 0; i < n; ++i) diff[i] = idx[i] == b ? top_diff[i] : 0.0f;
+        break;
+      }
+      default:
+        break;
+    }
+  }
+}
+
+CORTADO_REGISTER_LAYER(Eltwise, EltwiseLayer);
+
+}  // namespace cortado

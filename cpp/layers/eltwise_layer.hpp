@@ -1,0 +1,37 @@
+// SPDX-License-Identifier: Apache-2.0
+// Eltwise (Caffe type "Eltwise"): combines bottoms of identical shape element by element.
+// Params: eltwise_param.operation PROD, SUM (default) or MAX; eltwise_param.coeff (SUM only:
+// none, or one per bottom; default 1); eltwise_param.stable_prod_grad (default true: the PROD
+// gradient for bottom i multiplies the other bottoms instead of dividing top by bottom i,
+// which would fail where bottom i is 0).
+// Bottoms: two or more, all of one shape. Top: one of that shape.
+// MAX keeps the index of the winning bottom per element for Backward; ties between bottoms 0
+// and 1 go to bottom 1, later ties to the earlier bottom (as Caffe).
+#pragma once
+
+#include "layers/layer.hpp"
+
+namespace cortado {
+
+class EltwiseLayer final : public Layer {
+ public:
+  using Layer::Layer;
+  const char* type() const override { return "Eltwise"; }
+  int MinBottomBlobs() const override { return 2; }
+  int ExactNumTopBlobs() const override { return 1; }
+  void Setup(const std::vector<Tensor*>& bottom, const std::vector<Tensor*>& top) override;
+  void Reshape(const std::vector<Tensor*>& bottom, const std::vector<Tensor*>& top) override;
+
+ protected:
+  void ForwardCpu(const std::vector<Tensor*>& bottom, const std::vector<Tensor*>& top) override;
+  void BackwardCpu(const std::vector<Tensor*>& top, const std::vector<bool>& propagate_down,
+                   const std::vector<Tensor*>& bottom) override;
+
+ private:
+  caffe::EltwiseParameter::EltwiseOp op_ = caffe::EltwiseParameter::SUM;
+  std::vector<float> coeffs_;
+  bool stable_prod_grad_ = true;
+  std::vector<int> max_idx_;  // MAX only: which bottom won each element
+};
+
+}  // namespace cortado
