@@ -1,0 +1,30 @@
+// SPDX-License-Identifier: Apache-2.0
+// TanH (Caffe type "TanH"): y = tanh(x).
+//
+// Params: none read (tanh_param.engine is ignored).
+// Bottom: one tensor of any shape. Top: one tensor of the same shape; may be the bottom itself.
+// Backward: dx = dy * (1 - y^2), from the top data only, so it is exact in place.
+#pragma once
+
+#include "layers/layer.hpp"
+
+namespace cortado {
+
+class TanHLayer final : public Layer {
+ public:
+  using Layer::Layer;
+  const char* type() const override { return "TanH"; }
+  int ExactNumBottomBlobs() const override { return 1; }
+  int ExactNumTopBlobs() const override { return 1; }
+
+  void Reshape(const std::vector<Tensor*>& bottom, const std::vector<Tensor*>& top) override {
+    top[0]->ReshapeLike(*bottom[0]);
+  }
+
+ protected:
+  void ForwardCpu(const std::vector<Tensor*>& bottom, const std::vector<Tensor*>& top) override;
+  void BackwardCpu(const std::vector<Tensor*>& top, const std::vector<bool>& propagate_down,
+                   const std::vector<Tensor*>& bottom) override;
+};
+
+}  // namespace cortado
