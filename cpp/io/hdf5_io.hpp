@@ -20,10 +20,17 @@ bool Hdf5Available();
 // True when `path` starts with the HDF5 signature (whatever its extension).
 bool IsHdf5File(const std::string& path);
 
-// Writes the layers' names and blobs (data, and diff when present in the protos and write_diff).
+// Writes the layers' names and blobs (data, and diff when present in the protos and write_diff)
+// as float datasets; double_data is narrowed to float. As in Caffe, every layer gets a group,
+// and of two layers with one name only the first is written. A layer name that HDF5 cannot hold
+// (empty, "." or containing '/') is kInvalidArgument.
 void WriteNetParameterHdf5(const caffe::NetParameter& net, const std::string& path,
                            bool write_diff = false);
-// Reads a model file into a NetParameter holding only layer names and blobs (shapes set).
+// Reads a model file into a NetParameter holding only layer names and blobs (shapes set; data,
+// and diff when the file has group "diff"), layers in name order as HDF5 lists them. Float,
+// double and integer datasets are read as float. A blob index the file leaves out (Caffe skips
+// parameters shared with an earlier layer) becomes an empty BlobProto with no shape; writing
+// skips such placeholders again. Shapes are not checked here: Net::CopyTrainedLayersFrom does.
 caffe::NetParameter ReadNetParameterHdf5(const std::string& path);
 
 void WriteSolverStateHdf5(const caffe::SolverState& state, const std::string& path);
