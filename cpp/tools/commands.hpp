@@ -9,5 +9,7 @@ namespace cortado::tools {
 int TimeCommand(int argc, char** argv);
 // cortado device_query
 int DeviceQueryCommand(int argc, char** argv);
+// cortado convert_idx --images=F --labels=F --out=DIR [--shuffle] [--backend=lmdb] [--overwrite]
+int ConvertIdxCommand(int argc, char** argv);
 
 }  // namespace cortado::tools

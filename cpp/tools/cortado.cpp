@@ -2,6 +2,7 @@
 // The `cortado` command-line tool, in the manner of Caffe's `caffe` tool:
 //   cortado time --model=NET.prototxt --iterations=N
 //   cortado device_query
+//   cortado convert_idx --images=F --labels=F --out=DIR
 #include <cstdio>
 #include <cstring>
 #include <exception>
@@ -32,6 +33,7 @@ const char kUsage[] =
     "commands:\n"
     "  time          time a net's forward and backward passes, per layer\n"
     "  device_query  show the CPU and CUDA devices this build can use\n"
+    "  convert_idx   convert IDX (MNIST-format) images and labels into an LMDB of Datum\n"
     "Run 'cortado <command> --help' for a command's flags.\n";
 
 }  // namespace
@@ -40,6 +42,7 @@ int main(int argc, char** argv) {
   const std::map<std::string, std::function<int(int, char**)>> commands = {
       {"time", cortado::tools::TimeCommand},
       {"device_query", cortado::tools::DeviceQueryCommand},
+      {"convert_idx", cortado::tools::ConvertIdxCommand},
   };
   if (argc < 2 || std::strcmp(argv[1], "--help") == 0 || std::strcmp(argv[1], "-h") == 0) {
     std::fputs(kUsage, argc < 2 ? stderr : stdout);
