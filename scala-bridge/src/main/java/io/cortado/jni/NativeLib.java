@@ -1,0 +1,40 @@
+// SPDX-License-Identifier: Apache-2.0
+package io.cortado.jni;
+
+import io.cortado.NativeLoader;
+
+/**
+ * Natives about the library itself: version, devices, and prototxt validation (the driver
+ * checks solver and net before any task starts). Implemented in jni/native_lib_jni.cpp.
+ *
+ * <p>Errors arrive as the exceptions of docs/dev/errors.md (io.cortado.Cortado*Exception). All
+ * methods are thread-safe.
+ */
+public final class NativeLib {
+  static {
+    NativeLoader.load();
+  }
+
+  private NativeLib() {}
+
+  /** The engine's version ("0.1.0"). */
+  public static native String version();
+
+  /** What this process can compute on, one line per item, as `cortado device_query` prints. */
+  public static native String[] deviceQuery();
+
+  /**
+   * Parses a net prototxt (upgrading old formats as Caffe does) and checks that every layer type
+   * is known. {@code source} names the text in messages ("lenet_train_test.prototxt").
+   *
+   * @throws io.cortado.CortadoConfigException naming source:line:column, or the layer and type
+   */
+  public static native void validateNet(String prototxt, String source);
+
+  /**
+   * Parses a solver prototxt (upgrading old formats) and validates the nets embedded in it.
+   *
+   * @throws io.cortado.CortadoConfigException naming source:line:column
+   */
+  public static native void validateSolver(String prototxt, String source);
+}
