@@ -1,5 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // The `cortado` command-line tool, in the manner of Caffe's `caffe` tool:
+//   cortado train --solver=SOLVER.prototxt [--snapshot=S.solverstate | --weights=W.caffemodel]
+//   cortado test --model=NET.prototxt --weights=W.caffemodel --iterations=N
 //   cortado time --model=NET.prototxt --iterations=N
 //   cortado device_query
 #include <cstdio>
@@ -30,6 +32,8 @@ namespace {
 const char kUsage[] =
     "usage: cortado <command> [flags]\n"
     "commands:\n"
+    "  train         train or fine-tune a model from a solver prototxt\n"
+    "  test          score a trained model over a number of batches\n"
     "  time          time a net's forward and backward passes, per layer\n"
     "  device_query  show the CPU and CUDA devices this build can use\n"
     "Run 'cortado <command> --help' for a command's flags.\n";
@@ -38,6 +42,8 @@ const char kUsage[] =
 
 int main(int argc, char** argv) {
   const std::map<std::string, std::function<int(int, char**)>> commands = {
+      {"train", cortado::tools::TrainCommand},
+      {"test", cortado::tools::TestCommand},
       {"time", cortado::tools::TimeCommand},
       {"device_query", cortado::tools::DeviceQueryCommand},
   };
