@@ -6,6 +6,7 @@
 
 #include "core/error.hpp"
 #include "core/logging.hpp"
+#include "io/hdf5_io.hpp"
 #include "io/proto_io.hpp"
 #include "net/insert_splits.hpp"
 
@@ -432,6 +433,12 @@ void Net::CopyTrainedLayersFrom(const caffe::NetParameter& trained) {
                     source.name(), target->type(), source.blobs_size(), blobs.size());
     }
     for (int j = 0; j < source.blobs_size(); ++j) {
+      const caffe::BlobProto& blob = source.blobs(j);
+      const bool placeholder = !blob.has_shape() && !blob.has_num() && blob.data_size() == 0 &&
+                               blob.double_data_size() == 0;
+      if (placeholder && param_owners_[param_id_vecs_[it->second][j]] != -1) {
+        continue;  // Caffe's HDF5 files leave out parameters a layer shares with an earlier one
+      }
       if (!blobs[j]->ShapeEquals(source.blobs(j))) {
         CORTADO_THROW(kInvalidArgument,
                       "copying weights into layer '{}' ({}): blob {} has shape {} in the source "
@@ -445,7 +452,8 @@ void Net::CopyTrainedLayersFrom(const caffe::NetParameter& trained) {
 }
 
 void Net::CopyTrainedLayersFrom(const std::string& path) {
-  caffe::NetParameter trained = io::ReadNetParameterFromBinaryFile(path);
+  caffe::NetParameter trained = io::IsHdf5File(path) ? io::ReadNetParameterHdf5(path)
+                                                     : io::ReadNetParameterFromBinaryFile(path);
   try {
     CopyTrainedLayersFrom(trained);
   } catch (const Error& e) {

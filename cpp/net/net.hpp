@@ -49,7 +49,7 @@ class Net {
   // source lacks keep their values, source layers this net lacks are ignored, and a blob of
   // another shape is an error naming the layer and both shapes.
   void CopyTrainedLayersFrom(const caffe::NetParameter& trained);
-  // From a .caffemodel file (binary NetParameter, upgraded if old).
+  // From a .caffemodel file (binary NetParameter, upgraded if old) or Caffe's HDF5 model file.
   void CopyTrainedLayersFrom(const std::string& path);
   // Makes this net use the other net's parameter tensors (a test net shares the train net's).
   void ShareTrainedLayersWith(const Net& other);

@@ -22,6 +22,8 @@ int TestCommand(int argc, char** argv);
 int TimeCommand(int argc, char** argv);
 // cortado device_query
 int DeviceQueryCommand(int argc, char** argv);
+// cortado convert_idx --images=F --labels=F --out=DIR [--shuffle] [--backend=lmdb] [--overwrite]
+int ConvertIdxCommand(int argc, char** argv);
 
 // Helpers shared by the commands.
 // "a,b,,c" -> {"a", "b", "c"}.

@@ -4,6 +4,7 @@
 //   cortado test --model=NET.prototxt --weights=W.caffemodel --iterations=N
 //   cortado time --model=NET.prototxt --iterations=N
 //   cortado device_query
+//   cortado convert_idx --images=F --labels=F --out=DIR
 #include <cstdio>
 #include <cstring>
 #include <exception>
@@ -36,6 +37,7 @@ const char kUsage[] =
     "  test          score a trained model over a number of batches\n"
     "  time          time a net's forward and backward passes, per layer\n"
     "  device_query  show the CPU and CUDA devices this build can use\n"
+    "  convert_idx   convert IDX (MNIST-format) images and labels into an LMDB of Datum\n"
     "Run 'cortado <command> --help' for a command's flags.\n";
 
 }  // namespace
@@ -46,6 +48,7 @@ int main(int argc, char** argv) {
       {"test", cortado::tools::TestCommand},
       {"time", cortado::tools::TimeCommand},
       {"device_query", cortado::tools::DeviceQueryCommand},
+      {"convert_idx", cortado::tools::ConvertIdxCommand},
   };
   if (argc < 2 || std::strcmp(argv[1], "--help") == 0 || std::strcmp(argv[1], "-h") == 0) {
     std::fputs(kUsage, argc < 2 ? stderr : stdout);

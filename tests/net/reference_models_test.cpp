@@ -100,7 +100,7 @@ std::string TrainValName(const ::testing::TestParamInfo<TrainVal>& param_info) {
 INSTANTIATE_TEST_SUITE_P(All, ReferenceTrainValTest, ::testing::ValuesIn(kTrainVal), TrainValName);
 
 // Every layer type the reference models use is registered (static registration survived
-// linking). Data arrives with the data layers; it is listed separately so this test says so.
+// linking).
 TEST(ReferenceModelsTest, RegistryHoldsEveryLayerType) {
   SKIP_WITHOUT_REFERENCE_MODELS();
   std::set<std::string> types;
@@ -112,7 +112,6 @@ TEST(ReferenceModelsTest, RegistryHoldsEveryLayerType) {
   }
   EXPECT_GT(types.size(), 5u);
   for (const auto& type : types) {
-    if (type == "Data") continue;
     EXPECT_TRUE(LayerRegistry::Get().Has(type)) << "layer type not registered: " << type;
   }
 }

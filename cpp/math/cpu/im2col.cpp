@@ -6,6 +6,11 @@
 
 #include "math/math.hpp"
 
+// Im2col and Col2im run serially on purpose. They are called once per image between
+// OpenBLAS GEMMs, and OpenBLAS (pthread build) keeps its own worker threads: an OpenMP
+// region here makes the two thread pools fight for the cores on every image. On the 2-core
+// machine with other load this made CIFAR-10 conv1/conv2 forward 10-40x slower (0.5-2 s
+// instead of 25-50 ms per batch of 100); serial unrolling costs little next to the GEMM.
 namespace cortado::math {
 namespace {
 
@@ -21,7 +26,6 @@ void Im2col(const float* image, int channels, int height, int width, int kernel_
   const int out_h = OutputSize(height, kernel_h, pad_h, stride_h, dilation_h);
   const int out_w = OutputSize(width, kernel_w, pad_w, stride_w, dilation_w);
   const int rows = channels * kernel_h * kernel_w;
-#pragma omp parallel for if (rows * out_h * out_w > (1 << 16)) schedule(static)
   for (int row = 0; row < rows; ++row) {
     const int kw = row % kernel_w;
     const int kh = (row / kernel_w) % kernel_h;
@@ -57,9 +61,6 @@ void Col2im(const float* columns, int channels, int height, int width, int kerne
   const int out_h = OutputSize(height, kernel_h, pad_h, stride_h, dilation_h);
   const int out_w = OutputSize(width, kernel_w, pad_w, stride_w, dilation_w);
   std::memset(image, 0, sizeof(float) * static_cast<size_t>(channels) * height * width);
-  // Each channel's rows write only that channel's plane, so channels run in parallel.
-#pragma omp parallel for if (channels * kernel_h * kernel_w * out_h * out_w > (1 << 16)) \
-    schedule(static)
   for (int c = 0; c < channels; ++c) {
     float* plane = image + static_cast<size_t>(c) * height * width;
     for (int kh = 0; kh < kernel_h; ++kh) {

@@ -1,0 +1,62 @@
+// SPDX-License-Identifier: Apache-2.0
+// DataTransformer: Caffe's DataTransformer for one caffe::Datum, driven by TransformationParameter.
+//
+// Params: scale, mirror, crop_size, mean_file (a BlobProto .binaryproto of shape 1 x C x H x W,
+// or C x H x W), mean_value (one value, or one per channel). mean_file and mean_value together are
+// an error. For each output pixel, in Caffe's order:
+//   out = (in - mean) * scale
+// where `in` is the uint8 `data` byte (or `float_data` value when `data` is empty) at the cropped
+// (and possibly mirrored) position and `mean` is mean_file's value at the same *uncropped* position
+// as `in` (Caffe indexes the mean at the source position, not the output position) or the
+// channel's mean_value.
+// Crop: with crop_size > 0 the output is C x crop x crop; the offset is random in TRAIN
+// (h_off then w_off, each rng() % (dim - crop + 1)) and centered in TEST ((dim - crop) / 2).
+// Mirror: a random horizontal flip (rng() % 2, drawn before the crop offsets).
+//
+// Differences from Caffe: mirror applies in TRAIN only (Caffe also flips in TEST); encoded
+// (compressed image) datums are not supported (kUnimplemented), so force_color/force_gray, which
+// only steer decoding, are ignored.
+//
+// The transformer holds no random state: callers pass the engine, so a data layer can give each
+// batch its own seeded engine. Const methods are safe to call from several threads at once.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "core/context.hpp"
+#include "proto/caffe.pb.h"
+
+namespace cortado {
+
+class DataTransformer {
+ public:
+  // Reads `param` and loads mean_file. `owner` names the layer in error messages
+  // ("layer 'mnist' (Data)"). Throws kInvalidArgument for mean_file with mean_value, and
+  // kNotFound/kIo/kParse for an unreadable mean_file.
+  DataTransformer(const caffe::TransformationParameter& param, caffe::Phase phase,
+                  std::string owner);
+
+  // Output shape {C, H', W'} for `datum` (crop applied). Throws kUnimplemented for an encoded
+  // datum and kInvalidArgument when the crop exceeds the datum or the mean does not fit it.
+  std::vector<int> InferShape(const caffe::Datum& datum) const;
+
+  // Writes the transformed datum (C x H' x W' floats, row-major) to `out`, drawing mirror and
+  // crop decisions from `rng` (TRAIN only). Validates the datum as InferShape does, and also that
+  // its data holds C*H*W values.
+  void Transform(const caffe::Datum& datum, float* out, Rng* rng) const;
+
+  const caffe::TransformationParameter& param() const { return param_; }
+
+ private:
+  void CheckDatum(const caffe::Datum& datum) const;
+
+  caffe::TransformationParameter param_;
+  caffe::Phase phase_;
+  std::string owner_;
+  // mean_file contents (C x H x W) and its shape, when mean_file is set.
+  std::vector<float> mean_;
+  int mean_channels_ = 0, mean_height_ = 0, mean_width_ = 0;
+};
+
+}  // namespace cortado

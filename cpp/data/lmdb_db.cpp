@@ -1,0 +1,188 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "data/lmdb_db.hpp"
+
+#include <lmdb.h>
+
+#include <cerrno>
+#include <filesystem>
+#include <system_error>
+
+#include "core/error.hpp"
+#include "core/logging.hpp"
+
+namespace cortado {
+
+// ---- LmdbReader --------------------------------------------------------------------------
+
+LmdbReader::LmdbReader(const std::string& path, std::string owner)
+    : path_(path), owner_(std::move(owner)) {
+  std::error_code ec;
+  if (!std::filesystem::exists(path_, ec)) {
+    CORTADO_THROW(kNotFound, "{}: LMDB database '{}' does not exist", owner_, path_);
+  }
+  try {
+    Open();
+  } catch (...) {
+    Close();  // a throwing constructor runs no destructor
+    throw;
+  }
+}
+
+void LmdbReader::Open() {
+  // MDB_NOTLS: the read transaction may be used by the prefetch thread after it was begun here.
+  unsigned int flags = MDB_RDONLY | MDB_NOTLS;
+  for (int attempt = 0;; ++attempt) {
+    int rc = mdb_env_create(&env_);
+    if (rc != MDB_SUCCESS) Fail("mdb_env_create", rc);
+    rc = mdb_env_open(env_, path_.c_str(), flags, 0664);
+    if (rc == MDB_SUCCESS) break;
+    mdb_env_close(env_);  // a failed open still needs its handle closed
+    env_ = nullptr;
+    // A read-only directory cannot hold the lock file; read without locking (as Caffe can).
+    if (rc == EACCES && attempt == 0) {
+      CORTADO_LOG_WARN("{}: no permission to lock LMDB '{}'; reading it without locks", owner_,
+                       path_);
+      flags |= MDB_NOLOCK;
+      continue;
+    }
+    Fail("mdb_env_open", rc);
+  }
+  int rc = mdb_txn_begin(env_, nullptr, MDB_RDONLY, &txn_);
+  if (rc != MDB_SUCCESS) Fail("mdb_txn_begin", rc);
+  MDB_dbi dbi = 0;
+  rc = mdb_dbi_open(txn_, nullptr, 0, &dbi);
+  if (rc != MDB_SUCCESS) Fail("mdb_dbi_open", rc);
+  dbi_ = dbi;
+  MDB_stat stat;
+  rc = mdb_stat(txn_, dbi_, &stat);
+  if (rc != MDB_SUCCESS) Fail("mdb_stat", rc);
+  size_ = static_cast<int64_t>(stat.ms_entries);
+  rc = mdb_cursor_open(txn_, dbi_, &cursor_);
+  if (rc != MDB_SUCCESS) Fail("mdb_cursor_open", rc);
+  if (size_ == 0) {
+    CORTADO_THROW(kInvalidArgument, "{}: LMDB database '{}' has no records", owner_, path_);
+  }
+}
+
+LmdbReader::~LmdbReader() { Close(); }
+
+void LmdbReader::Close() noexcept {
+  if (cursor_ != nullptr) mdb_cursor_close(cursor_);
+  if (txn_ != nullptr) mdb_txn_abort(txn_);
+  if (env_ != nullptr) mdb_env_close(env_);
+  cursor_ = nullptr;
+  txn_ = nullptr;
+  env_ = nullptr;
+}
+
+void LmdbReader::Fail(const char* operation, int rc) const {
+  CORTADO_THROW(kIo, "{}: LMDB database '{}': {} failed: {}", owner_, path_, operation,
+                mdb_strerror(rc));
+}
+
+void LmdbReader::SeekTo(int64_t index) {
+  CORTADO_CHECK_GE(index, 0);
+  next_ = index % size_;
+}
+
+void LmdbReader::MoveCursorTo(int64_t index) {
+  MDB_val key, value;
+  if (cursor_at_ < 0 || index < cursor_at_) {
+    const int rc = mdb_cursor_get(cursor_, &key, &value, MDB_FIRST);
+    if (rc != MDB_SUCCESS) Fail("mdb_cursor_get(MDB_FIRST)", rc);
+    cursor_at_ = 0;
+  }
+  while (cursor_at_ < index) {
+    const int rc = mdb_cursor_get(cursor_, &key, &value, MDB_NEXT);
+    if (rc == MDB_NOTFOUND) {
+      CORTADO_THROW(kIo, "{}: LMDB database '{}' ended after {} records; its statistics say {}",
+                    owner_, path_, cursor_at_ + 1, size_);
+    }
+    if (rc != MDB_SUCCESS) Fail("mdb_cursor_get(MDB_NEXT)", rc);
+    ++cursor_at_;
+  }
+  const int rc = mdb_cursor_get(cursor_, &key, &value, MDB_GET_CURRENT);
+  if (rc != MDB_SUCCESS) Fail("mdb_cursor_get(MDB_GET_CURRENT)", rc);
+  key_ = std::string_view(static_cast<const char*>(key.mv_data), key.mv_size);
+  value_ = std::string_view(static_cast<const char*>(value.mv_data), value.mv_size);
+}
+
+std::string_view LmdbReader::Next(std::string* key) {
+  MoveCursorTo(next_);
+  next_ = (next_ + 1) % size_;
+  if (key != nullptr) key->assign(key_.data(), key_.size());
+  return value_;
+}
+
+// ---- LmdbWriter --------------------------------------------------------------------------
+
+LmdbWriter::LmdbWriter(const std::string& path, std::string owner, size_t initial_map_size)
+    : path_(path), owner_(std::move(owner)), map_size_(initial_map_size) {
+  std::error_code ec;
+  if (std::filesystem::exists(path_, ec)) {
+    CORTADO_THROW(kInvalidArgument, "{}: '{}' already exists", owner_, path_);
+  }
+  if (!std::filesystem::create_directories(path_, ec) || ec) {
+    CORTADO_THROW(kIo, "{}: cannot create directory '{}': {}", owner_, path_, ec.message());
+  }
+  int rc = mdb_env_create(&env_);
+  if (rc != MDB_SUCCESS) Fail("mdb_env_create", rc);
+  rc = mdb_env_set_mapsize(env_, map_size_);
+  if (rc == MDB_SUCCESS) rc = mdb_env_open(env_, path_.c_str(), 0, 0664);
+  if (rc != MDB_SUCCESS) {
+    mdb_env_close(env_);  // a throwing constructor runs no destructor
+    env_ = nullptr;
+    Fail("mdb_env_open", rc);
+  }
+}
+
+LmdbWriter::~LmdbWriter() {
+  if (env_ != nullptr) mdb_env_close(env_);
+}
+
+void LmdbWriter::Fail(const char* operation, int rc) const {
+  CORTADO_THROW(kIo, "{}: LMDB database '{}': {} failed: {}", owner_, path_, operation,
+                mdb_strerror(rc));
+}
+
+void LmdbWriter::Put(std::string key, std::string value) {
+  pending_.emplace_back(std::move(key), std::move(value));
+  if (pending_.size() >= kRecordsPerCommit) WritePending();
+}
+
+void LmdbWriter::Commit() {
+  WritePending();
+  const int rc = mdb_env_sync(env_, 1);
+  if (rc != MDB_SUCCESS) Fail("mdb_env_sync", rc);
+}
+
+void LmdbWriter::WritePending() {
+  if (pending_.empty()) return;
+  // Writes all pending records in one transaction; when the map is full, grows it and retries
+  // (the records are still in memory, so nothing is lost).
+  for (;;) {
+    MDB_txn* txn = nullptr;
+    int rc = mdb_txn_begin(env_, nullptr, 0, &txn);
+    if (rc != MDB_SUCCESS) Fail("mdb_txn_begin", rc);
+    MDB_dbi dbi = 0;
+    rc = mdb_dbi_open(txn, nullptr, 0, &dbi);
+    for (size_t i = 0; rc == MDB_SUCCESS && i < pending_.size(); ++i) {
+      MDB_val key{pending_[i].first.size(), pending_[i].first.data()};
+      MDB_val value{pending_[i].second.size(), pending_[i].second.data()};
+      rc = mdb_put(txn, dbi, &key, &value, 0);
+    }
+    if (rc == MDB_SUCCESS) {
+      rc = mdb_txn_commit(txn);  // frees the transaction, committed or not
+      txn = nullptr;
+    }
+    if (rc == MDB_SUCCESS) break;
+    if (txn != nullptr) mdb_txn_abort(txn);
+    if (rc != MDB_MAP_FULL) Fail("writing records", rc);
+    map_size_ *= 2;
+    rc = mdb_env_set_mapsize(env_, map_size_);
+    if (rc != MDB_SUCCESS) Fail("mdb_env_set_mapsize", rc);
+  }
+  pending_.clear();
+}
+
+}  // namespace cortado

@@ -1,0 +1,32 @@
+// SPDX-License-Identifier: Apache-2.0
+// Convolution (Caffe type "Convolution"): cross-correlation of each bottom with learned
+// filters, plus an optional bias.
+// Params: convolution_param (see base_conv_layer.hpp): num_output, bias_term, kernel_size,
+// pad, stride, dilation (or the _h/_w forms), group, axis, force_nd_im2col, weight_filler,
+// bias_filler.
+// Bottoms: one or more of shape [N..., C, S_1, ..., S_d] (axes before `axis` are samples), all
+// the same shape. Tops: one per bottom, [N..., num_output, O_1, ..., O_d] with
+// O_i = (S_i + 2 * pad_i - (dilation_i * (kernel_i - 1) + 1)) / stride_i + 1.
+// Blobs: weights [num_output, C / group, kernel_1, ..., kernel_d], bias [num_output].
+// Differences from Caffe: none in results (see base_conv_layer.hpp for how the batch is
+// chunked into GEMMs); a kernel larger than the padded input is an error naming the shapes.
+#pragma once
+
+#include "layers/base_conv_layer.hpp"
+
+namespace cortado {
+
+class ConvolutionLayer final : public BaseConvolutionLayer {
+ public:
+  using BaseConvolutionLayer::BaseConvolutionLayer;
+  const char* type() const override { return "Convolution"; }
+
+ protected:
+  bool reverse_dimensions() const override { return false; }
+  void ComputeOutputShape() override;
+  void ForwardCpu(const std::vector<Tensor*>& bottom, const std::vector<Tensor*>& top) override;
+  void BackwardCpu(const std::vector<Tensor*>& top, const std::vector<bool>& propagate_down,
+                   const std::vector<Tensor*>& bottom) override;
+};
+
+}  // namespace cortado

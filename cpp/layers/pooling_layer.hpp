@@ -1,0 +1,55 @@
+// SPDX-License-Identifier: Apache-2.0
+// Pooling (Caffe type "Pooling"): max or average over 2-D windows of each channel.
+// Params (pooling_param): pool (MAX, AVE; STOCHASTIC throws kUnimplemented as Caffe has no
+// CPU version), kernel_size or kernel_h + kernel_w, pad or pad_h + pad_w, stride or
+// stride_h + stride_w, global_pooling (the window is the whole image; pad 0, stride 1),
+// round_mode (CEIL, Caffe's default, or FLOOR). engine is ignored.
+// Bottom: one, [N, C, H, W]. Tops: [N, C, PH, PW], and for MAX optionally a second top of the
+// same shape holding the index (h * W + w, as float) of each maximum in its channel.
+// PH = ceil((H + 2 * pad_h - kernel_h) / stride_h) + 1 (floor for FLOOR); with any padding,
+// a last window that would start in the padding (at or beyond H + pad_h) is dropped.
+// AVE divides by the window size clipped to the padded bounds [-pad, H + pad), so padded
+// positions count but positions past the padding do not (Caffe's rule).
+// Difference from Caffe: a window that lies wholly outside the image (only possible when a
+// kernel smaller than the stride rounds up past the edge, where Caffe reads out of bounds)
+// gives 0 and no gradient.
+#pragma once
+
+#include <vector>
+
+#include "layers/layer.hpp"
+
+namespace cortado {
+
+class PoolingLayer final : public Layer {
+ public:
+  using Layer::Layer;
+  const char* type() const override { return "Pooling"; }
+  int ExactNumBottomBlobs() const override { return 1; }
+  int MinTopBlobs() const override { return 1; }
+  int MaxTopBlobs() const override {
+    return param_.pooling_param().pool() == caffe::PoolingParameter::MAX ? 2 : 1;
+  }
+  void Setup(const std::vector<Tensor*>& bottom, const std::vector<Tensor*>& top) override;
+  void Reshape(const std::vector<Tensor*>& bottom, const std::vector<Tensor*>& top) override;
+
+ protected:
+  void ForwardCpu(const std::vector<Tensor*>& bottom, const std::vector<Tensor*>& top) override;
+  void BackwardCpu(const std::vector<Tensor*>& top, const std::vector<bool>& propagate_down,
+                   const std::vector<Tensor*>& bottom) override;
+
+ private:
+  void ThrowIfStochastic() const;
+
+  caffe::PoolingParameter::PoolMethod pool_ = caffe::PoolingParameter::MAX;
+  bool global_ = false;
+  int kernel_h_ = 0, kernel_w_ = 0;
+  int stride_h_ = 1, stride_w_ = 1;
+  int pad_h_ = 0, pad_w_ = 0;
+  int channels_ = 0, height_ = 0, width_ = 0;
+  int pooled_h_ = 0, pooled_w_ = 0;
+  // Argmax per output when MAX runs without a mask top.
+  std::vector<int> max_idx_;
+};
+
+}  // namespace cortado
