@@ -9,12 +9,12 @@
 namespace cortado {
 namespace {
 
-using testing::ExpectFollowsReference;
-using testing::RuleConfig;
+using solver_testing::ExpectFollowsReference;
+using solver_testing::RuleConfig;
 
 constexpr double kDelta = 1e-4;
 
-testing::ReferenceRule AdaDeltaRule(const RuleConfig& config) {
+solver_testing::ReferenceRule AdaDeltaRule(const RuleConfig& config) {
   auto grad_sq = std::make_shared<std::vector<double>>(6, 0.0);
   auto step_sq = std::make_shared<std::vector<double>>(6, 0.0);
   const double rho = config.momentum;
@@ -38,36 +38,36 @@ RuleConfig Delta(RuleConfig c, float rho = 0.95f) {
 }
 
 TEST(AdaDeltaSolverTest, NoDecay) {
-  ExpectFollowsReference("AdaDelta", Delta(testing::PlainConfig(), 0.0f), AdaDeltaRule);
+  ExpectFollowsReference("AdaDelta", Delta(solver_testing::PlainConfig(), 0.0f), AdaDeltaRule);
 }
 
 TEST(AdaDeltaSolverTest, Momentum) {
-  ExpectFollowsReference("AdaDelta", Delta(testing::PlainConfig()), AdaDeltaRule);
+  ExpectFollowsReference("AdaDelta", Delta(solver_testing::PlainConfig()), AdaDeltaRule);
 }
 
 TEST(AdaDeltaSolverTest, WeightDecayL2) {
-  ExpectFollowsReference("AdaDelta", Delta(testing::L2Config()), AdaDeltaRule);
+  ExpectFollowsReference("AdaDelta", Delta(solver_testing::L2Config()), AdaDeltaRule);
 }
 
 TEST(AdaDeltaSolverTest, WeightDecayL1) {
-  ExpectFollowsReference("AdaDelta", Delta(testing::L1Config()), AdaDeltaRule);
+  ExpectFollowsReference("AdaDelta", Delta(solver_testing::L1Config()), AdaDeltaRule);
 }
 
 TEST(AdaDeltaSolverTest, IterSize) {
-  ExpectFollowsReference("AdaDelta", Delta(testing::IterSizeConfig()), AdaDeltaRule);
+  ExpectFollowsReference("AdaDelta", Delta(solver_testing::IterSizeConfig()), AdaDeltaRule);
 }
 
 TEST(AdaDeltaSolverTest, LrMultAndDecayMult) {
-  ExpectFollowsReference("AdaDelta", Delta(testing::MultConfig()), AdaDeltaRule);
+  ExpectFollowsReference("AdaDelta", Delta(solver_testing::MultConfig()), AdaDeltaRule);
 }
 
 TEST(AdaDeltaSolverTest, KeepsTwoHistorySetsInCaffeOrder) {
   Context ctx(Device::Cpu(), 1701);
-  auto solver = testing::MakeTinySolver("AdaDelta", Delta(RuleConfig{}), &ctx);
+  auto solver = solver_testing::MakeTinySolver("AdaDelta", Delta(RuleConfig{}), &ctx);
   ASSERT_EQ(solver->history().size(), 2u);
   solver->Step(1);
   // First set: running mean of g^2 = (1 - rho) g^2; second: of the steps squared.
-  const std::vector<double> g = testing::TinyGradient(testing::TinyW0());
+  const std::vector<double> g = solver_testing::TinyGradient(solver_testing::TinyW0());
   for (int i = 0; i < 6; ++i) {
     const double g2 = 0.05 * g[i] * g[i];
     const double s = g[i] * std::sqrt(kDelta / (g2 + kDelta));

@@ -6,10 +6,10 @@
 namespace cortado {
 namespace {
 
-using testing::ExpectFollowsReference;
-using testing::RuleConfig;
+using solver_testing::ExpectFollowsReference;
+using solver_testing::RuleConfig;
 
-testing::ReferenceRule AdaGradRule(const RuleConfig&) {
+solver_testing::ReferenceRule AdaGradRule(const RuleConfig&) {
   auto sum = std::make_shared<std::vector<double>>(6, 0.0);
   const double delta = 1e-6;  // set through `extra` below
   return [sum, delta](const std::vector<double>& g, int, double lr) {
@@ -28,23 +28,23 @@ RuleConfig WithDelta(RuleConfig c) {
 }
 
 TEST(AdaGradSolverTest, Plain) {
-  ExpectFollowsReference("AdaGrad", WithDelta(testing::PlainConfig()), AdaGradRule);
+  ExpectFollowsReference("AdaGrad", WithDelta(solver_testing::PlainConfig()), AdaGradRule);
 }
 
 TEST(AdaGradSolverTest, WeightDecayL2) {
-  ExpectFollowsReference("AdaGrad", WithDelta(testing::L2Config()), AdaGradRule);
+  ExpectFollowsReference("AdaGrad", WithDelta(solver_testing::L2Config()), AdaGradRule);
 }
 
 TEST(AdaGradSolverTest, WeightDecayL1) {
-  ExpectFollowsReference("AdaGrad", WithDelta(testing::L1Config()), AdaGradRule);
+  ExpectFollowsReference("AdaGrad", WithDelta(solver_testing::L1Config()), AdaGradRule);
 }
 
 TEST(AdaGradSolverTest, IterSize) {
-  ExpectFollowsReference("AdaGrad", WithDelta(testing::IterSizeConfig()), AdaGradRule);
+  ExpectFollowsReference("AdaGrad", WithDelta(solver_testing::IterSizeConfig()), AdaGradRule);
 }
 
 TEST(AdaGradSolverTest, LrMultAndDecayMult) {
-  ExpectFollowsReference("AdaGrad", WithDelta(testing::MultConfig()), AdaGradRule);
+  ExpectFollowsReference("AdaGrad", WithDelta(solver_testing::MultConfig()), AdaGradRule);
 }
 
 TEST(AdaGradSolverTest, MomentumIsRejected) {
@@ -52,7 +52,7 @@ TEST(AdaGradSolverTest, MomentumIsRejected) {
   RuleConfig c;
   c.momentum = 0.9f;
   try {
-    testing::MakeTinySolver("AdaGrad", c, &ctx);
+    solver_testing::MakeTinySolver("AdaGrad", c, &ctx);
     FAIL() << "expected an error";
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);

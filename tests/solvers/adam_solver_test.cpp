@@ -8,13 +8,13 @@
 namespace cortado {
 namespace {
 
-using testing::ExpectFollowsReference;
-using testing::RuleConfig;
+using solver_testing::ExpectFollowsReference;
+using solver_testing::RuleConfig;
 
 constexpr double kBeta2 = 0.999;
 constexpr double kEps = 1e-8;
 
-testing::ReferenceRule AdamRule(const RuleConfig& config) {
+solver_testing::ReferenceRule AdamRule(const RuleConfig& config) {
   auto m = std::make_shared<std::vector<double>>(6, 0.0);
   auto v = std::make_shared<std::vector<double>>(6, 0.0);
   const double beta1 = config.momentum;
@@ -39,35 +39,35 @@ RuleConfig Adam(RuleConfig c, float beta1 = 0.9f) {
 }
 
 TEST(AdamSolverTest, WithoutMomentum) {
-  ExpectFollowsReference("Adam", Adam(testing::PlainConfig(), 0.0f), AdamRule);
+  ExpectFollowsReference("Adam", Adam(solver_testing::PlainConfig(), 0.0f), AdamRule);
 }
 
 TEST(AdamSolverTest, Momentum) {
-  ExpectFollowsReference("Adam", Adam(testing::PlainConfig()), AdamRule);
+  ExpectFollowsReference("Adam", Adam(solver_testing::PlainConfig()), AdamRule);
 }
 
 TEST(AdamSolverTest, WeightDecayL2) {
-  ExpectFollowsReference("Adam", Adam(testing::L2Config()), AdamRule);
+  ExpectFollowsReference("Adam", Adam(solver_testing::L2Config()), AdamRule);
 }
 
 TEST(AdamSolverTest, WeightDecayL1) {
-  ExpectFollowsReference("Adam", Adam(testing::L1Config()), AdamRule);
+  ExpectFollowsReference("Adam", Adam(solver_testing::L1Config()), AdamRule);
 }
 
 TEST(AdamSolverTest, IterSize) {
-  ExpectFollowsReference("Adam", Adam(testing::IterSizeConfig()), AdamRule);
+  ExpectFollowsReference("Adam", Adam(solver_testing::IterSizeConfig()), AdamRule);
 }
 
 TEST(AdamSolverTest, LrMultAndDecayMult) {
-  ExpectFollowsReference("Adam", Adam(testing::MultConfig()), AdamRule);
+  ExpectFollowsReference("Adam", Adam(solver_testing::MultConfig()), AdamRule);
 }
 
 TEST(AdamSolverTest, KeepsMomentsAfterTheFirstSet) {
   Context ctx(Device::Cpu(), 1701);
-  auto solver = testing::MakeTinySolver("Adam", Adam(RuleConfig{}), &ctx);
+  auto solver = solver_testing::MakeTinySolver("Adam", Adam(RuleConfig{}), &ctx);
   ASSERT_EQ(solver->history().size(), 2u);
   solver->Step(1);
-  const std::vector<double> g = testing::TinyGradient(testing::TinyW0());
+  const std::vector<double> g = solver_testing::TinyGradient(solver_testing::TinyW0());
   for (int i = 0; i < 6; ++i) {
     EXPECT_NEAR(solver->history()[0]->cpu_data()[i], 0.1 * g[i], 1e-6);
     EXPECT_NEAR(solver->history()[1]->cpu_data()[i], 0.001 * g[i] * g[i], 1e-7);

@@ -6,10 +6,10 @@
 namespace cortado {
 namespace {
 
-using testing::ExpectFollowsReference;
-using testing::RuleConfig;
+using solver_testing::ExpectFollowsReference;
+using solver_testing::RuleConfig;
 
-testing::ReferenceRule NesterovRule(const RuleConfig& config) {
+solver_testing::ReferenceRule NesterovRule(const RuleConfig& config) {
   auto h = std::make_shared<std::vector<double>>(6, 0.0);
   const double m = config.momentum;
   return [h, m](const std::vector<double>& g, int, double lr) {
@@ -24,7 +24,7 @@ testing::ReferenceRule NesterovRule(const RuleConfig& config) {
 }
 
 TEST(NesterovSolverTest, WithoutMomentumIsSgd) {
-  ExpectFollowsReference("Nesterov", testing::PlainConfig(), NesterovRule);
+  ExpectFollowsReference("Nesterov", solver_testing::PlainConfig(), NesterovRule);
 }
 
 TEST(NesterovSolverTest, Momentum) {
@@ -34,25 +34,25 @@ TEST(NesterovSolverTest, Momentum) {
 }
 
 TEST(NesterovSolverTest, WeightDecayL2) {
-  RuleConfig c = testing::L2Config();
+  RuleConfig c = solver_testing::L2Config();
   c.momentum = 0.9f;
   ExpectFollowsReference("Nesterov", c, NesterovRule);
 }
 
 TEST(NesterovSolverTest, WeightDecayL1) {
-  RuleConfig c = testing::L1Config();
+  RuleConfig c = solver_testing::L1Config();
   c.momentum = 0.9f;
   ExpectFollowsReference("Nesterov", c, NesterovRule);
 }
 
 TEST(NesterovSolverTest, IterSize) {
-  RuleConfig c = testing::IterSizeConfig();
+  RuleConfig c = solver_testing::IterSizeConfig();
   c.momentum = 0.9f;
   ExpectFollowsReference("Nesterov", c, NesterovRule);
 }
 
 TEST(NesterovSolverTest, LrMultAndDecayMult) {
-  RuleConfig c = testing::MultConfig();
+  RuleConfig c = solver_testing::MultConfig();
   c.momentum = 0.9f;
   ExpectFollowsReference("Nesterov", c, NesterovRule);
 }

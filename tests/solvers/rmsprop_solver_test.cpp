@@ -6,13 +6,13 @@
 namespace cortado {
 namespace {
 
-using testing::ExpectFollowsReference;
-using testing::RuleConfig;
+using solver_testing::ExpectFollowsReference;
+using solver_testing::RuleConfig;
 
 constexpr double kRmsDecay = 0.9;
 constexpr double kDelta = 1e-6;
 
-testing::ReferenceRule RmsPropRule(const RuleConfig&) {
+solver_testing::ReferenceRule RmsPropRule(const RuleConfig&) {
   auto mean_sq = std::make_shared<std::vector<double>>(6, 0.0);
   return [mean_sq](const std::vector<double>& g, int, double lr) {
     std::vector<double> step(g.size());
@@ -31,23 +31,23 @@ RuleConfig Rms(RuleConfig c) {
 }
 
 TEST(RMSPropSolverTest, Plain) {
-  ExpectFollowsReference("RMSProp", Rms(testing::PlainConfig()), RmsPropRule);
+  ExpectFollowsReference("RMSProp", Rms(solver_testing::PlainConfig()), RmsPropRule);
 }
 
 TEST(RMSPropSolverTest, WeightDecayL2) {
-  ExpectFollowsReference("RMSProp", Rms(testing::L2Config()), RmsPropRule);
+  ExpectFollowsReference("RMSProp", Rms(solver_testing::L2Config()), RmsPropRule);
 }
 
 TEST(RMSPropSolverTest, WeightDecayL1) {
-  ExpectFollowsReference("RMSProp", Rms(testing::L1Config()), RmsPropRule);
+  ExpectFollowsReference("RMSProp", Rms(solver_testing::L1Config()), RmsPropRule);
 }
 
 TEST(RMSPropSolverTest, IterSize) {
-  ExpectFollowsReference("RMSProp", Rms(testing::IterSizeConfig()), RmsPropRule);
+  ExpectFollowsReference("RMSProp", Rms(solver_testing::IterSizeConfig()), RmsPropRule);
 }
 
 TEST(RMSPropSolverTest, LrMultAndDecayMult) {
-  ExpectFollowsReference("RMSProp", Rms(testing::MultConfig()), RmsPropRule);
+  ExpectFollowsReference("RMSProp", Rms(solver_testing::MultConfig()), RmsPropRule);
 }
 
 TEST(RMSPropSolverTest, MomentumAndBadDecayAreRejected) {
@@ -58,7 +58,7 @@ TEST(RMSPropSolverTest, MomentumAndBadDecayAreRejected) {
   decay.extra = "rms_decay: 1.0";
   for (const auto& [config, word] : {std::pair{momentum, "momentum"}, {decay, "rms_decay"}}) {
     try {
-      testing::MakeTinySolver("RMSProp", config, &ctx);
+      solver_testing::MakeTinySolver("RMSProp", config, &ctx);
       ADD_FAILURE() << "expected an error mentioning " << word;
     } catch (const Error& e) {
       EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);

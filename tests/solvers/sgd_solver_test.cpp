@@ -6,10 +6,10 @@
 namespace cortado {
 namespace {
 
-using testing::ExpectFollowsReference;
-using testing::RuleConfig;
+using solver_testing::ExpectFollowsReference;
+using solver_testing::RuleConfig;
 
-testing::ReferenceRule SgdRule(const RuleConfig& config) {
+solver_testing::ReferenceRule SgdRule(const RuleConfig& config) {
   auto h = std::make_shared<std::vector<double>>(6, 0.0);
   const double momentum = config.momentum;
   return [h, momentum](const std::vector<double>& g, int, double lr) {
@@ -18,7 +18,9 @@ testing::ReferenceRule SgdRule(const RuleConfig& config) {
   };
 }
 
-TEST(SGDSolverTest, Plain) { ExpectFollowsReference("SGD", testing::PlainConfig(), SgdRule); }
+TEST(SGDSolverTest, Plain) {
+  ExpectFollowsReference("SGD", solver_testing::PlainConfig(), SgdRule);
+}
 
 TEST(SGDSolverTest, Momentum) {
   RuleConfig c;
@@ -27,28 +29,30 @@ TEST(SGDSolverTest, Momentum) {
 }
 
 TEST(SGDSolverTest, WeightDecayL2) {
-  RuleConfig c = testing::L2Config();
+  RuleConfig c = solver_testing::L2Config();
   c.momentum = 0.9f;
   ExpectFollowsReference("SGD", c, SgdRule);
 }
 
-TEST(SGDSolverTest, WeightDecayL1) { ExpectFollowsReference("SGD", testing::L1Config(), SgdRule); }
+TEST(SGDSolverTest, WeightDecayL1) {
+  ExpectFollowsReference("SGD", solver_testing::L1Config(), SgdRule);
+}
 
 TEST(SGDSolverTest, IterSizeAccumulatesAndNormalizes) {
-  RuleConfig c = testing::IterSizeConfig();
+  RuleConfig c = solver_testing::IterSizeConfig();
   c.momentum = 0.5f;
   ExpectFollowsReference("SGD", c, SgdRule);
 }
 
 TEST(SGDSolverTest, LrMultAndDecayMult) {
-  RuleConfig c = testing::MultConfig();
+  RuleConfig c = solver_testing::MultConfig();
   c.momentum = 0.9f;
   ExpectFollowsReference("SGD", c, SgdRule);
 }
 
 TEST(SGDSolverTest, RegistersAsSGD) {
   Context ctx(Device::Cpu(), 1701);
-  auto solver = testing::MakeTinySolver("SGD", RuleConfig{}, &ctx);
+  auto solver = solver_testing::MakeTinySolver("SGD", RuleConfig{}, &ctx);
   EXPECT_STREQ(solver->type(), "SGD");
   EXPECT_EQ(solver->history().size(), 1u);
 }

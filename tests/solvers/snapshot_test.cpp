@@ -14,6 +14,7 @@
 #include "tiny_problem.hpp"
 
 namespace cortado {
+namespace {
 
 // A data layer for these tests: x is TinyX scaled by (1 + batch / 10), t is TinyT, where batch
 // counts the forwards since the start of training; Seek sets it (as a real data layer would
@@ -41,9 +42,9 @@ class CountingDataLayer final : public Layer {
   void ForwardCpu(const std::vector<Tensor*>&, const std::vector<Tensor*>& top) override {
     const float scale = 1.0f + static_cast<float>(batch_) / 10.0f;
     for (int i = 0; i < 6; ++i) {
-      top[0]->mutable_cpu_data()[i] = static_cast<float>(testing::TinyX()[i]) * scale;
+      top[0]->mutable_cpu_data()[i] = static_cast<float>(solver_testing::TinyX()[i]) * scale;
     }
-    for (int i = 0; i < 4; ++i) top[1]->mutable_cpu_data()[i] = testing::TinyT()[i];
+    for (int i = 0; i < 4; ++i) top[1]->mutable_cpu_data()[i] = solver_testing::TinyT()[i];
     ++batch_;
   }
   void BackwardCpu(const std::vector<Tensor*>&, const std::vector<bool>&,
@@ -55,10 +56,8 @@ class CountingDataLayer final : public Layer {
 
 CORTADO_REGISTER_LAYER(TestCountingData, CountingDataLayer);
 
-namespace {
-
-using testing::FileBytes;
-using testing::TempDir;
+using solver_testing::FileBytes;
+using solver_testing::TempDir;
 
 // Random data (DummyData with a gaussian filler, drawn at every forward), dropout when this
 // build has it, two inner products and a loss.
@@ -86,7 +85,7 @@ std::string RandomNet() {
 caffe::SolverParameter RandomSolver(const std::string& prefix, int max_iter,
                                     caffe::SolverParameter::SnapshotFormat format,
                                     const std::string& type = "SGD") {
-  caffe::SolverParameter param = testing::ParseSolver(
+  caffe::SolverParameter param = solver_testing::ParseSolver(
       "base_lr: 0.05 lr_policy: 'step' gamma: 0.5 stepsize: 2 random_seed: 42 "
       "solver_mode: CPU snapshot_after_train: true");
   param.set_type(type);
@@ -211,7 +210,7 @@ TEST(SnapshotTest, RestoreSeeksDataLayersToIterTimesIterSize) {
     layer { name: 'loss' type: 'EuclideanLoss' bottom: 'y' bottom: 't' top: 'loss' }
   )";
   auto param_for = [&](const std::string& prefix, int max_iter) {
-    caffe::SolverParameter param = testing::ParseSolver(
+    caffe::SolverParameter param = solver_testing::ParseSolver(
         "base_lr: 0.05 lr_policy: 'fixed' momentum: 0.9 random_seed: 7 iter_size: 2 "
         "solver_mode: CPU");
     param.set_max_iter(max_iter);
@@ -266,8 +265,8 @@ TEST(SnapshotTest, MovedSnapshotsAreFoundNextToTheStateFile) {
 // Tiny problem with the weight 2x3 (num_output 2) or 3x3 (num_output 3).
 caffe::SolverParameter TinyParam(const std::string& type, int num_output,
                                  const std::string& prefix) {
-  testing::RuleConfig config;
-  caffe::SolverParameter param = testing::TinySolverParam(type, config);
+  solver_testing::RuleConfig config;
+  caffe::SolverParameter param = solver_testing::TinySolverParam(type, config);
   param.set_snapshot_prefix(prefix);
   param.set_snapshot_after_train(true);
   param.mutable_net_param()->mutable_layer(0)->mutable_input_param()->mutable_shape(1)->set_dim(
@@ -349,7 +348,7 @@ TEST(SnapshotTest, WeightsThatDoNotFitAreRolledBack) {
   };
   auto param_for = [&](int nout, const std::string& prefix, int64_t seed) {
     caffe::SolverParameter param =
-        testing::ParseSolver("base_lr: 0.1 lr_policy: 'fixed' max_iter: 1 solver_mode: CPU");
+        solver_testing::ParseSolver("base_lr: 0.1 lr_policy: 'fixed' max_iter: 1 solver_mode: CPU");
     param.set_random_seed(seed);
     param.set_snapshot_prefix(prefix);
     io::ReadProtoFromTextString(net_text(nout), "<two>", param.mutable_net_param());
@@ -414,7 +413,7 @@ TEST(SnapshotTest, FailedSnapshotLeavesEarlierSnapshotsIntact) {
   caffe::SolverParameter param = TinyParam("SGD", 2, dir / "snaps/run");
   param.set_snapshot(1);
   auto solver = CreateSolver(param, &ctx);
-  testing::LoadTinyProblem(solver.get());
+  solver_testing::LoadTinyProblem(solver.get());
   solver->Step(1);
   const std::string model = FileBytes(dir / "snaps/run_iter_1.caffemodel");
   const std::string state = FileBytes(dir / "snaps/run_iter_1.solverstate");

@@ -13,9 +13,9 @@
 namespace cortado {
 namespace {
 
-using testing::MakeTinySolver;
-using testing::RuleConfig;
-using testing::TinySolverParam;
+using solver_testing::MakeTinySolver;
+using solver_testing::RuleConfig;
+using solver_testing::TinySolverParam;
 
 // A solver whose rule does nothing, so a test can set the iteration and read the learning rate.
 class ProbeSolver final : public Solver {
@@ -30,7 +30,7 @@ class ProbeSolver final : public Solver {
 
 caffe::SolverParameter PolicyParam(const std::string& text) {
   caffe::SolverParameter param = TinySolverParam("SGD", RuleConfig{});
-  caffe::SolverParameter extra = testing::ParseSolver(text);
+  caffe::SolverParameter extra = solver_testing::ParseSolver(text);
   param.MergeFrom(extra);
   return param;
 }
@@ -137,15 +137,15 @@ TEST(SolverLoopTest, ClipGradientsScalesToTheNorm) {
   RuleConfig c;
   c.extra = "clip_gradients: 0.1";
   auto solver = MakeTinySolver("SGD", c, &ctx);
-  const std::vector<double> g = testing::TinyGradient(testing::TinyW0());
+  const std::vector<double> g = solver_testing::TinyGradient(solver_testing::TinyW0());
   double norm = 0;
   for (double v : g) norm += v * v;
   norm = std::sqrt(norm);
   ASSERT_GT(norm, 0.1);  // so clipping happens
   solver->Step(1);
-  const auto w = testing::TinyWeights(*solver);
+  const auto w = solver_testing::TinyWeights(*solver);
   for (int i = 0; i < 6; ++i) {
-    EXPECT_NEAR(w[i], testing::TinyW0()[i] - 0.1 * g[i] * 0.1 / norm, 1e-6) << i;
+    EXPECT_NEAR(w[i], solver_testing::TinyW0()[i] - 0.1 * g[i] * 0.1 / norm, 1e-6) << i;
   }
 }
 
@@ -154,10 +154,11 @@ TEST(SolverLoopTest, ClipGradientsLeavesSmallGradients) {
   RuleConfig c;
   c.extra = "clip_gradients: 100";
   auto solver = MakeTinySolver("SGD", c, &ctx);
-  const std::vector<double> g = testing::TinyGradient(testing::TinyW0());
+  const std::vector<double> g = solver_testing::TinyGradient(solver_testing::TinyW0());
   solver->Step(1);
-  const auto w = testing::TinyWeights(*solver);
-  for (int i = 0; i < 6; ++i) EXPECT_NEAR(w[i], testing::TinyW0()[i] - 0.1 * g[i], 1e-6) << i;
+  const auto w = solver_testing::TinyWeights(*solver);
+  for (int i = 0; i < 6; ++i)
+    EXPECT_NEAR(w[i], solver_testing::TinyW0()[i] - 0.1 * g[i], 1e-6) << i;
 }
 
 TEST(SolverLoopTest, AverageLossSmoothsOverTheLastIterations) {
@@ -167,17 +168,17 @@ TEST(SolverLoopTest, AverageLossSmoothsOverTheLastIterations) {
   RuleConfig c;
   c.extra = "average_loss: 2";
   auto solver = MakeTinySolver("SGD", c, &ctx);
-  std::vector<std::vector<double>> w = {testing::TinyW0()};
+  std::vector<std::vector<double>> w = {solver_testing::TinyW0()};
   for (int i = 0; i < 4; ++i) {
     std::vector<double> next = w.back();
-    const auto g = testing::TinyGradient(next);
+    const auto g = solver_testing::TinyGradient(next);
     for (int k = 0; k < 6; ++k) next[k] -= 0.1 * g[k];
     w.push_back(next);
   }
   solver->Step(1);
-  EXPECT_NEAR(solver->smoothed_loss(), testing::TinyLoss(w[0]), 1e-5);
+  EXPECT_NEAR(solver->smoothed_loss(), solver_testing::TinyLoss(w[0]), 1e-5);
   solver->Step(4);  // a new Step call restarts the smoothing, as in Caffe
-  const double expected = (testing::TinyLoss(w[3]) + testing::TinyLoss(w[4])) / 2;
+  const double expected = (solver_testing::TinyLoss(w[3]) + solver_testing::TinyLoss(w[4])) / 2;
   EXPECT_NEAR(solver->smoothed_loss(), expected, 1e-5);
 }
 
@@ -197,18 +198,20 @@ TEST(SolverLoopTest, TestNetsShareWeightsAndAverageOverTestIter) {
   ASSERT_EQ(solver->test_nets().size(), 1u);
   Net* test_net = solver->test_nets()[0].get();
   EXPECT_EQ(test_net->phase(), caffe::TEST);
-  std::copy(testing::TinyX().begin(), testing::TinyX().end(),
+  std::copy(solver_testing::TinyX().begin(), solver_testing::TinyX().end(),
             test_net->blob_by_name("x")->mutable_cpu_data());
-  std::copy(testing::TinyT().begin(), testing::TinyT().end(),
+  std::copy(solver_testing::TinyT().begin(), solver_testing::TinyT().end(),
             test_net->blob_by_name("t")->mutable_cpu_data());
   solver->TestAll();
   ASSERT_EQ(solver->test_scores()[0].size(), 1u);
-  EXPECT_NEAR(solver->test_scores()[0][0], testing::TinyLoss(testing::TinyW0()), 1e-6);
+  EXPECT_NEAR(solver->test_scores()[0][0], solver_testing::TinyLoss(solver_testing::TinyW0()),
+              1e-6);
   // Step(2) tests at iteration 0 (test_initialization) only; the test after two updates sees
   // the new weights because the nets share them.
   solver->Step(2);
   solver->TestAll();
-  EXPECT_NEAR(solver->test_scores()[0][0], testing::TinyLoss(testing::TinyWeights(*solver)), 1e-6);
+  EXPECT_NEAR(solver->test_scores()[0][0],
+              solver_testing::TinyLoss(solver_testing::TinyWeights(*solver)), 1e-6);
 }
 
 TEST(SolverLoopTest, TestIterCountMustMatchTestNets) {
@@ -252,9 +255,9 @@ TEST(SolverLoopTest, MissingNetFileIsNamed) {
 TEST(SolverLoopTest, NetFileAndTrainStateAreUsed) {
   // `net:` is read relative to the current directory (here: an absolute path), and
   // train_state's stage picks the layers of the train net.
-  testing::TempDir dir;
+  solver_testing::TempDir dir;
   const std::string net_text =
-      testing::TinyNetText() +
+      solver_testing::TinyNetText() +
       "layer { name: 'extra' type: 'Silence' bottom: 'y' include { stage: 'debug' } }";
   std::ofstream(dir / "net.prototxt") << net_text;
   caffe::SolverParameter param = TinySolverParam("SGD", RuleConfig{});
@@ -298,7 +301,7 @@ TEST(SolverLoopTest, HooksRunInOrderEveryIteration) {
     // The gradients are there and the weights not yet updated.
     const Tensor* w = solver->net()->learnable_params()[0];
     EXPECT_NE(w->cpu_diff()[0], 0.0f);
-    EXPECT_FLOAT_EQ(w->cpu_data()[0], static_cast<float>(testing::TinyWeights(*solver)[0]));
+    EXPECT_FLOAT_EQ(w->cpu_data()[0], static_cast<float>(solver_testing::TinyWeights(*solver)[0]));
     calls += 'g';
   });
   solver->Step(2);
@@ -314,8 +317,8 @@ TEST(SolverLoopTest, GradientHookCanReplaceTheGradient) {
     for (int i = 0; i < w->count(); ++i) w->mutable_cpu_diff()[i] = 1.0f;
   });
   solver->Step(1);
-  const auto w = testing::TinyWeights(*solver);
-  for (int i = 0; i < 6; ++i) EXPECT_NEAR(w[i], testing::TinyW0()[i] - 0.1, 1e-6);
+  const auto w = solver_testing::TinyWeights(*solver);
+  for (int i = 0; i < 6; ++i) EXPECT_NEAR(w[i], solver_testing::TinyW0()[i] - 0.1, 1e-6);
 }
 
 TEST(SolverLoopTest, StopActionEndsTraining) {
@@ -331,7 +334,7 @@ TEST(SolverLoopTest, StopActionEndsTraining) {
 }
 
 TEST(SolverLoopTest, SnapshotActionWritesASnapshot) {
-  testing::TempDir dir;
+  solver_testing::TempDir dir;
   Context ctx(Device::Cpu(), 1701);
   RuleConfig c;
   c.extra = "snapshot_prefix: '" + (dir / "run") + "'";
@@ -346,14 +349,14 @@ TEST(SolverLoopTest, SnapshotActionWritesASnapshot) {
 }
 
 TEST(SolverLoopTest, SolveRunsToMaxIterAndSnapshotsAfterTraining) {
-  testing::TempDir dir;
+  solver_testing::TempDir dir;
   Context ctx(Device::Cpu(), 1701);
   RuleConfig c;
   c.extra = "snapshot_prefix: '" + (dir / "run") + "' snapshot_after_train: true display: 1";
   caffe::SolverParameter param = TinySolverParam("SGD", c);
   param.set_snapshot_after_train(true);
   auto solver = CreateSolver(param, &ctx);
-  testing::LoadTinyProblem(solver.get());
+  solver_testing::LoadTinyProblem(solver.get());
   solver->Solve();
   EXPECT_EQ(solver->iter(), 3);
   EXPECT_FALSE(solver->requested_early_exit());
@@ -374,7 +377,7 @@ const char kRandomNet[] = R"(
 )";
 
 caffe::SolverParameter RandomNetSolver(int64_t seed) {
-  caffe::SolverParameter param = testing::ParseSolver(
+  caffe::SolverParameter param = solver_testing::ParseSolver(
       "base_lr: 0.05 lr_policy: 'fixed' momentum: 0.9 max_iter: 3 solver_mode: CPU "
       "snapshot_after_train: false");
   param.set_random_seed(seed);

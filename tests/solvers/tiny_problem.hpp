@@ -25,7 +25,7 @@
 #include "io/proto_io.hpp"
 #include "solvers/solver.hpp"
 
-namespace cortado::testing {
+namespace cortado::solver_testing {
 
 inline const std::vector<double>& TinyX() {
   static const std::vector<double> x = {0.5, -1.0, 2.0, 1.5, 0.25, -0.75};
@@ -239,4 +239,4 @@ inline std::string FileBytes(const std::string& path) {
   return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
 }
 
-}  // namespace cortado::testing
+}  // namespace cortado::solver_testing

@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-namespace cortado::testing {
+namespace cortado::cli_testing {
 
 struct CliResult {
   int exit_code = -1;
@@ -68,4 +68,4 @@ inline CliResult RunCli(const std::vector<std::string>& args,
   return result;
 }
 
-}  // namespace cortado::testing
+}  // namespace cortado::cli_testing

@@ -13,9 +13,9 @@
 namespace cortado {
 namespace {
 
-using testing::CliResult;
-using testing::RunCli;
-using testing::TempDir;
+using cli_testing::CliResult;
+using cli_testing::RunCli;
+using solver_testing::TempDir;
 
 // x = 1 (4x3), t = 0.5 (4x2); with weights 0.1 and bias 0, y = 0.3 everywhere, so the
 // Euclidean loss is 8 * 0.2^2 / (2 * 4) = 0.04 for every batch.

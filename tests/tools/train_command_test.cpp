@@ -15,9 +15,9 @@
 namespace cortado {
 namespace {
 
-using testing::CliResult;
-using testing::RunCli;
-using testing::TempDir;
+using cli_testing::CliResult;
+using cli_testing::RunCli;
+using solver_testing::TempDir;
 
 const char kNet[] = R"(
 name: 'cli'
