@@ -8,7 +8,7 @@ packages=(
   build-essential cmake ninja-build pkg-config
   libprotobuf-dev protobuf-compiler
   libspdlog-dev libfmt-dev
-  libopenblas-dev libdnnl-dev
+  libopenblas-openmp-dev libdnnl-dev
   libhdf5-dev liblmdb-dev
   libopenmpi-dev openmpi-bin
   libgtest-dev libgmock-dev libbenchmark-dev

@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "layers/convolution_layer.hpp"
 
+#include "core/logging.hpp"
+
 namespace cortado {
 
 void ConvolutionLayer::ComputeOutputShape() {
@@ -19,9 +21,46 @@ void ConvolutionLayer::ComputeOutputShape() {
   }
 }
 
+void ConvolutionLayer::Reshape(const std::vector<Tensor*>& bottom,
+                               const std::vector<Tensor*>& top) {
+  BaseConvolutionLayer::Reshape(bottom, top);
+  const bool wanted = param_.convolution_param().engine() != caffe::ConvolutionParameter::CAFFE;
+  if (!wanted || num_spatial_axes_ != 2 || channel_axis_ != 1) {
+    fast_.reset();
+    return;
+  }
+  math::ConvolutionShape shape;
+  shape.num = num_;
+  shape.channels = channels_;
+  shape.height = input_shape_[0];
+  shape.width = input_shape_[1];
+  shape.num_output = num_output_;
+  shape.kernel_h = kernel_shape_[0];
+  shape.kernel_w = kernel_shape_[1];
+  shape.pad_h = pad_[0];
+  shape.pad_w = pad_[1];
+  shape.stride_h = stride_[0];
+  shape.stride_w = stride_[1];
+  shape.dilation_h = dilation_[0];
+  shape.dilation_w = dilation_[1];
+  shape.group = group_;
+  shape.bias = bias_term_;
+  if (fast_ && shape == fast_shape_) return;
+  fast_ = math::MakeFastConvolution(shape);
+  fast_shape_ = shape;
+  CORTADO_LOG_DEBUG("{}: {}", Describe(), fast_ ? fast_->Name() : std::string("im2col + GEMM"));
+}
+
 void ConvolutionLayer::ForwardCpu(const std::vector<Tensor*>& bottom,
                                   const std::vector<Tensor*>& top) {
   const float* weights = blobs_[0]->cpu_data();
+  if (fast_) {
+    const float* bias = bias_term_ ? blobs_[1]->cpu_data() : nullptr;
+    for (size_t i = 0; i < bottom.size(); ++i) {
+      fast_->Forward(bottom[i]->cpu_data(), weights, bias, top[i]->mutable_cpu_data());
+    }
+    return;
+  }
   for (size_t i = 0; i < bottom.size(); ++i) {
     float* top_data = top[i]->mutable_cpu_data();
     ForwardGemm(bottom[i]->cpu_data(), weights, top_data, num_);
@@ -33,6 +72,22 @@ void ConvolutionLayer::BackwardCpu(const std::vector<Tensor*>& top,
                                    const std::vector<bool>& propagate_down,
                                    const std::vector<Tensor*>& bottom) {
   const float* weights = blobs_[0]->cpu_data();
+  if (fast_) {
+    for (size_t i = 0; i < top.size(); ++i) {
+      const float* top_diff = top[i]->cpu_diff();
+      const bool bias_diff = bias_term_ && param_propagate_down(1);
+      if (param_propagate_down(0)) {
+        fast_->BackwardWeights(bottom[i]->cpu_data(), top_diff, blobs_[0]->mutable_cpu_diff(),
+                               bias_diff ? blobs_[1]->mutable_cpu_diff() : nullptr);
+      } else if (bias_diff) {
+        BackwardBias(top_diff, blobs_[1]->mutable_cpu_diff(), num_);
+      }
+      if (propagate_down[i]) {
+        fast_->BackwardData(top_diff, weights, bottom[i]->mutable_cpu_diff());
+      }
+    }
+    return;
+  }
   for (size_t i = 0; i < top.size(); ++i) {
     const float* top_diff = top[i]->cpu_diff();
     if (bias_term_ && param_propagate_down(1)) {

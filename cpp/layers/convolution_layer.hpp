@@ -8,11 +8,18 @@
 // the same shape. Tops: one per bottom, [N..., num_output, O_1, ..., O_d] with
 // O_i = (S_i + 2 * pad_i - (dilation_i * (kernel_i - 1) + 1)) / stride_i + 1.
 // Blobs: weights [num_output, C / group, kernel_1, ..., kernel_d], bias [num_output].
-// Differences from Caffe: none in results (see base_conv_layer.hpp for how the batch is
-// chunked into GEMMs); a kernel larger than the padded input is an error naming the shapes.
+// Engines: convolution_param.engine CAFFE always uses im2col + GEMM (Caffe's method); DEFAULT
+// (and CUDNN on the CPU) uses the fast CPU convolution (oneDNN, math/convolution.hpp) for 2-D
+// convolutions over axis 1 when the build has it, and im2col + GEMM otherwise.
+// Differences from Caffe: none in results beyond float rounding (see base_conv_layer.hpp for
+// how the batch is chunked into GEMMs); a kernel larger than the padded input is an error
+// naming the shapes.
 #pragma once
 
+#include <memory>
+
 #include "layers/base_conv_layer.hpp"
+#include "math/convolution.hpp"
 
 namespace cortado {
 
@@ -20,6 +27,7 @@ class ConvolutionLayer final : public BaseConvolutionLayer {
  public:
   using BaseConvolutionLayer::BaseConvolutionLayer;
   const char* type() const override { return "Convolution"; }
+  void Reshape(const std::vector<Tensor*>& bottom, const std::vector<Tensor*>& top) override;
 
  protected:
   bool reverse_dimensions() const override { return false; }
@@ -27,6 +35,11 @@ class ConvolutionLayer final : public BaseConvolutionLayer {
   void ForwardCpu(const std::vector<Tensor*>& bottom, const std::vector<Tensor*>& top) override;
   void BackwardCpu(const std::vector<Tensor*>& top, const std::vector<bool>& propagate_down,
                    const std::vector<Tensor*>& bottom) override;
+
+ private:
+  // The fast path's plan for the current shape; null when im2col + GEMM is used.
+  std::unique_ptr<math::ConvolutionPlan> fast_;
+  math::ConvolutionShape fast_shape_;
 };
 
 }  // namespace cortado
