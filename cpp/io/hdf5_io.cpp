@@ -77,6 +77,7 @@ using GroupHandle = Handle<H5Gclose>;
 using DatasetHandle = Handle<H5Dclose>;
 using DataspaceHandle = Handle<H5Sclose>;
 using TypeHandle = Handle<H5Tclose>;
+using PropertyListHandle = Handle<H5Pclose>;
 
 // ---- errors --------------------------------------------------------------------------------
 
@@ -168,11 +169,22 @@ GroupHandle OpenGroup(const Site& site, hid_t loc, const std::string& parent,
                                 "cannot open"));
 }
 
+// A creation property list (`list_class`: H5P_FILE_CREATE, H5P_GROUP_CREATE or
+// H5P_DATASET_CREATE) that stores no modification times in object headers, so that the same
+// weights always give the same file bytes (snapshots of a resumed run compare equal).
+PropertyListHandle NoTimesList(const Site& site, hid_t list_class, const std::string& object) {
+  PropertyListHandle list(
+      site.Check(H5Pcreate(list_class), ErrorCode::kIo, object, "cannot make a property list"));
+  site.Check(H5Pset_obj_track_times(list.get(), 0), object, "cannot turn off time tracking");
+  return list;
+}
+
 GroupHandle CreateGroup(const Site& site, hid_t loc, const std::string& parent,
                         const std::string& name) {
-  return GroupHandle(
-      site.Check(H5Gcreate2(loc, name.c_str(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT),
-                 ErrorCode::kIo, "group " + Join(parent, name), "cannot create"));
+  const std::string object = "group " + Join(parent, name);
+  PropertyListHandle gcpl = NoTimesList(site, H5P_GROUP_CREATE, object);
+  return GroupHandle(site.Check(H5Gcreate2(loc, name.c_str(), H5P_DEFAULT, gcpl.get(), H5P_DEFAULT),
+                                ErrorCode::kIo, object, "cannot create"));
 }
 
 // The names of the links in a group, in name order (Caffe's iteration order).
@@ -233,8 +245,9 @@ void WriteFloats(const Site& site, hid_t loc, const std::string& parent, const s
                  const std::vector<hsize_t>& dims, const float* values, size_t count) {
   const std::string object = "dataset " + Join(parent, name);
   DataspaceHandle space = CreateSpace(site, dims, object);
+  PropertyListHandle dcpl = NoTimesList(site, H5P_DATASET_CREATE, object);
   DatasetHandle dataset(site.Check(H5Dcreate2(loc, name.c_str(), H5T_NATIVE_FLOAT, space.get(),
-                                              H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT),
+                                              H5P_DEFAULT, dcpl.get(), H5P_DEFAULT),
                                    ErrorCode::kIo, object, "cannot create"));
   if (count > 0) {
     site.Check(H5Dwrite(dataset.get(), H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, values),
@@ -247,8 +260,9 @@ void WriteFloats(const Site& site, hid_t loc, const std::string& parent, const s
 void WriteInt(const Site& site, hid_t loc, const std::string& name, int value) {
   const std::string object = "dataset " + Join("/", name);
   DataspaceHandle space = CreateSpace(site, {1}, object);
+  PropertyListHandle dcpl = NoTimesList(site, H5P_DATASET_CREATE, object);
   DatasetHandle dataset(site.Check(H5Dcreate2(loc, name.c_str(), H5T_NATIVE_INT, space.get(),
-                                              H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT),
+                                              H5P_DEFAULT, dcpl.get(), H5P_DEFAULT),
                                    ErrorCode::kIo, object, "cannot create"));
   site.Check(H5Dwrite(dataset.get(), H5T_NATIVE_INT, H5S_ALL, H5S_ALL, H5P_DEFAULT, &value), object,
              "cannot write");
@@ -263,8 +277,9 @@ void WriteString(const Site& site, hid_t loc, const std::string& name, const std
   site.Check(H5Tset_size(type.get(), value.size() + 1), object, "cannot size its type");
   site.Check(H5Tset_strpad(type.get(), H5T_STR_NULLTERM), object, "cannot set its padding");
   DataspaceHandle space = CreateSpace(site, {}, object);
+  PropertyListHandle dcpl = NoTimesList(site, H5P_DATASET_CREATE, object);
   DatasetHandle dataset(site.Check(
-      H5Dcreate2(loc, name.c_str(), type.get(), space.get(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT),
+      H5Dcreate2(loc, name.c_str(), type.get(), space.get(), H5P_DEFAULT, dcpl.get(), H5P_DEFAULT),
       ErrorCode::kIo, object, "cannot create"));
   site.Check(H5Dwrite(dataset.get(), type.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, value.c_str()),
              object, "cannot write");
@@ -408,7 +423,8 @@ void WriteHdf5Atomic(const Site& site, Body&& body) {
   const std::string& path = site.path();
   const std::string temp = fmt::format("{}.tmp.{}", path, ::getpid());
   TempFileGuard guard(temp);
-  FileHandle file(H5Fcreate(temp.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT));
+  PropertyListHandle fcpl = NoTimesList(site, H5P_FILE_CREATE, "");  // for the root group
+  FileHandle file(H5Fcreate(temp.c_str(), H5F_ACC_TRUNC, fcpl.get(), H5P_DEFAULT));
   if (!file.valid()) site.Fail(ErrorCode::kIo, "", fmt::format("cannot create '{}'", temp));
   body(file.get());
   // Every object `body` opened is closed by now, so this really closes (and flushes) the file.

@@ -3,7 +3,20 @@
 // cortado::Error and main() prints them.
 #pragma once
 
+#include <string>
+#include <vector>
+
+#include "core/context.hpp"
+#include "net/net.hpp"
+#include "proto/caffe.pb.h"
+
 namespace cortado::tools {
+
+// cortado train --solver=S [--snapshot=X.solverstate | --weights=A.caffemodel[,B...]]
+//               [--iterations=N] [--sigint_effect=stop] [--sighup_effect=snapshot]
+int TrainCommand(int argc, char** argv);
+// cortado test --model=NET --weights=W [--iterations=50]
+int TestCommand(int argc, char** argv);
 
 // cortado time --model=NET --iterations=N [--phase=TRAIN|TEST] [--level] [--stage]
 int TimeCommand(int argc, char** argv);
@@ -11,5 +24,14 @@ int TimeCommand(int argc, char** argv);
 int DeviceQueryCommand(int argc, char** argv);
 // cortado convert_idx --images=F --labels=F --out=DIR [--shuffle] [--backend=lmdb] [--overwrite]
 int ConvertIdxCommand(int argc, char** argv);
+
+// Helpers shared by the commands.
+// "a,b,,c" -> {"a", "b", "c"}.
+std::vector<std::string> SplitList(const std::string& text);
+// Copies the weights of a .caffemodel (binary or HDF5) into `net`; errors name the file.
+void CopyWeightsFromFile(const std::string& path, Net* net);
+// The device a solver file asks for; solver_mode GPU without a CUDA device warns once and
+// returns the CPU.
+Device SolverDevice(const caffe::SolverParameter& param);
 
 }  // namespace cortado::tools

@@ -1,5 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // The `cortado` command-line tool, in the manner of Caffe's `caffe` tool:
+//   cortado train --solver=SOLVER.prototxt [--snapshot=S.solverstate | --weights=W.caffemodel]
+//   cortado test --model=NET.prototxt --weights=W.caffemodel --iterations=N
 //   cortado time --model=NET.prototxt --iterations=N
 //   cortado device_query
 //   cortado convert_idx --images=F --labels=F --out=DIR
@@ -31,6 +33,8 @@ namespace {
 const char kUsage[] =
     "usage: cortado <command> [flags]\n"
     "commands:\n"
+    "  train         train or fine-tune a model from a solver prototxt\n"
+    "  test          score a trained model over a number of batches\n"
     "  time          time a net's forward and backward passes, per layer\n"
     "  device_query  show the CPU and CUDA devices this build can use\n"
     "  convert_idx   convert IDX (MNIST-format) images and labels into an LMDB of Datum\n"
@@ -40,6 +44,8 @@ const char kUsage[] =
 
 int main(int argc, char** argv) {
   const std::map<std::string, std::function<int(int, char**)>> commands = {
+      {"train", cortado::tools::TrainCommand},
+      {"test", cortado::tools::TestCommand},
       {"time", cortado::tools::TimeCommand},
       {"device_query", cortado::tools::DeviceQueryCommand},
       {"convert_idx", cortado::tools::ConvertIdxCommand},

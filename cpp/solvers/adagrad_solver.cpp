@@ -1,0 +1,43 @@
+// SPDX-License-Identifier: Apache-2.0
+// AdaGrad (Caffe's AdaGradSolver, type "AdaGrad"):
+//   history += gradient^2;  weights -= local_rate * gradient / (sqrt(history) + delta)
+// One history tensor per learnable parameter. momentum must be 0, as in Caffe.
+#include "math/math.hpp"
+#include "solvers/solver.hpp"
+
+namespace cortado {
+namespace {
+
+class AdaGradSolver final : public Solver {
+ public:
+  AdaGradSolver(const caffe::SolverParameter& param, Context* ctx) : Solver(param, ctx) {
+    if (param_.momentum() != 0.0f) {
+      CORTADO_THROW(kInvalidArgument, "solver: momentum cannot be used with AdaGrad (got {})",
+                    param_.momentum());
+    }
+  }
+  const char* type() const override { return "AdaGrad"; }
+
+ protected:
+  void ComputeUpdateValue(int param_id, float rate) override {
+    Tensor* p = net_->learnable_params()[param_id];
+    const int n = p->count();
+    if (n == 0) return;
+    const float local_rate = rate * net_->params_lr()[param_id];
+    float* history = history_[param_id]->mutable_cpu_data();
+    float* update = update_[param_id]->mutable_cpu_data();
+    float* diff = p->mutable_cpu_diff();
+    math::Sqr(n, diff, update);
+    math::Add(n, update, history, history);
+    math::Sqrt(n, history, update);
+    math::AddScalar(n, param_.delta(), update);
+    math::Div(n, diff, update, update);
+    math::Scale(n, local_rate, update, diff);
+  }
+};
+
+}  // namespace
+
+CORTADO_REGISTER_SOLVER(AdaGrad, AdaGradSolver);
+
+}  // namespace cortado

@@ -1,0 +1,170 @@
+// SPDX-License-Identifier: Apache-2.0
+// Solver: the training loop (Caffe's Solver with the shared part of SGDSolver). It builds the
+// train net and the test nets from a caffe::SolverParameter, runs forward/backward, computes
+// the learning rate from lr_policy, normalizes (iter_size), regularizes (weight_decay),
+// clips gradients, lets the update rule turn each gradient into a step, updates the weights,
+// tests, displays and snapshots, all as Caffe does and with Caffe's log lines.
+//
+// Update rules (SGD, Nesterov, AdaGrad, RMSProp, AdaDelta, Adam) live in <rule>_solver.cpp and
+// register under the SolverParameter.type string with CORTADO_REGISTER_SOLVER; CreateSolver
+// picks one. Their history tensors, in Caffe's order, are what .solverstate files hold.
+//
+// Determinism: nets are built after seeding the context with random_seed (as Caffe), and the
+// context is reseeded at the start of every iteration from (random_seed, iteration) so that
+// dropout masks and random data depend only on the seed and the iteration number; a resumed run
+// (Restore) also positions the train net's data layers with Layer::Seek(iter * iter_size), and
+// thus repeats an uninterrupted run exactly. Without random_seed the base seed comes from the
+// clock once. (Data-parallel trainers should give each rank random_seed + rank, as Caffe does.)
+//
+// Differences from Caffe: failures throw cortado::Error instead of aborting; an unknown
+// lr_policy or regularization_type is reported when the solver is built; a snapshot whose
+// history does not match the net is rejected before anything changes; learned_net paths that
+// do not exist as written are also looked up next to the state file.
+// A Solver is used by one thread at a time; the Context must outlive it.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/context.hpp"
+#include "core/registry.hpp"
+#include "core/tensor.hpp"
+#include "net/net.hpp"
+#include "proto/caffe.pb.h"
+
+namespace cortado {
+
+// What the action callback asks the training loop to do (Caffe's SolverAction).
+enum class SolverAction { kNone, kStop, kSnapshot };
+
+class Solver {
+ public:
+  using ActionCallback = std::function<SolverAction()>;
+  using Hook = std::function<void()>;
+
+  // Builds the train net and the test nets (Caffe's InitTrainNet / InitTestNets). Throws
+  // kInvalidArgument for an inconsistent parameter (no or several train nets, test_iter counts,
+  // unknown lr_policy or regularization_type, average_loss < 1, iter_size < 1), kNotFound for a
+  // missing net file (relative paths are relative to the current directory, as in Caffe), and
+  // kIo when `snapshot` is set and snapshot_prefix is not writable.
+  Solver(const caffe::SolverParameter& param, Context* ctx);
+  virtual ~Solver();
+  Solver(const Solver&) = delete;
+  Solver& operator=(const Solver&) = delete;
+
+  // The SolverParameter.type this rule registers under ("SGD").
+  virtual const char* type() const = 0;
+
+  // Restores `resume_file` when not empty, trains up to max_iter, snapshots at the end if
+  // snapshot_after_train, then (unless stopped early) runs Caffe's final display and test pass.
+  void Solve(const std::string& resume_file = "");
+  // Runs `iters` iterations (fewer when the action callback asks to stop).
+  void Step(int iters);
+  // Runs every test net once (Caffe's TestAll); mean scores are in test_scores().
+  void TestAll();
+  // Writes <prefix>_iter_<iter>.caffemodel[.h5] and then the matching .solverstate[.h5].
+  void Snapshot();
+  // Loads a .solverstate (binary or HDF5, by content): the weights from its learned_net, the
+  // history, iter and current_step. A history of the wrong length or shapes, or weights that do
+  // not fit, throw kInvalidArgument naming the file and leave the solver unchanged.
+  void Restore(const std::string& state_file);
+
+  // The learning rate for the current iteration (Caffe's GetLearningRate); for "step" and
+  // "multistep" it also advances current_step.
+  float GetLearningRate();
+
+  // Polled once per iteration and once per test batch (signals, time limits).
+  void set_action_callback(ActionCallback callback) { action_callback_ = std::move(callback); }
+  // Called at the start of each iteration, before forward/backward.
+  void set_on_start(Hook hook) { on_start_ = std::move(hook); }
+  // Called after the gradients of an iteration are accumulated and before the update (the
+  // data-parallel trainer averages gradients across replicas here).
+  void set_on_gradients_ready(Hook hook) { on_gradients_ready_ = std::move(hook); }
+
+  const caffe::SolverParameter& param() const { return param_; }
+  Net* net() const { return net_.get(); }
+  const std::vector<std::unique_ptr<Net>>& test_nets() const { return test_nets_; }
+  Context* context() const { return ctx_; }
+  int iter() const { return iter_; }
+  int current_step() const { return current_step_; }
+  float smoothed_loss() const { return smoothed_loss_; }
+  bool requested_early_exit() const { return requested_early_exit_; }
+  // One tensor per learnable parameter, repeated once per history set (AdaDelta, Adam: two).
+  const std::vector<std::shared_ptr<Tensor>>& history() const { return history_; }
+  // Mean of each test net output element over the last test pass of each test net.
+  const std::vector<std::vector<float>>& test_scores() const { return test_scores_; }
+  // snapshot_prefix + "_iter_" + iter + extension.
+  std::string SnapshotFilename(const std::string& extension) const;
+
+  // The learning-rate policies GetLearningRate knows.
+  static const std::vector<std::string>& LrPolicies();
+
+ protected:
+  // Turns the (normalized, regularized, clipped) gradient of learnable parameter `param_id` into
+  // the step that Net::Update subtracts, written to the parameter's diff.
+  virtual void ComputeUpdateValue(int param_id, float rate) = 0;
+  // Appends one zeroed history tensor per learnable parameter (a second set for AdaDelta/Adam).
+  void AddHistorySet();
+
+  caffe::SolverParameter param_;
+  Context* ctx_;
+  std::unique_ptr<Net> net_;
+  std::vector<std::unique_ptr<Net>> test_nets_;
+  int iter_ = 0;
+  int current_step_ = 0;
+  std::vector<std::shared_ptr<Tensor>> history_;
+  // Scratch space, one tensor per learnable parameter, as in Caffe's SGDSolver.
+  std::vector<std::shared_ptr<Tensor>> update_;
+  std::vector<std::shared_ptr<Tensor>> temp_;
+
+ private:
+  void InitTrainNet();
+  void InitTestNets();
+  void Test(int test_net_id);
+  void ApplyUpdate();
+  void ClipGradients();
+  void Normalize(int param_id);
+  void Regularize(int param_id);
+  void UpdateSmoothedLoss(float loss, int start_iter, int average_loss);
+  SolverAction RequestedAction() const;
+  // Reseeds the context from (base seed, iteration, purpose).
+  void SeedIteration(int purpose);
+  std::string LearnableParamName(int param_id) const;
+
+  int64_t base_seed_ = 0;
+  float smoothed_loss_ = 0.0f;
+  std::vector<float> losses_;
+  bool requested_early_exit_ = false;
+  std::vector<std::vector<float>> test_scores_;
+  ActionCallback action_callback_;
+  Hook on_start_;
+  Hook on_gradients_ready_;
+  double last_display_time_ = 0.0;
+  int iterations_last_ = 0;
+};
+
+using SolverRegistry = Registry<Solver, const caffe::SolverParameter&, Context*>;
+
+// Creates the solver named by param.type(); an unknown type lists the known ones.
+std::unique_ptr<Solver> CreateSolver(const caffe::SolverParameter& param, Context* ctx);
+
+// Reads a solver prototxt (upgrading old fields) and applies Caffe's snapshot_prefix rule: an
+// unset prefix becomes the solver file's path without extension, and a prefix naming a
+// directory gets the solver file's stem appended.
+caffe::SolverParameter ReadSolverFile(const std::string& path);
+
+}  // namespace cortado
+
+// Ends an update rule's .cpp: CORTADO_REGISTER_SOLVER(SGD, SGDSolver);
+#define CORTADO_REGISTER_SOLVER(type, Class)                                       \
+  static ::cortado::Registerer<::cortado::Solver, const ::caffe::SolverParameter&, \
+                               ::cortado::Context*>                                \
+      cortado_solver_registerer_##type(                                            \
+          #type,                                                                   \
+          [](const ::caffe::SolverParameter& param,                                \
+             ::cortado::Context* ctx) -> std::unique_ptr<::cortado::Solver> {      \
+            return std::make_unique<Class>(param, ctx);                            \
+          })

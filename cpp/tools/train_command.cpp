@@ -1,0 +1,162 @@
+// SPDX-License-Identifier: Apache-2.0
+// `cortado train`: Caffe's `caffe train`. Builds the solver from --solver, then either resumes
+// from --snapshot or starts from fresh weights (optionally copied from --weights, comma-separated,
+// for fine-tuning) and trains to max_iter (or --iterations). SIGINT and SIGHUP ask the solver to
+// stop or snapshot (--sigint_effect, --sighup_effect); the handlers only set a flag that the
+// training loop polls, and the previous handlers are put back when training ends.
+#include <signal.h>
+
+#include <atomic>
+#include <sstream>
+
+#include "core/logging.hpp"
+#include "solvers/snapshot.hpp"
+#include "solvers/solver.hpp"
+#include "tools/commands.hpp"
+#include "tools/flags.hpp"
+
+namespace cortado::tools {
+namespace {
+
+// Set by the signal handler, read and cleared by the training loop. Lock-free atomics are
+// async-signal-safe.
+std::atomic<int> got_sigint{0};
+std::atomic<int> got_sighup{0};
+static_assert(std::atomic<int>::is_always_lock_free, "signal flags must be lock-free");
+
+extern "C" void HandleTrainingSignal(int signal_number) {
+  if (signal_number == SIGINT) got_sigint.store(1);
+  if (signal_number == SIGHUP) got_sighup.store(1);
+}
+
+SolverAction ParseEffect(const std::string& flag, const std::string& value) {
+  if (value == "stop") return SolverAction::kStop;
+  if (value == "snapshot") return SolverAction::kSnapshot;
+  if (value == "none") return SolverAction::kNone;
+  CORTADO_THROW(kInvalidArgument, "--{} must be stop, snapshot or none, got '{}'", flag, value);
+}
+
+// Installs the SIGINT/SIGHUP handlers for its lifetime.
+class SignalGuard {
+ public:
+  SignalGuard(SolverAction sigint_effect, SolverAction sighup_effect)
+      : sigint_effect_(sigint_effect), sighup_effect_(sighup_effect) {
+    got_sigint.store(0);
+    got_sighup.store(0);
+    struct sigaction action = {};
+    action.sa_handler = HandleTrainingSignal;
+    action.sa_flags = SA_RESTART;
+    sigfillset(&action.sa_mask);
+    if (sigaction(SIGINT, &action, &old_sigint_) != 0 ||
+        sigaction(SIGHUP, &action, &old_sighup_) != 0) {
+      CORTADO_THROW(kInternal, "cannot install the SIGINT/SIGHUP handlers");
+    }
+  }
+  ~SignalGuard() {
+    sigaction(SIGINT, &old_sigint_, nullptr);
+    sigaction(SIGHUP, &old_sighup_, nullptr);
+  }
+  SignalGuard(const SignalGuard&) = delete;
+  SignalGuard& operator=(const SignalGuard&) = delete;
+
+  // One pending request per call, SIGINT first (as Caffe's SignalHandler).
+  SolverAction Check() const {
+    if (got_sigint.exchange(0)) return sigint_effect_;
+    if (got_sighup.exchange(0)) return sighup_effect_;
+    return SolverAction::kNone;
+  }
+
+ private:
+  SolverAction sigint_effect_;
+  SolverAction sighup_effect_;
+  struct sigaction old_sigint_ = {};
+  struct sigaction old_sighup_ = {};
+};
+
+}  // namespace
+
+std::vector<std::string> SplitList(const std::string& text) {
+  std::vector<std::string> out;
+  std::stringstream ss(text);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    if (!item.empty()) out.push_back(item);
+  }
+  return out;
+}
+
+void CopyWeightsFromFile(const std::string& path, Net* net) {
+  const caffe::NetParameter weights = snapshot::ReadModel(path);
+  try {
+    net->CopyTrainedLayersFrom(weights);
+  } catch (const Error& e) {
+    throw Error(e.code(), fmt::format("{}: {}", path, e.what()), e.file(), e.line());
+  }
+}
+
+Device SolverDevice(const caffe::SolverParameter& param) {
+  if (param.solver_mode() != caffe::SolverParameter::GPU) return Device::Cpu();
+  if (Context::CudaDeviceCount() > 0) return Device::Cuda(param.device_id());
+  CORTADO_LOG_WARN_ONCE(
+      "solver_mode is GPU but this build or machine has no CUDA device; training on the CPU");
+  return Device::Cpu();
+}
+
+int TrainCommand(int argc, char** argv) {
+  const std::vector<FlagSpec> specs = {
+      {"solver", "", "the solver prototxt"},
+      {"snapshot", "", "a .solverstate[.h5] to resume training from"},
+      {"weights", "", "comma-separated .caffemodel[.h5] files to fine-tune from"},
+      {"iterations", "", "train to this many iterations (overrides max_iter)"},
+      {"sigint_effect", "stop", "what SIGINT does: stop, snapshot or none"},
+      {"sighup_effect", "snapshot", "what SIGHUP does: snapshot, stop or none"},
+      {"level", "", "train net level (overrides train_state)"},
+      {"stage", "", "comma-separated train net stages (added to train_state)"},
+      {"threads", "0", "CPU threads (0: all cores this process may use)"},
+  };
+  Flags flags(argc, argv, 2, specs);
+  if (flags.Get("solver").empty()) {
+    CORTADO_THROW(kInvalidArgument, "cortado train needs --solver\n{}", Flags::Usage(specs));
+  }
+  if (!flags.Get("snapshot").empty() && !flags.Get("weights").empty()) {
+    CORTADO_THROW(kInvalidArgument,
+                  "give --snapshot to resume training or --weights to fine-tune, but not both");
+  }
+  const SolverAction sigint_effect = ParseEffect("sigint_effect", flags.Get("sigint_effect"));
+  const SolverAction sighup_effect = ParseEffect("sighup_effect", flags.Get("sighup_effect"));
+  if (flags.GetInt("threads") > 0) Context::SetNumThreads(flags.GetInt("threads"));
+
+  caffe::SolverParameter param = ReadSolverFile(flags.Get("solver"));
+  if (flags.IsSet("level")) param.mutable_train_state()->set_level(flags.GetInt("level"));
+  for (const auto& stage : SplitList(flags.Get("stage"))) {
+    param.mutable_train_state()->add_stage(stage);
+  }
+  if (flags.IsSet("iterations")) {
+    const int iterations = flags.GetInt("iterations");
+    if (iterations < 0) {
+      CORTADO_THROW(kInvalidArgument, "--iterations must not be negative, got {}", iterations);
+    }
+    param.set_max_iter(iterations);
+  }
+
+  Context ctx(SolverDevice(param));
+  CORTADO_LOG_INFO("Starting Optimization");
+  std::unique_ptr<Solver> solver = CreateSolver(param, &ctx);
+  SignalGuard signals(sigint_effect, sighup_effect);
+  solver->set_action_callback([&signals] { return signals.Check(); });
+  if (!flags.Get("snapshot").empty()) {
+    CORTADO_LOG_INFO("Resuming from {}", flags.Get("snapshot"));
+    solver->Solve(flags.Get("snapshot"));
+  } else {
+    for (const auto& path : SplitList(flags.Get("weights"))) {
+      CORTADO_LOG_INFO("Finetuning from {}", path);
+      CopyWeightsFromFile(path, solver->net());
+      for (const auto& test_net : solver->test_nets()) CopyWeightsFromFile(path, test_net.get());
+    }
+    solver->Solve();
+  }
+  CORTADO_LOG_INFO("Optimization Done.");
+  return 0;
+}
+
+}  // namespace cortado::tools
