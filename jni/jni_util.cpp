@@ -22,6 +22,7 @@ enum ClassId {
   kCortadoCudaException,
   kOutOfMemoryError,
   kString,
+  kByteArray,
   kNumClasses,
 };
 
@@ -33,6 +34,7 @@ constexpr const char* kClassNames[kNumClasses] = {
     "io/cortado/CortadoCudaException",
     "java/lang/OutOfMemoryError",
     "java/lang/String",
+    "[B",
 };
 
 jclass g_classes[kNumClasses] = {};
@@ -177,6 +179,27 @@ jintArray NewIntArray(JNIEnv* env, const std::vector<int>& values) {
   CheckJavaException(env);
   env->SetIntArrayRegion(array, 0, n, values.data());
   CheckJavaException(env);
+  return array;
+}
+
+jfloatArray NewFloatArray(JNIEnv* env, const std::vector<float>& values) {
+  const jsize n = CheckedLength(values.size(), "a float[]");
+  jfloatArray array = env->NewFloatArray(n);
+  CheckJavaException(env);
+  env->SetFloatArrayRegion(array, 0, n, values.data());
+  CheckJavaException(env);
+  return array;
+}
+
+jobjectArray NewByteArrayArray(JNIEnv* env, const std::vector<std::string>& byte_strings) {
+  jobjectArray array = env->NewObjectArray(CheckedLength(byte_strings.size(), "a byte[][]"),
+                                           g_classes[kByteArray], nullptr);
+  CheckJavaException(env);
+  for (size_t i = 0; i < byte_strings.size(); ++i) {
+    LocalRef element{env, NewByteArray(env, byte_strings[i])};
+    env->SetObjectArrayElement(array, static_cast<jsize>(i), element.ref);
+    CheckJavaException(env);
+  }
   return array;
 }
 

@@ -107,7 +107,10 @@ std::string ToStdString(JNIEnv* env, jstring string, const char* what);
 jstring NewString(JNIEnv* env, const std::string& text);
 jobjectArray NewStringArray(JNIEnv* env, const std::vector<std::string>& strings);
 jintArray NewIntArray(JNIEnv* env, const std::vector<int>& values);
+jfloatArray NewFloatArray(JNIEnv* env, const std::vector<float>& values);
 jbyteArray NewByteArray(JNIEnv* env, const std::string& bytes);
+// A byte[][] holding one byte[] per element.
+jobjectArray NewByteArrayArray(JNIEnv* env, const std::vector<std::string>& byte_strings);
 
 // ---- arrays ---------------------------------------------------------------------------------
 
