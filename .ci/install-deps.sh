@@ -20,6 +20,9 @@ missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
+# The JNI shim and scala-bridge need a JDK (17 or newer) and Maven; any installed ones will do.
+command -v javac >/dev/null || missing+=(default-jdk-headless)
+command -v mvn >/dev/null || missing+=(maven)
 if ((${#missing[@]})); then
   sudo_cmd=()
   if [[ $(id -u) -ne 0 ]]; then sudo_cmd=(sudo); fi

@@ -18,7 +18,8 @@ class NativeLoaderSuite extends AnyFunSuite {
   }
 
   test("without cortado.native.dir the libraries come from the jar's resources") {
-    assume(System.getProperty(NativeLoader.NATIVE_DIR_PROPERTY) == null)
+    val dir = System.getProperty(NativeLoader.NATIVE_DIR_PROPERTY)
+    assume(dir == null || dir.isEmpty, s"${NativeLoader.NATIVE_DIR_PROPERTY}=$dir")
     NativeLoader.LIBRARIES.foreach { name =>
       val resource = NativeLoader.resourceFolder() + "/" + name
       assert(getClass.getClassLoader.getResource(resource) != null, resource)
