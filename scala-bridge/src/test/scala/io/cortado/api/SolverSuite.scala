@@ -1,0 +1,27 @@
+// SPDX-License-Identifier: Apache-2.0
+package io.cortado.api
+
+import org.scalatest.funsuite.AnyFunSuite
+
+import io.cortado.Arm.withResource
+import io.cortado.jni.NativeSolverSuite
+
+class SolverSuite extends AnyFunSuite {
+
+  test("Solver: trains, tests, snapshots and restores") {
+    val solverText = NativeSolverSuite.Solver
+    val netText = Some(NativeSolverSuite.RegressionNet)
+    val (snapshot, loss) = withResource(Solver(solverText, "solver.prototxt", netText)) { s =>
+      val first = s.step(1)
+      val later = s.step(20)
+      assert(later < first, s"loss $first -> $later")
+      assert(s.test().map(_._1) === Seq("0/loss"))
+      (s.snapshot(), s.step(1))
+    }
+    withResource(Solver(solverText, "solver.prototxt", netText)) { s =>
+      s.restore(snapshot)
+      assert(s.iter === 21)
+      assert(s.step(1) === loss)
+    }
+  }
+}
