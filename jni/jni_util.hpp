@@ -77,6 +77,17 @@ void Guard(JNIEnv* env, F&& body) noexcept {
   }
 }
 
+// Runs body(); a cortado::Error it throws is rethrown with "source: " in front of its message, so
+// that errors found while building a net or solver from text name the text they came from.
+template <typename F>
+void WithSource(const std::string& source, F&& body) {
+  try {
+    body();
+  } catch (const Error& e) {
+    throw Error(e.code(), source + ": " + e.what(), e.file(), e.line());
+  }
+}
+
 // ---- strings --------------------------------------------------------------------------------
 
 // RAII over GetStringUTFChars. The bytes are Java's modified UTF-8, which differs from UTF-8 only

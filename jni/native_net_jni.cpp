@@ -54,7 +54,7 @@ JNIEXPORT jlong JNICALL Java_io_cortado_jni_NativeNet_create(JNIEnv* env, jclass
     param.mutable_state()->set_phase(static_cast<caffe::Phase>(phase));
     auto handle = std::make_unique<jni::NetHandle>();
     handle->ctx = std::make_unique<cortado::Context>(jni::DeviceFor(device), seed);
-    handle->net = std::make_unique<Net>(param, handle->ctx.get());
+    jni::WithSource(name, [&] { handle->net = std::make_unique<Net>(param, handle->ctx.get()); });
     return jni::ToHandle(std::move(handle));
   });
 }

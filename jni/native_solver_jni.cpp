@@ -112,7 +112,8 @@ JNIEXPORT jlong JNICALL Java_io_cortado_jni_NativeSolver_create(JNIEnv* env, jcl
     param.set_snapshot_prefix((handle->dir->path() / "snapshot").string());
     handle->ctx = std::make_unique<cortado::Context>(device == -1 ? cortado::Device::Cpu()
                                                                   : cortado::Device::Cuda(device));
-    handle->solver = cortado::CreateSolver(param, handle->ctx.get());
+    jni::WithSource(solver_name,
+                    [&] { handle->solver = cortado::CreateSolver(param, handle->ctx.get()); });
     return jni::ToHandle(std::move(handle));
   });
 }

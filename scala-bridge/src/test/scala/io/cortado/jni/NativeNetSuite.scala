@@ -119,6 +119,7 @@ class NativeNetSuite extends AnyFunSuite {
     val e = intercept[CortadoConfigException] {
       NativeNet.create(misfit, "misfit.prototxt", NativeNet.TEST, -1, 1)
     }
+    assert(e.getMessage.startsWith("misfit.prototxt: "), e.getMessage)
     assert(e.getMessage.contains("'sum' (Eltwise)"), e.getMessage)
     assert(e.getMessage.contains("2 3 (6)") && e.getMessage.contains("2 4 (8)"), e.getMessage)
     // Still alive: the next net works.

@@ -42,7 +42,8 @@ class NativeOnExecutorsSuite extends AnyFunSuite with PerTest {
       .collectFirst { case c: CortadoConfigException => c }
     // In local mode the task's exception object itself comes back as the cause.
     assert(cause.isDefined || e.getMessage.contains("CortadoConfigException"), e.getMessage)
-    assert(e.getMessage.contains("unknown layer type 'Frobnicate'"), e.getMessage)
+    assert(e.getMessage.contains("task.prototxt: layer 'x': unknown layer type 'Frobnicate'"),
+      e.getMessage)
     // The session (and the JVM) still work.
     assert(ss.sparkContext.parallelize(1 to 3).sum() === 6)
   }

@@ -12,18 +12,22 @@ trait PerTest extends BeforeAndAfterEach { self: Suite =>
 
   protected val numWorkers: Int = 2
 
+  /** The master URL; suites that need executor JVMs override it (see LocalClusterSuite). */
+  protected def master: String = s"local[$numWorkers]"
+
   @transient private var currentSession: SparkSession = _
 
   protected def sparkSessionBuilder: SparkSession.Builder =
     SparkSession
       .builder()
-      .master(s"local[$numWorkers]")
+      .master(master)
       .appName(getClass.getSimpleName)
       .config("spark.ui.enabled", "false")
       .config("spark.driver.host", "127.0.0.1")
       .config("spark.driver.bindAddress", "127.0.0.1")
       .config("spark.barrier.sync.timeout", "10")
       .config("spark.stage.maxConsecutiveAttempts", "1")
+      .config("spark.task.maxFailures", "1")
       .config("spark.sql.shuffle.partitions", numWorkers.toString)
 
   def ss: SparkSession = {
