@@ -3,8 +3,9 @@
 //
 // Snapshots cross JNI as bytes. The Solver writes and reads snapshot files only, so the handle
 // owns a private temporary directory: snapshot() lets the solver write there and reads the two
-// files back; restore() writes the bytes there (pointing the state's learned_net at the model
-// file) and lets the solver read them. The files are removed as soon as the call ends.
+// files back (naming the caller's model path as the state's learned_net); restore() writes the
+// bytes there (pointing the state's learned_net at the model file) and lets the solver read them.
+// The files are removed as soon as the call ends.
 #include <stdlib.h>  // mkdtemp
 
 #include <filesystem>
@@ -137,14 +138,23 @@ JNIEXPORT jint JNICALL Java_io_cortado_jni_NativeSolver_iter(JNIEnv* env, jclass
 }
 
 JNIEXPORT jobjectArray JNICALL Java_io_cortado_jni_NativeSolver_snapshot(JNIEnv* env, jclass,
-                                                                         jlong handle) {
+                                                                         jlong handle,
+                                                                         jstring learned_net) {
   return jni::Guard(env, jobjectArray{nullptr}, [&] {
     cortado::Solver& solver = jni::GetSolver(handle);
+    const std::string learned_net_path = jni::ToStdString(env, learned_net, "learnedNet");
     const jni::RemoveOnExit model{solver.SnapshotFilename(".caffemodel")};
     const jni::RemoveOnExit state{solver.SnapshotFilename(".solverstate")};
     solver.Snapshot();
-    return jni::NewByteArrayArray(
-        env, {cortado::io::ReadFile(model.path), cortado::io::ReadFile(state.path)});
+    // The state names the model where the caller will put it, not in our temporary directory.
+    caffe::SolverState solver_state;
+    cortado::io::ReadProtoFromBinaryFile(state.path, &solver_state);
+    solver_state.set_learned_net(learned_net_path);
+    std::string state_bytes;
+    if (!solver_state.SerializeToString(&state_bytes)) {
+      CORTADO_THROW(kInvalidArgument, "cannot serialise the solver state (over 2 GiB?)");
+    }
+    return jni::NewByteArrayArray(env, {cortado::io::ReadFile(model.path), state_bytes});
   });
 }
 

@@ -43,9 +43,11 @@ public final class NativeSolver {
   /**
    * The current model and solver state: {@code [model, state]}, a .caffemodel (binary
    * NetParameter with the weights) and a .solverstate (binary SolverState: iteration, lr step,
-   * history). The state's learned_net names a temporary file that is gone: restore both together.
+   * history). The state's learned_net is {@code learnedNet}: where the caller will store the
+   * model, so that {@code cortado train --snapshot} finds it (Caffe also looks for its file name
+   * next to the state file). {@link #restore} ignores it.
    */
-  public static native byte[][] snapshot(long handle);
+  public static native byte[][] snapshot(long handle, String learnedNet);
 
   /** Restores what {@link #snapshot} returned (from this or another solver of the same nets). */
   public static native void restore(long handle, byte[] model, byte[] state);

@@ -19,8 +19,12 @@ final class Solver private (private var handle: Long) extends AutoCloseable {
 
   def iter: Int = NativeSolver.iter(live)
 
-  def snapshot(): SolverSnapshot = {
-    val Array(model, state) = NativeSolver.snapshot(live)
+  /**
+   * The model and solver state as bytes; the state names `learnedNet` as its model file (where
+   * the model bytes will be stored), as Caffe's snapshots do.
+   */
+  def snapshot(learnedNet: String): SolverSnapshot = {
+    val Array(model, state) = NativeSolver.snapshot(live, learnedNet)
     SolverSnapshot(model, state)
   }
 

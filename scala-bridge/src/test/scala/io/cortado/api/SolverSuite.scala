@@ -16,7 +16,7 @@ class SolverSuite extends AnyFunSuite {
       val later = s.step(20)
       assert(later < first, s"loss $first -> $later")
       assert(s.test().map(_._1) === Seq("0/loss"))
-      (s.snapshot(), s.step(1))
+      (s.snapshot("regression_iter_21.caffemodel"), s.step(1))
     }
     withResource(Solver(solverText, "solver.prototxt", netText)) { s =>
       s.restore(snapshot)

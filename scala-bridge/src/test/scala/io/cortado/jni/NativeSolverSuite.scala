@@ -69,7 +69,7 @@ class NativeSolverSuite extends AnyFunSuite {
   test("snapshot bytes restore into a new solver, which then trains as the first one does") {
     val (model, state, expected) = withSolver() { solver =>
       NativeSolver.step(solver, 5)
-      val Array(model, state) = NativeSolver.snapshot(solver)
+      val Array(model, state) = NativeSolver.snapshot(solver, "x_iter_5.caffemodel")
       (model, state, Seq.fill(3)(NativeSolver.step(solver, 1)))
     }
     assert(model.nonEmpty && state.nonEmpty)
@@ -92,7 +92,7 @@ class NativeSolverSuite extends AnyFunSuite {
     val wide = RegressionNet.replace("dim: 4 dim: 3", "dim: 4 dim: 5")
     val handle = NativeSolver.create(Solver, "solver.prototxt", wide, "wide.prototxt", -1)
     val Array(model, state) =
-      try NativeSolver.snapshot(handle)
+      try NativeSolver.snapshot(handle, "wide.caffemodel")
       finally NativeSolver.dispose(handle)
     withSolver() { solver =>
       NativeSolver.step(solver, 2)

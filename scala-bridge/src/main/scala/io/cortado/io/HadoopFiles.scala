@@ -1,0 +1,83 @@
+// SPDX-License-Identifier: Apache-2.0
+package io.cortado.io
+
+import java.io.{FileNotFoundException, IOException}
+import java.util.UUID
+
+import org.apache.hadoop.conf.Configuration
+import org.apache.hadoop.fs.{FileSystem, Path}
+import org.apache.hadoop.io.IOUtils
+
+import io.cortado.CortadoIOException
+
+/**
+ * Whole files through Hadoop's FileSystem API, so that any path Hadoop knows works (`file:`,
+ * `hdfs:`, `s3a:`, or a plain path on the default file system). Errors are CortadoIOException
+ * naming the path. Thread-safe.
+ */
+object HadoopFiles {
+
+  /** The whole file; a missing file or a read failure names the path. */
+  def readBytes(path: String, conf: Configuration): Array[Byte] = {
+    val p = new Path(path)
+    try {
+      val fs = p.getFileSystem(conf)
+      val length = fs.getFileStatus(p).getLen
+      if (length > Int.MaxValue - 8) {
+        throw new CortadoIOException(s"$path: $length bytes do not fit a Java array")
+      }
+      val bytes = new Array[Byte](length.toInt)
+      val in = fs.open(p)
+      try IOUtils.readFully(in, bytes, 0, bytes.length)
+      finally in.close()
+      bytes
+    } catch {
+      case e: FileNotFoundException => throw new CortadoIOException(s"$path does not exist", e)
+      case e: IOException => throw new CortadoIOException(s"cannot read $path: $e", e)
+    }
+  }
+
+  /**
+   * Writes `bytes` to `path` through a temporary file in the same directory renamed into place,
+   * so that readers never see a partial file under the final name. An existing file is replaced.
+   */
+  def writeBytesAtomic(path: String, bytes: Array[Byte], conf: Configuration): Unit = {
+    val target = new Path(path)
+    val temp = new Path(target.getParent, s".${target.getName}.${UUID.randomUUID()}.tmp")
+    try {
+      val fs = target.getFileSystem(conf)
+      val out = fs.create(temp, true)
+      try out.write(bytes)
+      finally out.close()
+      if (fs.exists(target)) fs.delete(target, false)
+      if (!fs.rename(temp, target)) {
+        fs.delete(temp, false)
+        throw new CortadoIOException(s"cannot rename $temp to $path")
+      }
+    } catch {
+      case e: CortadoIOException => throw e
+      case e: IOException => throw new CortadoIOException(s"cannot write $path: $e", e)
+    }
+  }
+
+  /** True when `path` exists. */
+  def exists(path: String, conf: Configuration): Boolean = {
+    val p = new Path(path)
+    try p.getFileSystem(conf).exists(p)
+    catch {
+      case e: IOException => throw new CortadoIOException(s"cannot look up $path: $e", e)
+    }
+  }
+
+  /** The names of the files directly in `dir` (none when it does not exist). */
+  def listNames(dir: String, conf: Configuration): Seq[String] = {
+    val p = new Path(dir)
+    try {
+      val fs: FileSystem = p.getFileSystem(conf)
+      if (!fs.exists(p)) Seq.empty
+      else fs.listStatus(p).toSeq.filter(_.isFile).map(_.getPath.getName)
+    } catch {
+      case e: IOException => throw new CortadoIOException(s"cannot list $dir: $e", e)
+    }
+  }
+}

@@ -1,0 +1,41 @@
+// SPDX-License-Identifier: Apache-2.0
+package io.cortado.io
+
+import org.apache.hadoop.conf.Configuration
+import org.scalatest.funsuite.AnyFunSuite
+
+import io.cortado.Arm.withResource
+import io.cortado.TestDirs.withTempDir
+import io.cortado.api.Solver
+import io.cortado.jni.NativeSolverSuite
+
+class SnapshotsSuite extends AnyFunSuite {
+
+  private val conf = new Configuration()
+
+  private def newSolver(): Solver =
+    Solver(NativeSolverSuite.Solver, "solver.prototxt", Some(NativeSolverSuite.RegressionNet))
+
+  test("snapshots are written with Caffe's names, the latest is found, and a run resumes") {
+    withTempDir("cortado-snapshots") { dir =>
+      val prefix = dir.toUri.toString + "regression"
+      assert(Snapshots.latest(prefix, conf) === None)
+      val expected = withResource(newSolver()) { solver =>
+        solver.step(4)
+        assert(Snapshots.write(solver, prefix, conf) === Snapshots.files(prefix, 4))
+        solver.step(6)
+        Snapshots.write(solver, prefix, conf)
+        solver.step(3)
+      }
+      // A state without its model (an interrupted write elsewhere) is not complete.
+      HadoopFiles.writeBytesAtomic(prefix + "_iter_20.solverstate", Array[Byte](0), conf)
+      val latest = Snapshots.latest(prefix, conf)
+      assert(latest === Some(Snapshots.files(prefix, 10)))
+      withResource(newSolver()) { solver =>
+        solver.restore(Snapshots.read(latest.get, conf))
+        assert(solver.iter === 10)
+        assert(solver.step(3) === expected)
+      }
+    }
+  }
+}
