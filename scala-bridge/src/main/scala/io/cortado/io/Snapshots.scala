@@ -30,7 +30,9 @@ object Snapshots {
   }
 
   def read(files: SnapshotFiles, conf: Configuration): SolverSnapshot =
-    SolverSnapshot(HadoopFiles.readBytes(files.model, conf), HadoopFiles.readBytes(files.state, conf))
+    SolverSnapshot(
+      HadoopFiles.readBytes(files.model, conf),
+      HadoopFiles.readBytes(files.state, conf))
 
   /** The complete snapshot with the highest iteration under `prefix`, if any. */
   def latest(prefix: String, conf: Configuration): Option[SnapshotFiles] = {

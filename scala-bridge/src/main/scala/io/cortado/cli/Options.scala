@@ -1,0 +1,163 @@
+// SPDX-License-Identifier: Apache-2.0
+package io.cortado.cli
+
+import scala.annotation.tailrec
+import scala.util.Try
+
+/**
+ * The command line of CaffeOnSpark's main class, so that its users' `spark-submit` lines keep
+ * working: single-dash flags (`-conf solver.prototxt -train -model hdfs:///m`), a double dash
+ * accepted too. Defaults follow CaffeOnSpark's Config: output "output", outputFormat "json",
+ * devices 1, clusterSize 1, connection "infiniband".
+ *
+ * @param conf          the solver prototxt (-conf), required
+ * @param train         -train: train a model
+ * @param test          -test: test the model and write the metrics
+ * @param features      -features b1,b2: extract these blobs (the label blob is added if given)
+ * @param label         -label: the label blob to include with the features
+ * @param outputFormat  -outputFormat json|parquet: for features and test results
+ * @param model         -model: where the trained model goes (training) or comes from, required
+ * @param output        -output: where test results and features go
+ * @param weights       -weights: a .caffemodel to start from, or that of the -snapshot
+ * @param snapshot      -snapshot: a .solverstate to resume from (needs -weights, as CaffeOnSpark)
+ * @param devices       -devices: devices (GPUs, or CPU workers) per executor
+ * @param connection    -connection ethernet|infiniband
+ * @param clusterSize   -clusterSize: number of executors
+ * @param persistent    -persistent: cache the training data on the executors' local disks
+ * @param resize        -resize: resize input images to the data layer's shape
+ */
+final case class Options(
+    conf: String = "",
+    train: Boolean = false,
+    test: Boolean = false,
+    features: Seq[String] = Seq.empty,
+    label: String = "",
+    outputFormat: String = "json",
+    model: String = "",
+    output: String = "output",
+    weights: String = "",
+    snapshot: String = "",
+    devices: Int = 1,
+    connection: String = "infiniband",
+    clusterSize: Int = 1,
+    persistent: Boolean = false,
+    resize: Boolean = false) {
+
+  /** Features requested (CaffeOnSpark: with both -test and -features, only features run). */
+  def extractFeatures: Boolean = features.nonEmpty
+
+  /** -test without -features. */
+  def runTest: Boolean = test && features.isEmpty
+
+  /** The blobs to extract: the features, then the label if it is not among them. */
+  def featureBlobs: Seq[String] =
+    if (label.nonEmpty && !features.contains(label)) features :+ label else features
+}
+
+object Options {
+
+  val Usage: String =
+    """Usage: spark-submit [spark options] cortado.jar FLAGS (CaffeOnSpark's flags)
+      |  -conf FILE           solver prototxt (required)
+      |  -model PATH          model to write (with -train) or to read (required)
+      |  -train               train the model
+      |  -test                test the model; results go to -output
+      |  -features B1,B2      extract these blobs to -output (replaces -test)
+      |  -label BLOB          label blob to add to the extracted features
+      |  -outputFormat F      json (default) or parquet
+      |  -output PATH         where test results and features go (default: output)
+      |  -weights FILE        .caffemodel to start from (the -snapshot's model when resuming)
+      |  -snapshot FILE       .solverstate to resume training from (needs -weights)
+      |  -devices N           devices per executor (default 1)
+      |  -connection C        ethernet or infiniband (default)
+      |  -clusterSize N       number of executors (default 1)
+      |  -persistent          cache the training data on the executors' local disks
+      |  -resize              resize input images to the data layer's shape""".stripMargin
+
+  private val valued =
+    Set("conf", "features", "label", "outputFormat", "model", "output", "weights", "snapshot",
+      "devices", "connection", "clusterSize")
+  private val switches = Set("train", "test", "persistent", "resize")
+
+  /** The options, or an error message (followed by Usage when shown to a user). */
+  def parse(args: Seq[String]): Either[String, Options] = {
+    @tailrec
+    def loop(rest: List[String], seen: Set[String], o: Options): Either[String, Options] =
+      rest match {
+        case Nil => Right(o)
+        case flag :: tail =>
+          val name = flag.stripPrefix("-").stripPrefix("-")
+          if (!flag.startsWith("-") || name.isEmpty) {
+            Left(s"unexpected argument '$flag'")
+          } else if (seen(name)) {
+            Left(s"-$name given twice")
+          } else if (switches(name)) {
+            loop(tail, seen + name, set(o, name, ""))
+          } else if (!valued(name)) {
+            Left(s"unknown flag '$flag'")
+          } else {
+            tail match {
+              case value :: more if !value.startsWith("-") || Try(value.toDouble).isSuccess =>
+                setValue(o, name, value) match {
+                  case Left(error) => Left(error)
+                  case Right(next) => loop(more, seen + name, next)
+                }
+              case _ => Left(s"-$name needs a value")
+            }
+          }
+      }
+    loop(args.toList, Set.empty, Options()).flatMap(check)
+  }
+
+  private def set(o: Options, name: String, value: String): Options = name match {
+    case "train" => o.copy(train = true)
+    case "test" => o.copy(test = true)
+    case "persistent" => o.copy(persistent = true)
+    case "resize" => o.copy(resize = true)
+    case "conf" => o.copy(conf = value)
+    case "label" => o.copy(label = value)
+    case "model" => o.copy(model = value)
+    case "output" => o.copy(output = value)
+    case "weights" => o.copy(weights = value)
+    case "snapshot" => o.copy(snapshot = value)
+    case _ => o
+  }
+
+  private def setValue(o: Options, name: String, value: String): Either[String, Options] = {
+    def positive(what: String): Either[String, Int] =
+      Try(value.toInt).toOption
+        .filter(_ > 0)
+        .toRight(s"-$what must be a positive integer, not '$value'")
+    name match {
+      case "devices" => positive(name).map(n => o.copy(devices = n))
+      case "clusterSize" => positive(name).map(n => o.copy(clusterSize = n))
+      case "features" =>
+        val blobs = value.split(",").map(_.trim).toSeq
+        if (blobs.exists(_.isEmpty)) Left(s"-features has an empty blob name: '$value'")
+        else Right(o.copy(features = blobs))
+      case "outputFormat" =>
+        if (Set("json", "parquet")(value)) Right(o.copy(outputFormat = value))
+        else Left(s"-outputFormat must be json or parquet, not '$value'")
+      case "connection" =>
+        val c = value.toLowerCase
+        if (Set("ethernet", "infiniband")(c)) Right(o.copy(connection = c))
+        else Left(s"-connection must be ethernet or infiniband, not '$value'")
+      case _ => Right(set(o, name, value))
+    }
+  }
+
+  private def check(o: Options): Either[String, Options] =
+    if (o.conf.isEmpty) Left("-conf (the solver prototxt) is required")
+    else if (o.model.isEmpty) Left("-model is required")
+    else if (!o.train && !o.test && o.features.isEmpty) {
+      Left("nothing to do: give -train, -test or -features")
+    } else if (o.snapshot.nonEmpty && o.weights.isEmpty) {
+      Left("-snapshot needs -weights (the snapshot's model file), as in CaffeOnSpark")
+    } else if (o.snapshot.nonEmpty && !o.train) {
+      Left("-snapshot resumes training: it needs -train")
+    } else if (o.label.nonEmpty && o.features.isEmpty) {
+      Left("-label adds a blob to -features: it needs -features")
+    } else {
+      Right(o)
+    }
+}

@@ -1,0 +1,55 @@
+// SPDX-License-Identifier: Apache-2.0
+package io.cortado.cli
+
+import org.scalatest.funsuite.AnyFunSuite
+
+class OptionsSuite extends AnyFunSuite {
+
+  private def parse(line: String): Either[String, Options] = Options.parse(line.split(" ").toSeq)
+
+  test("a CaffeOnSpark training line parses, with CaffeOnSpark's defaults") {
+    val o = parse("-train -persistent -conf lenet_solver.prototxt -model hdfs:///m/lenet.model " +
+      "-devices 2 -connection ethernet -clusterSize 3").toOption.get
+    assert(o === Options(conf = "lenet_solver.prototxt", train = true, persistent = true,
+      model = "hdfs:///m/lenet.model", devices = 2, connection = "ethernet", clusterSize = 3))
+    assert(o.output === "output" && o.outputFormat === "json" && !o.resize)
+  }
+
+  test("features with a label; features replace test, as in CaffeOnSpark") {
+    val o = parse("-features accuracy,ip1,ip2 -label label -test -conf s.prototxt -model m " +
+      "-outputFormat parquet --output out").toOption.get
+    assert(o.featureBlobs === Seq("accuracy", "ip1", "ip2", "label"))
+    assert(o.extractFeatures && !o.runTest)
+    assert(o.outputFormat === "parquet" && o.output === "out")
+  }
+
+  test("unknown, repeated, malformed and conflicting flags are errors") {
+    val base = "-conf s.prototxt -model m"
+    val errors = Seq(
+      s"$base -train -frobnicate" -> "unknown flag '-frobnicate'",
+      s"$base -train -train" -> "-train given twice",
+      s"$base -train -devices two" -> "-devices must be a positive integer, not 'two'",
+      s"$base -train -devices 0" -> "-devices must be a positive integer, not '0'",
+      s"$base -test -outputFormat csv" -> "-outputFormat must be json or parquet, not 'csv'",
+      s"$base -train -connection carrier-pigeon" -> "-connection must be ethernet or infiniband",
+      s"$base -train -snapshot s.solverstate" -> "-snapshot needs -weights",
+      s"$base -test -snapshot s.solverstate -weights w" -> "-snapshot resumes training",
+      s"$base -test -label label" -> "-label adds a blob to -features",
+      s"$base -train -features" -> "-features needs a value",
+      s"$base -train stray" -> "unexpected argument 'stray'",
+      "-model m -train" -> "-conf (the solver prototxt) is required",
+      "-conf s.prototxt -train" -> "-model is required",
+      base -> "nothing to do")
+    errors.foreach { case (line, expected) =>
+      val result = parse(line)
+      assert(result.isLeft, s"'$line' parsed")
+      assert(result.left.toOption.get.contains(expected), s"'$line': $result")
+    }
+  }
+
+  test("the usage names every flag") {
+    Seq("conf", "model", "train", "test", "features", "label", "outputFormat", "output",
+      "weights", "snapshot", "devices", "connection", "clusterSize", "persistent", "resize")
+      .foreach(flag => assert(Options.Usage.contains(s"-$flag "), flag))
+  }
+}
