@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-package io.cortado.io
+package io.cortado.storage
 
 import org.apache.hadoop.conf.Configuration
 import org.scalatest.funsuite.AnyFunSuite

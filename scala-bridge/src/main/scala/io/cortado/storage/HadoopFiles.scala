@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-package io.cortado.io
+package io.cortado.storage
 
 import java.io.{FileNotFoundException, IOException}
 import java.util.UUID
