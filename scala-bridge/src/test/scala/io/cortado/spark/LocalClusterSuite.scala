@@ -26,7 +26,8 @@ class LocalClusterSuite extends AnyFunSuite with PerTest {
   override protected def master: String = "local-cluster[1,1,1024]"
 
   override protected def sparkSessionBuilder: SparkSession.Builder = {
-    val sparkHome = new File("target/spark-home")
+    // The pom points SPARK_HOME into target/, where the worker puts its work/ directory.
+    val sparkHome = new File(sys.env.getOrElse("SPARK_HOME", "target/spark-home"))
     sparkHome.mkdirs()
     super.sparkSessionBuilder
       .config("spark.home", sparkHome.getAbsolutePath)
