@@ -33,8 +33,8 @@ void BM_Conv(benchmark::State& state, ConvBenchShape s, const char* engine, Pass
   p->add_kernel_size(s.kernel);
   p->add_pad(s.pad);
   p->mutable_weight_filler()->set_type("xavier");
-  caffe::ConvolutionParameter::Engine e;
-  caffe::ConvolutionParameter::Engine_Parse(engine, &e);
+  caffe::ConvolutionParameter::Engine e = caffe::ConvolutionParameter::DEFAULT;
+  if (!caffe::ConvolutionParameter::Engine_Parse(engine, &e)) state.SkipWithError("bad engine");
   p->set_engine(e);
   auto layer = CreateLayer(param, &ctx);
   Tensor bottom({s.num, s.channels, s.size, s.size}), top;
