@@ -2,7 +2,6 @@
 #include "core/context.hpp"
 
 #include <omp.h>
-#include <sched.h>
 
 #include <atomic>
 #include <chrono>
@@ -57,9 +56,7 @@ void Context::Seed(int64_t seed) {
 int Context::NumThreads() {
   int threads = ThreadCount().load();
   if (threads > 0) return threads;
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  if (sched_getaffinity(0, sizeof(set), &set) == 0) return CPU_COUNT(&set);
+  // OpenMP's default honours OMP_NUM_THREADS and else counts the cores this process may use.
   return omp_get_max_threads();
 }
 

@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "layers/loss_normalizer.hpp"
+
 namespace cortado {
 
 void SigmoidCrossEntropyLossLayer::Setup(const std::vector<Tensor*>& /*bottom*/,
@@ -39,23 +41,7 @@ void SigmoidCrossEntropyLossLayer::Reshape(const std::vector<Tensor*>& bottom,
 }
 
 float SigmoidCrossEntropyLossLayer::Normalizer(int valid_count) const {
-  float normalizer = 1.0f;
-  switch (normalization_) {
-    case caffe::LossParameter::FULL:
-      normalizer = static_cast<float>(outer_num_ * inner_num_);
-      break;
-    case caffe::LossParameter::VALID:
-      normalizer = static_cast<float>(valid_count == -1 ? outer_num_ * inner_num_ : valid_count);
-      break;
-    case caffe::LossParameter::BATCH_SIZE:
-      normalizer = static_cast<float>(outer_num_);
-      break;
-    case caffe::LossParameter::NONE:
-      normalizer = 1.0f;
-      break;
-  }
-  // Every target ignored would otherwise divide by zero (Caffe: max(1, n)).
-  return std::max(1.0f, normalizer);
+  return LossNormalizer(normalization_, outer_num_, inner_num_, valid_count);
 }
 
 void SigmoidCrossEntropyLossLayer::ForwardCpu(const std::vector<Tensor*>& bottom,

@@ -5,6 +5,7 @@
 #include <cfloat>
 #include <cmath>
 
+#include "layers/loss_normalizer.hpp"
 #include "math/math.hpp"
 
 namespace cortado {
@@ -63,23 +64,7 @@ void SoftmaxWithLossLayer::Reshape(const std::vector<Tensor*>& bottom,
 }
 
 float SoftmaxWithLossLayer::Normalizer(int valid_count) const {
-  float normalizer = 1.0f;
-  switch (normalization_) {
-    case caffe::LossParameter::FULL:
-      normalizer = static_cast<float>(outer_num_ * inner_num_);
-      break;
-    case caffe::LossParameter::VALID:
-      normalizer = static_cast<float>(valid_count == -1 ? outer_num_ * inner_num_ : valid_count);
-      break;
-    case caffe::LossParameter::BATCH_SIZE:
-      normalizer = static_cast<float>(outer_num_);
-      break;
-    case caffe::LossParameter::NONE:
-      normalizer = 1.0f;
-      break;
-  }
-  // A batch with every label ignored would otherwise divide by zero (Caffe: max(1, n)).
-  return std::max(1.0f, normalizer);
+  return LossNormalizer(normalization_, outer_num_, inner_num_, valid_count);
 }
 
 int SoftmaxWithLossLayer::LabelAt(const float* labels, int index) const {

@@ -2,6 +2,7 @@
 #include "tools/flags.hpp"
 
 #include <cstdlib>
+#include <sstream>
 
 #include "core/error.hpp"
 
@@ -66,6 +67,16 @@ std::string Flags::Usage(const std::vector<FlagSpec>& specs) {
   for (const auto& spec : specs) {
     out += fmt::format("  --{} ({}){}\n", spec.name, spec.help,
                        spec.default_value.empty() ? "" : " default: " + spec.default_value);
+  }
+  return out;
+}
+
+std::vector<std::string> SplitList(const std::string& text) {
+  std::vector<std::string> out;
+  std::stringstream stream(text);
+  std::string item;
+  while (std::getline(stream, item, ',')) {
+    if (!item.empty()) out.push_back(item);
   }
   return out;
 }

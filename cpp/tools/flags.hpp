@@ -33,4 +33,7 @@ class Flags {
   std::map<std::string, bool> set_;
 };
 
+// "a,b,,c" -> {"a", "b", "c"}: a comma-separated flag value, empty items dropped.
+std::vector<std::string> SplitList(const std::string& text);
+
 }  // namespace cortado::tools

@@ -3,7 +3,6 @@
 // --iterations passes timing every layer's forward and backward; prints the per-layer averages
 // and the average forward, backward and forward-backward time of the whole net.
 #include <chrono>
-#include <sstream>
 
 #include "core/logging.hpp"
 #include "net/net.hpp"
@@ -17,16 +16,6 @@ using Clock = std::chrono::steady_clock;
 
 double MillisSince(Clock::time_point start) {
   return std::chrono::duration<double, std::milli>(Clock::now() - start).count();
-}
-
-std::vector<std::string> SplitCommas(const std::string& text) {
-  std::vector<std::string> out;
-  std::stringstream ss(text);
-  std::string item;
-  while (std::getline(ss, item, ',')) {
-    if (!item.empty()) out.push_back(item);
-  }
-  return out;
 }
 
 }  // namespace
@@ -57,7 +46,7 @@ int TimeCommand(int argc, char** argv) {
   if (flags.GetInt("threads") > 0) Context::SetNumThreads(flags.GetInt("threads"));
   Context ctx(Device::Cpu());
   Net net(flags.Get("model"), ParsePhase(flags.Get("phase")), &ctx, flags.GetInt("level"),
-          SplitCommas(flags.Get("stage")));
+          SplitList(flags.Get("stage")));
   CORTADO_LOG_INFO("Performing Forward");
   const float initial_loss = net.Forward();
   CORTADO_LOG_INFO("Initial loss: {}", initial_loss);

@@ -75,16 +75,6 @@ class SignalGuard {
 
 }  // namespace
 
-std::vector<std::string> SplitList(const std::string& text) {
-  std::vector<std::string> out;
-  std::stringstream ss(text);
-  std::string item;
-  while (std::getline(ss, item, ',')) {
-    if (!item.empty()) out.push_back(item);
-  }
-  return out;
-}
-
 void CopyWeightsFromFile(const std::string& path, Net* net) {
   const caffe::NetParameter weights = snapshot::ReadModel(path);
   try {

@@ -120,6 +120,8 @@ const std::vector<ConvCase>& SmallCases() {
       {"three_d", {2, 2, 4, 5, 4}, 4, 2, {3, 2, 3}, {1, 2, 1}, {1, 0, 1}, {1, 1, 1}},
       {"three_d_dilated", {1, 2, 5, 5, 5}, 2, 1, {2, 2, 2}, {2, 2, 2}, {1, 1, 1}, {2, 2, 2}},
       {"axis_2", {2, 2, 3, 5, 5}, 2, 1, {3, 3}, {1, 1}, {0, 0}, {1, 1}, true, false, 2},
+      // 32 input channels per group: the fast engine's input-gradient path too.
+      {"wide_channels", {2, 32, 4, 4}, 3, 1, {3, 3}, {1, 1}, {1, 1}, {1, 1}},
   };
   return cases;
 }
