@@ -27,7 +27,6 @@ void ConvolutionLayer::Reshape(const std::vector<Tensor*>& bottom,
   const bool wanted = param_.convolution_param().engine() != caffe::ConvolutionParameter::CAFFE;
   if (!wanted || num_spatial_axes_ != 2 || channel_axis_ != 1) {
     fast_.reset();
-    fast_weights_ = fast_data_ = false;
     return;
   }
   math::ConvolutionShape shape;
@@ -49,16 +48,7 @@ void ConvolutionLayer::Reshape(const std::vector<Tensor*>& bottom,
   if (fast_ && shape == fast_shape_) return;
   fast_ = math::MakeFastConvolution(shape);
   fast_shape_ = shape;
-  // Per pass, the faster method as measured on the LeNet and CIFAR-10 shapes (bench/RESULTS.md):
-  // oneDNN always wins forward; for one input channel per group im2col wins the weight
-  // gradient, and below 32 input channels per group im2col wins the input gradient (oneDNN's
-  // blocked layouts pad and reorder small channel counts).
-  const int group_channels = channels_ / group_;
-  fast_weights_ = fast_ != nullptr && group_channels > 1;
-  fast_data_ = fast_ != nullptr && group_channels >= 32;
-  CORTADO_LOG_DEBUG("{}: {} (weight gradient: {}, input gradient: {})", Describe(),
-                    fast_ ? fast_->Name() : std::string("im2col + GEMM"),
-                    fast_weights_ ? "oneDNN" : "im2col", fast_data_ ? "oneDNN" : "im2col");
+  CORTADO_LOG_DEBUG("{}: {}", Describe(), fast_ ? fast_->Name() : std::string("im2col + GEMM"));
 }
 
 void ConvolutionLayer::ForwardCpu(const std::vector<Tensor*>& bottom,
@@ -85,7 +75,7 @@ void ConvolutionLayer::BackwardCpu(const std::vector<Tensor*>& top,
   for (size_t i = 0; i < top.size(); ++i) {
     const float* top_diff = top[i]->cpu_diff();
     const bool bias_diff = bias_term_ && param_propagate_down(1);
-    if (param_propagate_down(0) && fast_weights_) {
+    if (param_propagate_down(0) && fast_) {
       fast_->BackwardWeights(bottom[i]->cpu_data(), top_diff, blobs_[0]->mutable_cpu_diff(),
                              bias_diff ? blobs_[1]->mutable_cpu_diff() : nullptr);
     } else {
@@ -95,7 +85,7 @@ void ConvolutionLayer::BackwardCpu(const std::vector<Tensor*>& top,
       }
     }
     if (propagate_down[i]) {
-      if (fast_data_) {
+      if (fast_) {
         fast_->BackwardData(top_diff, weights, bottom[i]->mutable_cpu_diff());
       } else {
         BackwardGemm(top_diff, weights, bottom[i]->mutable_cpu_diff(), num_);

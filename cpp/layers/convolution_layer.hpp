@@ -10,8 +10,8 @@
 // Blobs: weights [num_output, C / group, kernel_1, ..., kernel_d], bias [num_output].
 // Engines: convolution_param.engine CAFFE always uses im2col + GEMM (Caffe's method); DEFAULT
 // (and CUDNN on the CPU) uses the fast CPU convolution (oneDNN, math/convolution.hpp) for 2-D
-// convolutions over axis 1 when the build has it, and im2col + GEMM otherwise; for few input
-// channels per group the backward passes stay on im2col, which is faster there.
+// convolutions over axis 1 when the build has it (all three passes: it was faster in each on
+// every benchmark shape, bench/RESULTS.md), and im2col + GEMM otherwise.
 // Differences from Caffe: none in results beyond float rounding (see base_conv_layer.hpp for
 // how the batch is chunked into GEMMs); a kernel larger than the padded input is an error
 // naming the shapes.
@@ -41,9 +41,6 @@ class ConvolutionLayer final : public BaseConvolutionLayer {
   // The fast path's plan for the current shape; null when im2col + GEMM is used.
   std::unique_ptr<math::ConvolutionPlan> fast_;
   math::ConvolutionShape fast_shape_;
-  // Which backward passes use the fast plan (forward always does when there is one).
-  bool fast_weights_ = false;
-  bool fast_data_ = false;
 };
 
 }  // namespace cortado
