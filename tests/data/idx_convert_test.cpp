@@ -15,6 +15,7 @@
 
 #include "core/error.hpp"
 #include "data/data_test_util.hpp"
+#include "tools/cli_runner.hpp"
 
 namespace cortado {
 namespace {
@@ -242,26 +243,19 @@ TEST(IdxConvertTest, CommandLineTool) {
   const std::string images = Write(dir, "images", ImagesBytes(3, 2, 3));
   const std::string labels = Write(dir, "labels", LabelsBytes(3));
   const std::string out = dir / "db";
-  const std::string command = std::string(CORTADO_CLI_PATH) + " convert_idx --images=" + images +
-                              " --labels " + labels + " --out=" + out + " 2>&1";
-  auto run = [](const std::string& cmd, int* status) {
-    std::string output;
-    FILE* pipe = popen(cmd.c_str(), "r");
-    char buffer[256];
-    while (pipe != nullptr && fgets(buffer, sizeof(buffer), pipe) != nullptr) output += buffer;
-    *status = pipe != nullptr ? pclose(pipe) : -1;
-    return output;
-  };
-  int status = 0;
-  std::string output = run(command, &status);
-  EXPECT_EQ(status, 0) << output;
-  EXPECT_NE(output.find("Wrote 3 records"), std::string::npos) << output;
+  const std::vector<std::string> args = {"convert_idx", "--images=" + images, "--labels", labels,
+                                         "--out=" + out};
+  cli_testing::CliResult result = cli_testing::RunCli(args);
+  EXPECT_EQ(result.exit_code, 0) << result.output;
+  EXPECT_TRUE(result.Contains("Wrote 3 records")) << result.output;
   CheckTinyDb(out);
-  output = run(command, &status);  // the output exists now
-  EXPECT_NE(status, 0) << output;
-  EXPECT_NE(output.find("already exists"), std::string::npos) << output;
-  output = run(command + " --overwrite", &status);
-  EXPECT_EQ(status, 0) << output;
+  result = cli_testing::RunCli(args);  // the output exists now
+  EXPECT_NE(result.exit_code, 0) << result.output;
+  EXPECT_TRUE(result.Contains("already exists")) << result.output;
+  std::vector<std::string> overwrite = args;
+  overwrite.push_back("--overwrite");
+  result = cli_testing::RunCli(overwrite);
+  EXPECT_EQ(result.exit_code, 0) << result.output;
   CheckTinyDb(out);
 }
 

@@ -5,9 +5,7 @@
 // `cortado time`. Skips with a message when ../shared is absent (a user's fresh clone).
 #include <gtest/gtest.h>
 
-#include <array>
 #include <cmath>
-#include <cstdio>
 #include <filesystem>
 #include <memory>
 #include <set>
@@ -16,6 +14,7 @@
 #include "io/proto_io.hpp"
 #include "math/math.hpp"
 #include "net/net.hpp"
+#include "tools/cli_runner.hpp"
 
 namespace cortado {
 namespace {
@@ -116,27 +115,15 @@ TEST(ReferenceModelsTest, RegistryHoldsEveryLayerType) {
   }
 }
 
-std::string RunCommand(const std::string& command, int* status) {
-  std::string output;
-  std::unique_ptr<FILE, int (*)(FILE*)> pipe(popen((command + " 2>&1").c_str(), "r"), pclose);
-  std::array<char, 4096> buffer;
-  while (fgets(buffer.data(), buffer.size(), pipe.get()) != nullptr) output += buffer.data();
-  *status = pclose(pipe.release());
-  return output;
-}
-
 class ReferenceDeployTimeTest : public ::testing::TestWithParam<const char*> {};
 
 TEST_P(ReferenceDeployTimeTest, RunsUnderCortadoTime) {
   SKIP_WITHOUT_REFERENCE_MODELS();
-  int status = 0;
-  const std::string output =
-      RunCommand(std::string(CORTADO_CLI_PATH) +
-                     " time --iterations=1 --model=" + (ReferenceDir() / GetParam()).string(),
-                 &status);
-  EXPECT_EQ(status, 0) << output;
-  EXPECT_NE(output.find("Average Forward pass"), std::string::npos) << output;
-  EXPECT_NE(output.find("Average Forward-Backward"), std::string::npos) << output;
+  const cli_testing::CliResult result = cli_testing::RunCli(
+      {"time", "--iterations=1", "--model=" + (ReferenceDir() / GetParam()).string()});
+  EXPECT_EQ(result.exit_code, 0) << result.output;
+  EXPECT_TRUE(result.Contains("Average Forward pass")) << result.output;
+  EXPECT_TRUE(result.Contains("Average Forward-Backward")) << result.output;
 }
 
 std::string DeployName(const ::testing::TestParamInfo<const char*>& param_info) {
