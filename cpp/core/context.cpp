@@ -10,7 +10,11 @@
 #include "core/error.hpp"
 
 #if CORTADO_WITH_CUDA
-#include <cuda_runtime.h>
+#include "core/cuda.hpp"
+#else
+namespace cortado::cuda {
+struct Resources {};  // nothing to hold without CUDA
+}  // namespace cortado::cuda
 #endif
 
 extern "C" void openblas_set_num_threads(int num_threads);
@@ -40,8 +44,9 @@ Context::Context(Device device, int64_t seed) : device_(device) {
   if (device_.is_cuda()) {
     int count = CudaDeviceCount();
     if (device_.id < 0 || device_.id >= count) {
-      CORTADO_THROW(kInvalidArgument, "CUDA device {} requested but {} device(s) available",
-                    device_.id, count);
+      CORTADO_THROW(kInvalidArgument,
+                    "CUDA device {} requested, but this machine has {} CUDA device(s){}",
+                    device_.id, count, count == 0 ? " (or no CUDA driver)" : "");
     }
   }
   Seed(seed);
@@ -50,7 +55,29 @@ Context::Context(Device device, int64_t seed) : device_(device) {
 Context::~Context() = default;
 
 void Context::Seed(int64_t seed) {
-  rng_.seed(static_cast<Rng::result_type>(seed < 0 ? ClockSeed() : seed));
+  seed_ = seed < 0 ? ClockSeed() : seed;
+  rng_.seed(static_cast<Rng::result_type>(seed_));
+#if CORTADO_WITH_CUDA
+  if (cuda_) {
+    cuda_->philox_seed = static_cast<uint64_t>(seed_);
+    cuda_->philox_offset = 0;
+  }
+#endif
+}
+
+cuda::Resources& Context::cuda() {
+#if CORTADO_WITH_CUDA
+  if (!device_.is_cuda()) {
+    CORTADO_THROW(kInternal, "CUDA resources asked of a context on {}", device_.ToString());
+  }
+  if (!cuda_) {
+    cuda_ = std::make_unique<cuda::Resources>(device_.id);
+    cuda_->philox_seed = static_cast<uint64_t>(seed_);
+  }
+  return *cuda_;
+#else
+  CORTADO_THROW(kUnimplemented, "this build of Cortado has no CUDA support (built without nvcc)");
+#endif
 }
 
 int Context::NumThreads() {

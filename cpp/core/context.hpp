@@ -26,6 +26,10 @@ struct Device {
   std::string ToString() const;  // "cpu" or "cuda:N"
 };
 
+namespace cuda {
+struct Resources;  // core/cuda.hpp
+}  // namespace cuda
+
 // The random engine every layer and filler draws from; seeded per context so runs repeat.
 using Rng = std::mt19937;
 
@@ -39,7 +43,13 @@ class Context {
 
   const Device& device() const { return device_; }
   Rng& rng() { return rng_; }
+  // Seeds the host engine and, on CUDA, the device's counter-based generator.
   void Seed(int64_t seed);
+  int64_t seed() const { return seed_; }
+
+  // The CUDA stream, handles and random state of this context (core/cuda.hpp), created on
+  // first use; throws unless the context is on a CUDA device in a CUDA build.
+  cuda::Resources& cuda();
 
   // Threads for CPU math (OpenMP and BLAS); defaults to the cores this process may use.
   static int NumThreads();
@@ -51,6 +61,8 @@ class Context {
  private:
   Device device_;
   Rng rng_;
+  int64_t seed_ = 0;
+  std::unique_ptr<cuda::Resources> cuda_;
 };
 
 }  // namespace cortado

@@ -9,7 +9,7 @@
 #include "core/logging.hpp"
 
 #if CORTADO_WITH_CUDA
-#include <cuda_runtime.h>
+#include "core/cuda.hpp"
 #endif
 
 namespace cortado {
@@ -29,9 +29,19 @@ void* AllocateHost(size_t bytes) {
 
 #if CORTADO_WITH_CUDA
 void CudaCheck(cudaError_t status, const char* what) {
+  if (status != cudaSuccess) cuda::ThrowCudaError(status, what, __FILE__, __LINE__);
+}
+
+// Device memory on the calling thread's current device (the one its context set).
+void* AllocateDevice(size_t bytes, int* device) {
+  CudaCheck(cudaGetDevice(device), "cudaGetDevice");
+  void* ptr = nullptr;
+  const cudaError_t status = cudaMalloc(&ptr, bytes == 0 ? 1 : bytes);
   if (status != cudaSuccess) {
-    CORTADO_THROW(kCuda, "{}: {}", what, cudaGetErrorString(status));
+    cuda::ThrowCudaError(status, fmt::format("allocating {} bytes", bytes).c_str(), __FILE__,
+                         __LINE__);
   }
+  return ptr;
 }
 #endif
 
@@ -73,16 +83,12 @@ void SyncedMemory::ToDevice() {
 #if CORTADO_WITH_CUDA
   switch (head_) {
     case Head::kUninitialized:
-      CudaCheck(cudaSetDevice(device_id_), "cudaSetDevice");
-      CudaCheck(cudaMalloc(&device_, bytes_ == 0 ? 1 : bytes_), "cudaMalloc");
+      device_ = AllocateDevice(bytes_, &device_id_);
       CudaCheck(cudaMemset(device_, 0, bytes_), "cudaMemset");
       head_ = Head::kDevice;
       break;
     case Head::kHost:
-      if (device_ == nullptr) {
-        CudaCheck(cudaSetDevice(device_id_), "cudaSetDevice");
-        CudaCheck(cudaMalloc(&device_, bytes_ == 0 ? 1 : bytes_), "cudaMalloc");
-      }
+      if (device_ == nullptr) device_ = AllocateDevice(bytes_, &device_id_);
       CudaCheck(cudaMemcpy(device_, host_, bytes_, cudaMemcpyHostToDevice), "host to device copy");
       head_ = Head::kSynced;
       break;

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "core/config.hpp"
 #include "core/context.hpp"
 #include "core/error.hpp"
 #include "core/registry.hpp"
@@ -112,6 +113,19 @@ using LayerRegistry = Registry<Layer, const caffe::LayerParameter&, Context*>;
 std::unique_ptr<Layer> CreateLayer(const caffe::LayerParameter& param, Context* ctx);
 
 }  // namespace cortado
+
+// In a layer's class body (protected:), declares the GPU passes its .cu file defines; expands to
+// nothing in a build without CUDA, where the base class's host fallback is never reached.
+#if CORTADO_WITH_CUDA
+#define CORTADO_GPU_PASSES                                              \
+  void ForwardGpu(const std::vector<::cortado::Tensor*>& bottom,        \
+                  const std::vector<::cortado::Tensor*>& top) override; \
+  void BackwardGpu(const std::vector<::cortado::Tensor*>& top,          \
+                   const std::vector<bool>& propagate_down,             \
+                   const std::vector<::cortado::Tensor*>& bottom) override
+#else
+#define CORTADO_GPU_PASSES static_assert(true)
+#endif
 
 // Ends a layer's .cpp: CORTADO_REGISTER_LAYER(ReLU, ReLULayer);
 #define CORTADO_REGISTER_LAYER(type, Class)                                      \

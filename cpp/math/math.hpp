@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 // The math primitives layers call (never BLAS or oneDNN directly). CPU versions here; the
-// CUDA versions live in math/cuda/ under the same names in namespace cortado::math::cuda.
+// CUDA versions are declared in math/gpu.hpp under the same names in cortado::math::gpu.
 //
 // Matrices are row-major. All pointers are host pointers; n is an element count.
 // Element-wise functions accept out == in (in-place) unless stated otherwise.

@@ -1,0 +1,115 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "core/cuda.hpp"
+
+#include "core/logging.hpp"
+
+namespace cortado::cuda {
+
+int CurrentDevice() {
+  int device = -1;
+  if (cudaGetDevice(&device) != cudaSuccess) return -1;
+  return device;
+}
+
+void ThrowCudaError(cudaError_t status, const char* what, const char* file, int line) {
+  const int device = CurrentDevice();
+  if (status == cudaErrorMemoryAllocation) {
+    cudaGetLastError();  // not sticky: clear it so later calls on this thread go on working
+    size_t free_bytes = 0, total_bytes = 0;
+    cudaMemGetInfo(&free_bytes, &total_bytes);
+    throw Error(ErrorCode::kOutOfMemory,
+                fmt::format("out of GPU memory on cuda:{} in {} ({} MiB free of {} MiB)", device,
+                            what, free_bytes >> 20, total_bytes >> 20),
+                file, line);
+  }
+  throw Error(ErrorCode::kCuda,
+              fmt::format("CUDA error on cuda:{} in {}: {} ({})", device, what,
+                          cudaGetErrorString(status), cudaGetErrorName(status)),
+              file, line);
+}
+
+#if CORTADO_WITH_CUBLAS
+void ThrowCublasError(cublasStatus_t status, const char* what, const char* file, int line) {
+  throw Error(ErrorCode::kCuda,
+              fmt::format("cuBLAS error on cuda:{} in {}: {}", CurrentDevice(), what,
+                          cublasGetStatusString(status)),
+              file, line);
+}
+#endif
+
+#if CORTADO_WITH_CUDNN
+void ThrowCudnnError(cudnnStatus_t status, const char* what, const char* file, int line) {
+  throw Error(ErrorCode::kCuda,
+              fmt::format("cuDNN error on cuda:{} in {}: {}", CurrentDevice(), what,
+                          cudnnGetErrorString(status)),
+              file, line);
+}
+#endif
+
+Resources::Resources(int device_ordinal) : device(device_ordinal) {
+  CORTADO_CUDA_CHECK(cudaSetDevice(device));
+  // A blocking stream: the plain (legacy default stream) copies of SyncedMemory wait for the
+  // kernels queued here, so host reads always see finished results.
+  CORTADO_CUDA_CHECK(cudaStreamCreate(&stream));
+#if CORTADO_WITH_CUBLAS
+  CORTADO_CUBLAS_CHECK(cublasCreate(&cublas));
+  CORTADO_CUBLAS_CHECK(cublasSetStream(cublas, stream));
+#endif
+#if CORTADO_WITH_CUDNN
+  CORTADO_CUDNN_CHECK(cudnnCreate(&cudnn));
+  CORTADO_CUDNN_CHECK(cudnnSetStream(cudnn, stream));
+#endif
+}
+
+Resources::~Resources() {
+  // Destructors must not throw: failures here are logged only.
+  cudaSetDevice(device);
+#if CORTADO_WITH_CUDNN
+  if (cudnn != nullptr) cudnnDestroy(cudnn);
+#endif
+#if CORTADO_WITH_CUBLAS
+  if (cublas != nullptr) cublasDestroy(cublas);
+#endif
+  if (workspace_ != nullptr) cudaFree(workspace_);
+  if (reduce_ != nullptr) cudaFree(reduce_);
+  if (host_result_ != nullptr) cudaFreeHost(host_result_);
+  if (stream != nullptr && cudaStreamDestroy(stream) != cudaSuccess) {
+    CORTADO_LOG_ERROR("cudaStreamDestroy failed on cuda:{}", device);
+  }
+}
+
+void* Resources::Workspace(size_t bytes) {
+  if (bytes <= workspace_bytes_) return workspace_;
+  if (workspace_ != nullptr) {
+    CORTADO_CUDA_CHECK(cudaStreamSynchronize(stream));
+    CORTADO_CUDA_CHECK(cudaFree(workspace_));
+    workspace_ = nullptr;
+    workspace_bytes_ = 0;
+  }
+  const cudaError_t status = cudaMalloc(&workspace_, bytes);
+  if (status != cudaSuccess) {
+    ThrowCudaError(status, fmt::format("a workspace of {} bytes", bytes).c_str(), __FILE__,
+                   __LINE__);
+  }
+  workspace_bytes_ = bytes;
+  return workspace_;
+}
+
+float* Resources::ReduceBuffer() {
+  if (reduce_ == nullptr) {
+    CORTADO_CUDA_CHECK(
+        cudaMalloc(reinterpret_cast<void**>(&reduce_), sizeof(float) * kReduceSlots));
+  }
+  return reduce_;
+}
+
+float* Resources::HostResult() {
+  if (host_result_ == nullptr) {
+    CORTADO_CUDA_CHECK(cudaMallocHost(reinterpret_cast<void**>(&host_result_), sizeof(float)));
+  }
+  return host_result_;
+}
+
+Resources& Get(Context& ctx) { return ctx.cuda(); }
+
+}  // namespace cortado::cuda

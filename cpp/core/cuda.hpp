@@ -1,0 +1,120 @@
+// SPDX-License-Identifier: Apache-2.0
+// CUDA plumbing shared by every .cu file and by the C++ code that talks to the CUDA runtime:
+// the error-checking macros, the kernel launch shape, and a Context's CUDA resources (its
+// stream, library handles and counter-based random state). Include only where
+// CORTADO_WITH_CUDA is 1.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "core/config.hpp"
+#include "core/context.hpp"
+#include "core/error.hpp"
+
+#if CORTADO_WITH_CUBLAS
+#include <cublas_v2.h>
+#endif
+#if CORTADO_WITH_CUDNN
+#include <cudnn.h>
+#endif
+
+namespace cortado {
+namespace cuda {
+
+// Threads per block for element-wise kernels, and the grid that covers n elements with
+// grid-stride loops (capped: each thread then handles several elements).
+constexpr int kThreads = 256;
+inline int Blocks(int64_t n) {
+  const int64_t blocks = (n + kThreads - 1) / kThreads;
+  return static_cast<int>(blocks < 1 ? 1 : (blocks > 65535 * 8 ? 65535 * 8 : blocks));
+}
+
+[[noreturn]] void ThrowCudaError(cudaError_t status, const char* what, const char* file, int line);
+#if CORTADO_WITH_CUBLAS
+[[noreturn]] void ThrowCublasError(cublasStatus_t status, const char* what, const char* file,
+                                   int line);
+#endif
+#if CORTADO_WITH_CUDNN
+[[noreturn]] void ThrowCudnnError(cudnnStatus_t status, const char* what, const char* file,
+                                  int line);
+#endif
+
+// The device this thread is on, for messages ("cuda:0").
+int CurrentDevice();
+
+// Per-context CUDA state. Created on the context's device the first time it is asked for.
+struct Resources {
+  explicit Resources(int device);
+  ~Resources();
+  Resources(const Resources&) = delete;
+  Resources& operator=(const Resources&) = delete;
+
+  // Scratch device memory of at least `bytes` (grown, never shrunk); shared by the layers of
+  // one context, so only one layer may use it at a time (layers run one after another).
+  void* Workspace(size_t bytes);
+  // A small device buffer (kReduceSlots floats) for the partial sums of reductions, and a
+  // pinned host float their result comes back through.
+  static constexpr int kReduceSlots = 1024;
+  float* ReduceBuffer();
+  float* HostResult();
+
+  int device;
+  cudaStream_t stream = nullptr;
+#if CORTADO_WITH_CUBLAS
+  cublasHandle_t cublas = nullptr;
+#endif
+#if CORTADO_WITH_CUDNN
+  cudnnHandle_t cudnn = nullptr;
+#endif
+  // Counter-based random numbers (Philox4x32-10): every draw of n numbers uses counters
+  // [offset, offset + n) under key `seed`, then advances offset, so a seed fixes the sequence.
+  uint64_t philox_seed = 0;
+  uint64_t philox_offset = 0;
+
+ private:
+  void* workspace_ = nullptr;
+  size_t workspace_bytes_ = 0;
+  float* reduce_ = nullptr;
+  float* host_result_ = nullptr;
+};
+
+// The context's CUDA resources; throws if the context is not on a CUDA device.
+Resources& Get(Context& ctx);
+inline cudaStream_t Stream(Context& ctx) { return Get(ctx).stream; }
+
+}  // namespace cuda
+}  // namespace cortado
+
+// CORTADO_CUDA_CHECK(cudaMemcpyAsync(...)): throws kCuda with the call and the runtime's text.
+#define CORTADO_CUDA_CHECK(call)                                                        \
+  do {                                                                                  \
+    const cudaError_t cortado_cuda_status_ = (call);                                    \
+    if (cortado_cuda_status_ != cudaSuccess)                                            \
+      ::cortado::cuda::ThrowCudaError(cortado_cuda_status_, #call, __FILE__, __LINE__); \
+  } while (0)
+
+// After a kernel launch: reports a bad launch configuration (not the kernel's own faults,
+// which surface at the next synchronising call).
+#define CORTADO_CUDA_CHECK_LAUNCH() CORTADO_CUDA_CHECK(cudaGetLastError())
+
+#define CORTADO_CUBLAS_CHECK(call)                                                          \
+  do {                                                                                      \
+    const cublasStatus_t cortado_cublas_status_ = (call);                                   \
+    if (cortado_cublas_status_ != CUBLAS_STATUS_SUCCESS)                                    \
+      ::cortado::cuda::ThrowCublasError(cortado_cublas_status_, #call, __FILE__, __LINE__); \
+  } while (0)
+
+#define CORTADO_CUDNN_CHECK(call)                                                         \
+  do {                                                                                    \
+    const cudnnStatus_t cortado_cudnn_status_ = (call);                                   \
+    if (cortado_cudnn_status_ != CUDNN_STATUS_SUCCESS)                                    \
+      ::cortado::cuda::ThrowCudnnError(cortado_cudnn_status_, #call, __FILE__, __LINE__); \
+  } while (0)
+
+// for (i over [0, n)) as a grid-stride loop inside a kernel.
+#define CORTADO_KERNEL_LOOP(i, n)                                                        \
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < (n); \
+       i += static_cast<int64_t>(blockDim.x) * gridDim.x)

@@ -1,0 +1,72 @@
+// SPDX-License-Identifier: Apache-2.0
+// The CUDA versions of the math primitives in math/math.hpp, under the same names in
+// namespace cortado::math::gpu. Every function takes the Context whose stream it runs on;
+// all pointers are device pointers of that context's device. Work is queued on the stream
+// and returns at once, except functions that return a value to the host (Dot, Asum, Sum,
+// Sumsq), which wait for it.
+//
+// Matrices are row-major, as on the CPU. Gemm/Gemv run on cuBLAS when the build has it and
+// on our own tiled kernels otherwise. Random numbers come from a counter-based generator
+// (Philox4x32-10) keyed by the context's seed, so a seeded run repeats exactly.
+// Available only where CORTADO_WITH_CUDA is 1.
+#pragma once
+
+#include <cstdint>
+
+#include "core/context.hpp"
+
+namespace cortado::math::gpu {
+
+void Gemm(Context& ctx, bool trans_a, bool trans_b, int m, int n, int k, float alpha,
+          const float* a, const float* b, float beta, float* c);
+void Gemv(Context& ctx, bool trans_a, int m, int n, float alpha, const float* a, const float* x,
+          float beta, float* y);
+
+void Axpy(Context& ctx, int n, float alpha, const float* x, float* y);  // y += a*x
+void Axpby(Context& ctx, int n, float alpha, const float* x, float beta,
+           float* y);                                                    // y = a*x + b*y
+void Scale(Context& ctx, int n, float alpha, float* x);                  // x *= a
+void Scale(Context& ctx, int n, float alpha, const float* x, float* y);  // y = a*x
+void Set(Context& ctx, int n, float value, float* x);
+void Copy(Context& ctx, int n, const float* x, float* y);
+void AddScalar(Context& ctx, int n, float alpha, float* x);  // x += alpha
+float Dot(Context& ctx, int n, const float* x, const float* y);
+float Asum(Context& ctx, int n, const float* x);   // sum |x|
+float Sum(Context& ctx, int n, const float* x);    // sum x
+float Sumsq(Context& ctx, int n, const float* x);  // sum x^2
+
+void Add(Context& ctx, int n, const float* a, const float* b, float* y);  // y = a + b
+void Sub(Context& ctx, int n, const float* a, const float* b, float* y);  // y = a - b
+void Mul(Context& ctx, int n, const float* a, const float* b, float* y);  // y = a * b
+void Div(Context& ctx, int n, const float* a, const float* b, float* y);  // y = a / b
+void Sqr(Context& ctx, int n, const float* a, float* y);
+void Sqrt(Context& ctx, int n, const float* a, float* y);
+void Exp(Context& ctx, int n, const float* a, float* y);
+void Log(Context& ctx, int n, const float* a, float* y);
+void Abs(Context& ctx, int n, const float* a, float* y);
+void Powx(Context& ctx, int n, const float* a, float b, float* y);  // y = a ^ b
+void Sign(Context& ctx, int n, const float* a, float* y);           // -1, 0 or 1
+
+// Random numbers from the context's device generator (advances its counter by n).
+void RngUniform(Context& ctx, int n, float lo, float hi, float* r);  // [lo, hi)
+void RngGaussian(Context& ctx, int n, float mean, float stddev, float* r);
+void RngBernoulli(Context& ctx, int n, float p, unsigned int* r);  // 1 with probability p
+// n raw 32-bit random words (Dropout compares them with a threshold, as Caffe does).
+void RngBits(Context& ctx, int n, unsigned int* r);
+
+// im2col/col2im as in math/math.hpp, on the device. Col2im overwrites the image.
+void Im2col(Context& ctx, const float* image, int channels, int height, int width, int kernel_h,
+            int kernel_w, int pad_h, int pad_w, int stride_h, int stride_w, int dilation_h,
+            int dilation_w, float* columns);
+void Col2im(Context& ctx, const float* columns, int channels, int height, int width, int kernel_h,
+            int kernel_w, int pad_h, int pad_w, int stride_h, int stride_w, int dilation_h,
+            int dilation_w, float* image);
+// N-D versions (up to 6 spatial axes); the shape arrays are host pointers.
+void Im2colNd(Context& ctx, const float* image, int num_spatial_axes, const int* image_shape,
+              const int* column_shape, const int* kernel_shape, const int* pad, const int* stride,
+              const int* dilation, float* columns);
+void Col2imNd(Context& ctx, const float* columns, int num_spatial_axes, const int* image_shape,
+              const int* column_shape, const int* kernel_shape, const int* pad, const int* stride,
+              const int* dilation, float* image);
+
+}  // namespace cortado::math::gpu
