@@ -8,6 +8,7 @@
 #include "core/logging.hpp"
 #include "io/hdf5_io.hpp"
 #include "io/proto_io.hpp"
+#include "math/on_device.hpp"
 #include "net/insert_splits.hpp"
 
 namespace cortado {
@@ -394,12 +395,19 @@ void Net::Reshape() {
 
 void Net::ClearParamDiffs() {
   for (Tensor* param : learnable_params_) {
-    if (param->count() > 0) std::fill_n(param->mutable_cpu_diff(), param->count(), 0.0f);
+    if (param->count() > 0) {
+      math::dev::Set(*ctx_, param->count(), 0.0f, math::dev::MutableDiff(*ctx_, *param));
+    }
   }
 }
 
 void Net::Update() {
-  for (Tensor* param : learnable_params_) param->Update();
+  // data -= diff, on the net's device.
+  for (Tensor* param : learnable_params_) {
+    if (param->count() == 0) continue;
+    math::dev::Axpy(*ctx_, param->count(), -1.0f, math::dev::Diff(*ctx_, *param),
+                    math::dev::MutableData(*ctx_, *param));
+  }
 }
 
 Tensor* Net::blob_by_name(const std::string& name) const {

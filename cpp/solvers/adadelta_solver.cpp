@@ -6,7 +6,7 @@
 //   weights -= local_rate * step
 // History: the g2 tensors of all learnable parameters, then their dx2 tensors (Caffe's order,
 // so .solverstate files interoperate).
-#include "math/math.hpp"
+#include "math/on_device.hpp"
 #include "solvers/solver.hpp"
 
 namespace cortado {
@@ -28,24 +28,24 @@ class AdaDeltaSolver final : public Solver {
     const float delta = param_.delta();
     const float rho = param_.momentum();
     const float local_rate = rate * net_->params_lr()[param_id];
-    float* g2 = history_[param_id]->mutable_cpu_data();
-    float* dx2 = history_[param_id + num_params]->mutable_cpu_data();
-    float* update = update_[param_id]->mutable_cpu_data();
-    float* temp = temp_[param_id]->mutable_cpu_data();
-    float* diff = p->mutable_cpu_diff();
-    math::Sqr(n, diff, update);
-    math::Axpby(n, 1.0f - rho, update, rho, g2);
+    float* g2 = math::dev::MutableData(*ctx_, *history_[param_id]);
+    float* dx2 = math::dev::MutableData(*ctx_, *history_[param_id + num_params]);
+    float* update = math::dev::MutableData(*ctx_, *update_[param_id]);
+    float* temp = math::dev::MutableData(*ctx_, *temp_[param_id]);
+    float* diff = math::dev::MutableDiff(*ctx_, *p);
+    math::dev::Sqr(*ctx_, n, diff, update);
+    math::dev::Axpby(*ctx_, n, 1.0f - rho, update, rho, g2);
     // update = sqrt((dx2 + delta) / (g2 + delta))
-    math::Copy(n, dx2, update);
-    math::AddScalar(n, delta, update);
-    math::Copy(n, g2, temp);
-    math::AddScalar(n, delta, temp);
-    math::Div(n, update, temp, update);
-    math::Sqrt(n, update, update);
-    math::Mul(n, diff, update, diff);
-    math::Sqr(n, diff, update);
-    math::Axpby(n, 1.0f - rho, update, rho, dx2);
-    math::Scale(n, local_rate, diff);
+    math::dev::Copy(*ctx_, n, dx2, update);
+    math::dev::AddScalar(*ctx_, n, delta, update);
+    math::dev::Copy(*ctx_, n, g2, temp);
+    math::dev::AddScalar(*ctx_, n, delta, temp);
+    math::dev::Div(*ctx_, n, update, temp, update);
+    math::dev::Sqrt(*ctx_, n, update, update);
+    math::dev::Mul(*ctx_, n, diff, update, diff);
+    math::dev::Sqr(*ctx_, n, diff, update);
+    math::dev::Axpby(*ctx_, n, 1.0f - rho, update, rho, dx2);
+    math::dev::Scale(*ctx_, n, local_rate, diff);
   }
 };
 

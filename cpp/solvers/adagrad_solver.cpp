@@ -2,7 +2,7 @@
 // AdaGrad (Caffe's AdaGradSolver, type "AdaGrad"):
 //   history += gradient^2;  weights -= local_rate * gradient / (sqrt(history) + delta)
 // One history tensor per learnable parameter. momentum must be 0, as in Caffe.
-#include "math/math.hpp"
+#include "math/on_device.hpp"
 #include "solvers/solver.hpp"
 
 namespace cortado {
@@ -24,15 +24,15 @@ class AdaGradSolver final : public Solver {
     const int n = p->count();
     if (n == 0) return;
     const float local_rate = rate * net_->params_lr()[param_id];
-    float* history = history_[param_id]->mutable_cpu_data();
-    float* update = update_[param_id]->mutable_cpu_data();
-    float* diff = p->mutable_cpu_diff();
-    math::Sqr(n, diff, update);
-    math::Add(n, update, history, history);
-    math::Sqrt(n, history, update);
-    math::AddScalar(n, param_.delta(), update);
-    math::Div(n, diff, update, update);
-    math::Scale(n, local_rate, update, diff);
+    float* history = math::dev::MutableData(*ctx_, *history_[param_id]);
+    float* update = math::dev::MutableData(*ctx_, *update_[param_id]);
+    float* diff = math::dev::MutableDiff(*ctx_, *p);
+    math::dev::Sqr(*ctx_, n, diff, update);
+    math::dev::Add(*ctx_, n, update, history, history);
+    math::dev::Sqrt(*ctx_, n, history, update);
+    math::dev::AddScalar(*ctx_, n, param_.delta(), update);
+    math::dev::Div(*ctx_, n, diff, update, update);
+    math::dev::Scale(*ctx_, n, local_rate, update, diff);
   }
 };
 

@@ -6,7 +6,7 @@
 // with t = iter + 1. History: the m tensors of all learnable parameters, then their v tensors.
 #include <cmath>
 
-#include "math/math.hpp"
+#include "math/on_device.hpp"
 #include "solvers/solver.hpp"
 
 namespace cortado {
@@ -28,22 +28,22 @@ class AdamSolver final : public Solver {
     const float beta1 = param_.momentum();
     const float beta2 = param_.momentum2();
     const float local_rate = rate * net_->params_lr()[param_id];
-    float* m = history_[param_id]->mutable_cpu_data();
-    float* v = history_[param_id + num_params]->mutable_cpu_data();
-    float* update = update_[param_id]->mutable_cpu_data();
-    float* diff = p->mutable_cpu_diff();
+    float* m = math::dev::MutableData(*ctx_, *history_[param_id]);
+    float* v = math::dev::MutableData(*ctx_, *history_[param_id + num_params]);
+    float* update = math::dev::MutableData(*ctx_, *update_[param_id]);
+    float* diff = math::dev::MutableDiff(*ctx_, *p);
     // Bias correction; pow(float, int) in double as in Caffe.
     const int t = iter_ + 1;
     const float correction =
         static_cast<float>(std::sqrt(1.0 - std::pow(static_cast<double>(beta2), t)) /
                            (1.0 - std::pow(static_cast<double>(beta1), t)));
-    math::Axpby(n, 1.0f - beta1, diff, beta1, m);
-    math::Sqr(n, diff, update);
-    math::Axpby(n, 1.0f - beta2, update, beta2, v);
-    math::Sqrt(n, v, update);
-    math::AddScalar(n, param_.delta(), update);
-    math::Div(n, m, update, update);
-    math::Scale(n, local_rate * correction, update, diff);
+    math::dev::Axpby(*ctx_, n, 1.0f - beta1, diff, beta1, m);
+    math::dev::Sqr(*ctx_, n, diff, update);
+    math::dev::Axpby(*ctx_, n, 1.0f - beta2, update, beta2, v);
+    math::dev::Sqrt(*ctx_, n, v, update);
+    math::dev::AddScalar(*ctx_, n, param_.delta(), update);
+    math::dev::Div(*ctx_, n, m, update, update);
+    math::dev::Scale(*ctx_, n, local_rate * correction, update, diff);
   }
 };
 

@@ -3,7 +3,7 @@
 //   history' = momentum * history + local_rate * gradient
 //   weights -= (1 + momentum) * history' - momentum * history
 // One history tensor per learnable parameter.
-#include "math/math.hpp"
+#include "math/on_device.hpp"
 #include "solvers/solver.hpp"
 
 namespace cortado {
@@ -21,12 +21,12 @@ class NesterovSolver final : public Solver {
     if (n == 0) return;
     const float momentum = param_.momentum();
     const float local_rate = rate * net_->params_lr()[param_id];
-    float* history = history_[param_id]->mutable_cpu_data();
-    float* update = update_[param_id]->mutable_cpu_data();
-    math::Copy(n, history, update);  // the previous history
-    math::Axpby(n, local_rate, p->cpu_diff(), momentum, history);
-    math::Axpby(n, 1.0f + momentum, history, -momentum, update);
-    math::Copy(n, update, p->mutable_cpu_diff());
+    float* history = math::dev::MutableData(*ctx_, *history_[param_id]);
+    float* update = math::dev::MutableData(*ctx_, *update_[param_id]);
+    math::dev::Copy(*ctx_, n, history, update);  // the previous history
+    math::dev::Axpby(*ctx_, n, local_rate, math::dev::Diff(*ctx_, *p), momentum, history);
+    math::dev::Axpby(*ctx_, n, 1.0f + momentum, history, -momentum, update);
+    math::dev::Copy(*ctx_, n, update, math::dev::MutableDiff(*ctx_, *p));
   }
 };
 

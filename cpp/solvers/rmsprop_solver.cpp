@@ -3,7 +3,7 @@
 //   history = rms_decay * history + (1 - rms_decay) * gradient^2
 //   weights -= local_rate * gradient / (sqrt(history) + delta)
 // One history tensor per learnable parameter. momentum must be 0 and rms_decay in [0, 1).
-#include "math/math.hpp"
+#include "math/on_device.hpp"
 #include "solvers/solver.hpp"
 
 namespace cortado {
@@ -30,15 +30,15 @@ class RMSPropSolver final : public Solver {
     if (n == 0) return;
     const float decay = param_.rms_decay();
     const float local_rate = rate * net_->params_lr()[param_id];
-    float* history = history_[param_id]->mutable_cpu_data();
-    float* update = update_[param_id]->mutable_cpu_data();
-    float* diff = p->mutable_cpu_diff();
-    math::Sqr(n, diff, update);
-    math::Axpby(n, 1.0f - decay, update, decay, history);
-    math::Sqrt(n, history, update);
-    math::AddScalar(n, param_.delta(), update);
-    math::Div(n, diff, update, update);
-    math::Scale(n, local_rate, update, diff);
+    float* history = math::dev::MutableData(*ctx_, *history_[param_id]);
+    float* update = math::dev::MutableData(*ctx_, *update_[param_id]);
+    float* diff = math::dev::MutableDiff(*ctx_, *p);
+    math::dev::Sqr(*ctx_, n, diff, update);
+    math::dev::Axpby(*ctx_, n, 1.0f - decay, update, decay, history);
+    math::dev::Sqrt(*ctx_, n, history, update);
+    math::dev::AddScalar(*ctx_, n, param_.delta(), update);
+    math::dev::Div(*ctx_, n, diff, update, update);
+    math::dev::Scale(*ctx_, n, local_rate, update, diff);
   }
 };
 

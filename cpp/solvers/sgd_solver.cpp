@@ -2,7 +2,7 @@
 // SGD with momentum (Caffe's SGDSolver, type "SGD"):
 //   history = momentum * history + local_rate * gradient;  weights -= history
 // with local_rate = rate * lr_mult. One history tensor per learnable parameter.
-#include "math/math.hpp"
+#include "math/on_device.hpp"
 #include "solvers/solver.hpp"
 
 namespace cortado {
@@ -19,9 +19,9 @@ class SGDSolver final : public Solver {
     const int n = p->count();
     if (n == 0) return;
     const float local_rate = rate * net_->params_lr()[param_id];
-    float* history = history_[param_id]->mutable_cpu_data();
-    math::Axpby(n, local_rate, p->cpu_diff(), param_.momentum(), history);
-    math::Copy(n, history, p->mutable_cpu_diff());
+    float* history = math::dev::MutableData(*ctx_, *history_[param_id]);
+    math::dev::Axpby(*ctx_, n, local_rate, math::dev::Diff(*ctx_, *p), param_.momentum(), history);
+    math::dev::Copy(*ctx_, n, history, math::dev::MutableDiff(*ctx_, *p));
   }
 };
 

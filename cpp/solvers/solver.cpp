@@ -12,6 +12,7 @@
 #include "core/logging.hpp"
 #include "io/proto_io.hpp"
 #include "math/math.hpp"
+#include "math/on_device.hpp"
 #include "solvers/snapshot.hpp"
 
 namespace cortado {
@@ -497,14 +498,18 @@ void Solver::ClipGradients() {
   const float clip = param_.clip_gradients();
   if (clip < 0) return;
   float sumsq = 0.0f;
-  for (Tensor* p : net_->learnable_params()) sumsq += p->sumsq_diff();
+  for (Tensor* p : net_->learnable_params()) {
+    sumsq += math::dev::Sumsq(*ctx_, p->count(), math::dev::Diff(*ctx_, *p));
+  }
   const float l2norm = std::sqrt(sumsq);
   if (l2norm > clip) {
     const float scale = clip / l2norm;
     CORTADO_LOG_INFO(
         "Gradient clipping: scaling down gradients (L2 norm {:g} > {:g}) by scale factor {:g}",
         l2norm, clip, scale);
-    for (Tensor* p : net_->learnable_params()) p->scale_diff(scale);
+    for (Tensor* p : net_->learnable_params()) {
+      math::dev::Scale(*ctx_, p->count(), scale, math::dev::MutableDiff(*ctx_, *p));
+    }
   }
 }
 
@@ -512,7 +517,8 @@ void Solver::Normalize(int param_id) {
   if (param_.iter_size() == 1) return;
   // The diffs hold the sum over iter_size batches; make them the mean.
   Tensor* p = net_->learnable_params()[param_id];
-  math::Scale(p->count(), 1.0f / static_cast<float>(param_.iter_size()), p->mutable_cpu_diff());
+  math::dev::Scale(*ctx_, p->count(), 1.0f / static_cast<float>(param_.iter_size()),
+                   math::dev::MutableDiff(*ctx_, *p));
 }
 
 void Solver::Regularize(int param_id) {
@@ -520,11 +526,12 @@ void Solver::Regularize(int param_id) {
   const float local_decay = param_.weight_decay() * net_->params_weight_decay()[param_id];
   if (local_decay == 0.0f || p->count() == 0) return;
   if (param_.regularization_type() == "L2") {
-    math::Axpy(p->count(), local_decay, p->cpu_data(), p->mutable_cpu_diff());
+    math::dev::Axpy(*ctx_, p->count(), local_decay, math::dev::Data(*ctx_, *p),
+                    math::dev::MutableDiff(*ctx_, *p));
   } else {  // L1 (the constructor rejected anything else)
-    float* sign = temp_[param_id]->mutable_cpu_data();
-    math::Sign(p->count(), p->cpu_data(), sign);
-    math::Axpy(p->count(), local_decay, sign, p->mutable_cpu_diff());
+    float* sign = math::dev::MutableData(*ctx_, *temp_[param_id]);
+    math::dev::Sign(*ctx_, p->count(), math::dev::Data(*ctx_, *p), sign);
+    math::dev::Axpy(*ctx_, p->count(), local_decay, sign, math::dev::MutableDiff(*ctx_, *p));
   }
 }
 
