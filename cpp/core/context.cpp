@@ -80,6 +80,18 @@ cuda::Resources& Context::cuda() {
 #endif
 }
 
+void Context::MakeCurrent() const {
+#if CORTADO_WITH_CUDA
+  if (device_.is_cuda()) CORTADO_CUDA_CHECK(cudaSetDevice(device_.id));
+#endif
+}
+
+void Context::Synchronize() {
+#if CORTADO_WITH_CUDA
+  if (device_.is_cuda()) CORTADO_CUDA_CHECK(cudaStreamSynchronize(cuda().stream));
+#endif
+}
+
 int Context::NumThreads() {
   int threads = ThreadCount().load();
   if (threads > 0) return threads;

@@ -51,6 +51,13 @@ class Context {
   // first use; throws unless the context is on a CUDA device in a CUDA build.
   cuda::Resources& cuda();
 
+  // Makes this context's device the calling thread's current CUDA device, where tensors
+  // allocate their device memory; a no-op on the CPU. A thread that uses a context on a CUDA
+  // device calls it before it builds or runs anything with the context.
+  void MakeCurrent() const;
+  // Waits until the work queued on this context's stream is done; a no-op on the CPU.
+  void Synchronize();
+
   // Threads for CPU math (OpenMP and BLAS); defaults to the cores this process may use.
   static int NumThreads();
   static void SetNumThreads(int threads);

@@ -1,9 +1,44 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "core/cuda.hpp"
 
+#include <atomic>
+
 #include "core/logging.hpp"
 
 namespace cortado::cuda {
+namespace {
+
+std::atomic<size_t> allocated{0};
+std::atomic<size_t> peak{0};
+
+}  // namespace
+
+void* Malloc(size_t bytes, const char* what) {
+  void* ptr = nullptr;
+  const cudaError_t status = cudaMalloc(&ptr, bytes == 0 ? 1 : bytes);
+  if (status != cudaSuccess) {
+    ThrowCudaError(status, fmt::format("allocating {} bytes for {}", bytes, what).c_str(), __FILE__,
+                   __LINE__);
+  }
+  const size_t now = allocated.fetch_add(bytes) + bytes;
+  size_t seen = peak.load();
+  while (now > seen && !peak.compare_exchange_weak(seen, now)) {
+  }
+  return ptr;
+}
+
+void Free(void* ptr, size_t bytes) noexcept {
+  if (ptr == nullptr) return;
+  if (cudaFree(ptr) != cudaSuccess) {
+    CORTADO_LOG_ERROR("cudaFree failed while releasing {} bytes", bytes);
+    return;
+  }
+  allocated.fetch_sub(bytes);
+}
+
+size_t AllocatedBytes() { return allocated.load(); }
+size_t PeakAllocatedBytes() { return peak.load(); }
+void ResetPeakAllocatedBytes() { peak.store(allocated.load()); }
 
 int CurrentDevice() {
   int device = -1;
@@ -70,7 +105,7 @@ Resources::~Resources() {
 #if CORTADO_WITH_CUBLAS
   if (cublas != nullptr) cublasDestroy(cublas);
 #endif
-  if (workspace_ != nullptr) cudaFree(workspace_);
+  Free(workspace_, workspace_bytes_);
   if (reduce_ != nullptr) cudaFree(reduce_);
   if (host_result_ != nullptr) cudaFreeHost(host_result_);
   if (stream != nullptr && cudaStreamDestroy(stream) != cudaSuccess) {
@@ -82,15 +117,11 @@ void* Resources::Workspace(size_t bytes) {
   if (bytes <= workspace_bytes_) return workspace_;
   if (workspace_ != nullptr) {
     CORTADO_CUDA_CHECK(cudaStreamSynchronize(stream));
-    CORTADO_CUDA_CHECK(cudaFree(workspace_));
+    Free(workspace_, workspace_bytes_);
     workspace_ = nullptr;
     workspace_bytes_ = 0;
   }
-  const cudaError_t status = cudaMalloc(&workspace_, bytes);
-  if (status != cudaSuccess) {
-    ThrowCudaError(status, fmt::format("a workspace of {} bytes", bytes).c_str(), __FILE__,
-                   __LINE__);
-  }
+  workspace_ = Malloc(bytes, "a layer workspace");
   workspace_bytes_ = bytes;
   return workspace_;
 }

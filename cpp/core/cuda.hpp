@@ -45,6 +45,14 @@ inline int Blocks(int64_t n) {
 // The device this thread is on, for messages ("cuda:0").
 int CurrentDevice();
 
+// Device memory through Cortado's own accounting: Malloc throws kOutOfMemory naming the device,
+// the size and `what`; the counters cover every device of the process.
+void* Malloc(size_t bytes, const char* what);
+void Free(void* ptr, size_t bytes) noexcept;
+size_t AllocatedBytes();      // now
+size_t PeakAllocatedBytes();  // the most at any time since the start (or the last reset)
+void ResetPeakAllocatedBytes();
+
 // Per-context CUDA state. Created on the context's device the first time it is asked for.
 struct Resources {
   explicit Resources(int device);

@@ -3,6 +3,7 @@
 
 #include <spdlog/sinks/stdout_sinks.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <memory>
 #include <mutex>
@@ -33,11 +34,28 @@ std::shared_ptr<spdlog::logger>& LoggerSlot() {
   return logger;
 }
 
+// The logger of quiet threads: the process logger's sink, at WARN or above.
+std::shared_ptr<spdlog::logger>& QuietLoggerSlot() {
+  static std::shared_ptr<spdlog::logger> logger = LoggerSlot()->clone("quiet");
+  return logger;
+}
+
+thread_local bool thread_quiet = false;
+
 }  // namespace
 
-spdlog::logger* Logger() { return LoggerSlot().get(); }
+spdlog::logger* Logger() {
+  if (!thread_quiet) return LoggerSlot().get();
+  spdlog::logger* quiet = QuietLoggerSlot().get();
+  quiet->set_level(std::max(LoggerSlot()->level(), spdlog::level::warn));
+  return quiet;
+}
 
-void SetLogLevel(const std::string& level) { Logger()->set_level(spdlog::level::from_str(level)); }
+void SetThreadQuiet(bool quiet) { thread_quiet = quiet; }
+
+void SetLogLevel(const std::string& level) {
+  LoggerSlot()->set_level(spdlog::level::from_str(level));
+}
 
 void SetLoggerName(const std::string& name) {
   std::lock_guard<std::mutex> lock(LoggerMutex());

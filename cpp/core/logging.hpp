@@ -19,6 +19,10 @@ spdlog::logger* Logger();
 void SetLogLevel(const std::string& level);
 // Renames the logger (for example "rank 3"); call before other threads log.
 void SetLoggerName(const std::string& name);
+// Quiet threads drop INFO and DEBUG lines (warnings and errors still go out): the data-parallel
+// trainer makes its non-root replicas quiet so that only the root replica logs training.
+// Affects the calling thread only.
+void SetThreadQuiet(bool quiet);
 
 }  // namespace cortado
 

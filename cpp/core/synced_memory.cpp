@@ -35,13 +35,7 @@ void CudaCheck(cudaError_t status, const char* what) {
 // Device memory on the calling thread's current device (the one its context set).
 void* AllocateDevice(size_t bytes, int* device) {
   CudaCheck(cudaGetDevice(device), "cudaGetDevice");
-  void* ptr = nullptr;
-  const cudaError_t status = cudaMalloc(&ptr, bytes == 0 ? 1 : bytes);
-  if (status != cudaSuccess) {
-    cuda::ThrowCudaError(status, fmt::format("allocating {} bytes", bytes).c_str(), __FILE__,
-                         __LINE__);
-  }
-  return ptr;
+  return cuda::Malloc(bytes, "a tensor");
 }
 #endif
 
@@ -52,11 +46,7 @@ SyncedMemory::SyncedMemory(size_t bytes, int device_id) : bytes_(bytes), device_
 SyncedMemory::~SyncedMemory() {
   std::free(host_);
 #if CORTADO_WITH_CUDA
-  if (device_ != nullptr) {
-    if (cudaFree(device_) != cudaSuccess) {
-      CORTADO_LOG_ERROR("cudaFree failed while releasing {} bytes", bytes_);
-    }
-  }
+  cuda::Free(device_, bytes_);
 #endif
 }
 

@@ -27,7 +27,12 @@ Rng BatchRng(uint64_t seed, int64_t batch_index) {
 BasePrefetchingDataLayer::BasePrefetchingDataLayer(const caffe::LayerParameter& param, Context* ctx)
     : Layer(param, ctx) {}
 
-BasePrefetchingDataLayer::~BasePrefetchingDataLayer() { StopPrefetch(); }
+BasePrefetchingDataLayer::~BasePrefetchingDataLayer() {
+  StopPrefetch();
+#if CORTADO_WITH_CUDA
+  ReleaseStaging();
+#endif
+}
 
 void BasePrefetchingDataLayer::Setup(const std::vector<Tensor*>& /*bottom*/,
                                      const std::vector<Tensor*>& top) {
@@ -85,9 +90,10 @@ void BasePrefetchingDataLayer::ProducerLoop(int64_t first_index) {
         batch = std::move(free_.front());
         free_.pop_front();
       }
-      Rng rng = BatchRng(seed_, index);
+      const int64_t source_index = index * num_shards_ + shard_;
+      Rng rng = BatchRng(seed_, source_index);
       batch->index = index;
-      LoadBatch(index, &rng, batch.get());
+      LoadBatch(source_index, &rng, batch.get());
       {
         std::lock_guard<std::mutex> lock(mutex_);
         full_.push_back(std::move(batch));
@@ -120,8 +126,20 @@ void BasePrefetchingDataLayer::Seek(int64_t batch_index) {
   StartPrefetch(batch_index);
 }
 
-void BasePrefetchingDataLayer::ForwardCpu(const std::vector<Tensor*>& /*bottom*/,
-                                          const std::vector<Tensor*>& top) {
+void BasePrefetchingDataLayer::SetShard(int shard, int num_shards) {
+  if (num_shards < 1 || shard < 0 || shard >= num_shards) {
+    CORTADO_THROW(kInvalidArgument, "{}: shard {} of {} does not exist", Describe(), shard,
+                  num_shards);
+  }
+  if (shard == shard_ && num_shards == num_shards_) return;
+  const bool running = set_up_;
+  if (running) StopPrefetch();
+  shard_ = shard;
+  num_shards_ = num_shards;
+  if (running) StartPrefetch(next_index_);
+}
+
+std::unique_ptr<DataBatch> BasePrefetchingDataLayer::TakeBatch(const std::vector<Tensor*>& top) {
   std::unique_ptr<DataBatch> batch;
   {
     std::unique_lock<std::mutex> lock(mutex_);
@@ -139,15 +157,27 @@ void BasePrefetchingDataLayer::ForwardCpu(const std::vector<Tensor*>& /*bottom*/
   for (size_t i = 0; i < top.size(); ++i) {
     top[i]->Reshape(batch->shapes[i]);
     CORTADO_CHECK_EQ(static_cast<size_t>(top[i]->count()), batch->tops[i].size());
-    std::memcpy(top[i]->mutable_cpu_data(), batch->tops[i].data(),
-                batch->tops[i].size() * sizeof(float));
   }
   ++next_index_;
+  return batch;
+}
+
+void BasePrefetchingDataLayer::Recycle(std::unique_ptr<DataBatch> batch) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     free_.push_back(std::move(batch));
   }
   free_cv_.notify_one();
+}
+
+void BasePrefetchingDataLayer::ForwardCpu(const std::vector<Tensor*>& /*bottom*/,
+                                          const std::vector<Tensor*>& top) {
+  std::unique_ptr<DataBatch> batch = TakeBatch(top);
+  for (size_t i = 0; i < top.size(); ++i) {
+    std::memcpy(top[i]->mutable_cpu_data(), batch->tops[i].data(),
+                batch->tops[i].size() * sizeof(float));
+  }
+  Recycle(std::move(batch));
 }
 
 }  // namespace cortado

@@ -8,6 +8,11 @@
 // produced before, on timing, or on the queue. Seek(k) restarts the producer at batch k: a run
 // resumed from a snapshot sees exactly the data an uninterrupted run would.
 //
+// Sharding (data-parallel training): with SetShard(r, R) the k-th batch handed out is batch
+// k * R + r of the unsharded stream (content and randomness both), while Seek and
+// next_batch_index keep counting k; R shards of batch size b together read what one unsharded
+// layer of batch size R * b reads.
+//
 // Errors: an exception thrown by LoadBatch on the prefetch thread is kept (std::exception_ptr)
 // and rethrown by the Forward that would have returned that batch, in the caller's thread.
 // Batches produced before the failure are still delivered first. The thread never terminates the
@@ -32,6 +37,8 @@
 #include <vector>
 
 #include "layers/layer.hpp"
+
+struct CUevent_st;  // cudaEvent_t is a CUevent_st*
 
 namespace cortado {
 
@@ -60,7 +67,10 @@ class BasePrefetchingDataLayer : public Layer {
 
   // Restarts the producer so that the next Forward returns batch `batch_index` (>= 0). Discards
   // prefetched batches and any stored error. Throws kInvalidArgument before Setup.
-  void Seek(int64_t batch_index);
+  void Seek(int64_t batch_index) override;
+  // Reads every num_shards-th batch from batch `shard` on (see above); restarts the producer at
+  // next_batch_index(). Throws kInvalidArgument for a shard outside [0, num_shards).
+  void SetShard(int shard, int num_shards) override;
   // Index of the batch the next Forward returns.
   int64_t next_batch_index() const { return next_index_; }
   uint64_t seed() const { return seed_; }
@@ -69,7 +79,8 @@ class BasePrefetchingDataLayer : public Layer {
   // Reads parameters, opens the source and shapes the tops (batch size first).
   virtual void DataSetup(const std::vector<Tensor*>& top) = 0;
   // Fills `batch` (one entry per top, already sized from the previous use, or empty) with batch
-  // number `index`, drawing any randomness from `rng`. Runs on the prefetch thread; may throw.
+  // number `index` of the source (unsharded numbering), drawing any randomness from `rng`. Runs
+  // on the prefetch thread; may throw.
   virtual void LoadBatch(int64_t index, Rng* rng, DataBatch* batch) = 0;
   // Number of batches kept ready ahead of Forward.
   virtual int PrefetchCount() const { return 3; }
@@ -78,21 +89,34 @@ class BasePrefetchingDataLayer : public Layer {
   void StopPrefetch() noexcept;
 
   void ForwardCpu(const std::vector<Tensor*>& bottom, const std::vector<Tensor*>& top) override;
-  // The batch is produced on the host; tops move to the device when a GPU layer reads them.
-  void ForwardGpu(const std::vector<Tensor*>& bottom, const std::vector<Tensor*>& top) override {
-    ForwardCpu(bottom, top);
-  }
   void BackwardCpu(const std::vector<Tensor*>&, const std::vector<bool>&,
                    const std::vector<Tensor*>&) override {}
-  void BackwardGpu(const std::vector<Tensor*>&, const std::vector<bool>&,
-                   const std::vector<Tensor*>&) override {}
+  // GPU: the batch, produced on the host, is copied into pinned staging memory and from there
+  // to the tops' device memory on the context's stream (base_data_layer.cu). Backward: nothing.
+  CORTADO_GPU_PASSES;
 
  private:
   void StartPrefetch(int64_t first_index);
   void ProducerLoop(int64_t first_index);
+  // Waits for the next ready batch (rethrowing a prefetch error), checks it, shapes the tops
+  // after it and advances next_index_; the caller copies it out and hands it to Recycle.
+  std::unique_ptr<DataBatch> TakeBatch(const std::vector<Tensor*>& top);
+  void Recycle(std::unique_ptr<DataBatch> batch);
+#if CORTADO_WITH_CUDA
+  // Waits for the last host-to-device copy and frees the staging memory; never throws.
+  void ReleaseStaging() noexcept;
+
+  float* staging_ = nullptr;         // pinned host memory the device copies read from
+  size_t staging_floats_ = 0;        // its capacity
+  CUevent_st* copy_done_ = nullptr;  // recorded after the last copy out of staging_
+#endif
 
   uint64_t seed_ = 0;
   bool set_up_ = false;
+  // Batch k of this layer is batch k * num_shards_ + shard_ of the source (read by the producer,
+  // changed only while it is stopped).
+  int shard_ = 0;
+  int num_shards_ = 1;
   int64_t next_index_ = 0;
 
   std::thread thread_;

@@ -47,17 +47,23 @@ void MemoryDataLayer::Reset(float* data, float* labels, int n) {
   pos_ = 0;
 }
 
-void MemoryDataLayer::ForwardCpu(const std::vector<Tensor*>& /*bottom*/,
-                                 const std::vector<Tensor*>& top) {
+int MemoryDataLayer::BeginBatch(const std::vector<Tensor*>& top) {
   if (data_ == nullptr) {
     CORTADO_THROW(kInvalidArgument, "{}: Forward before Reset gave it data", Describe());
   }
-  const size_t sample = static_cast<size_t>(channels_) * height_ * width_;
   top[0]->Reshape(batch_size_, channels_, height_, width_);
   top[1]->Reshape(std::vector<int>{batch_size_});
-  std::copy_n(data_ + sample * pos_, sample * batch_size_, top[0]->mutable_cpu_data());
-  std::copy_n(labels_ + pos_, batch_size_, top[1]->mutable_cpu_data());
+  const int first = pos_;
   pos_ = (pos_ + batch_size_) % n_;
+  return first;
+}
+
+void MemoryDataLayer::ForwardCpu(const std::vector<Tensor*>& /*bottom*/,
+                                 const std::vector<Tensor*>& top) {
+  const int first = BeginBatch(top);
+  const size_t sample = static_cast<size_t>(channels_) * height_ * width_;
+  std::copy_n(data_ + sample * first, sample * batch_size_, top[0]->mutable_cpu_data());
+  std::copy_n(labels_ + first, batch_size_, top[1]->mutable_cpu_data());
 }
 
 CORTADO_REGISTER_LAYER(MemoryData, MemoryDataLayer);

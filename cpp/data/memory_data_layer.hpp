@@ -39,8 +39,14 @@ class MemoryDataLayer final : public Layer {
   void ForwardCpu(const std::vector<Tensor*>& bottom, const std::vector<Tensor*>& top) override;
   void BackwardCpu(const std::vector<Tensor*>&, const std::vector<bool>&,
                    const std::vector<Tensor*>&) override {}
+  // GPU: copies the batch from the caller's arrays into the tops' device memory
+  // (memory_data_layer.cu). Backward: nothing.
+  CORTADO_GPU_PASSES;
 
  private:
+  // Checks that Reset gave data, shapes the tops, and returns the first sample of the batch.
+  int BeginBatch(const std::vector<Tensor*>& top);
+
   int batch_size_ = 0, channels_ = 0, height_ = 0, width_ = 0;
   const float* data_ = nullptr;
   const float* labels_ = nullptr;

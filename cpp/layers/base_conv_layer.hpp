@@ -20,6 +20,8 @@
 // a cache-sized column block, see base_conv_layer.cpp); big images go one per GEMM as in
 // Caffe. A 1x1 kernel with stride 1 and no pad skips im2col. The column workspace is per
 // thread and shared by all convolution layers run on that thread, not one per layer.
+// On the GPU (base_conv_layer.cu) images go one per GEMM as in Caffe, and the columns live in
+// the context's CUDA workspace.
 #pragma once
 
 #include <vector>
@@ -59,6 +61,26 @@ class BaseConvolutionLayer : public Layer {
   void ForwardBias(const float* bias, float* top, int num) const;
   // bias_diff[c] += sum over images and positions of top_diff[n, c, :].
   void BackwardBias(const float* top_diff, float* bias_diff, int num) const;
+
+#if CORTADO_WITH_CUDA
+  // The GPU versions (base_conv_layer.cu), one image at a time as Caffe: im2col into the
+  // context's workspace, then one GEMM per group. Device pointers.
+  // The column matrix of one conv-input image: the image itself for a 1x1 convolution, else
+  // its im2col in the workspace (valid until the next call that uses the workspace).
+  const float* ColumnsGpu(const float* input);
+  // output = weights * columns, overwriting output.
+  void ForwardGemmGpu(const float* columns, const float* weights, float* output);
+  // input = col2im(weights^T * output), overwriting input.
+  void BackwardGemmGpu(const float* output, const float* weights, float* input);
+  // weight_diff += output * columns^T.
+  void WeightGemmGpu(const float* columns, const float* output, float* weight_diff);
+  // ForwardBias and BackwardBias over all num_ images of a top.
+  void ForwardBiasGpu(const float* bias, float* top);
+  void BackwardBiasGpu(const float* top_diff, float* bias_diff);
+  // Offsets of image n in a conv-input / conv-output buffer.
+  size_t conv_input_offset(int n) const { return static_cast<size_t>(n) * conv_input_dim_; }
+  size_t conv_output_offset(int n) const { return static_cast<size_t>(n) * conv_output_dim_; }
+#endif
 
   // Geometry, per spatial axis.
   std::vector<int> kernel_shape_, stride_, pad_, dilation_;

@@ -30,6 +30,7 @@ class BatchNormLayer final : public Layer {
   void ForwardCpu(const std::vector<Tensor*>& bottom, const std::vector<Tensor*>& top) override;
   void BackwardCpu(const std::vector<Tensor*>& top, const std::vector<bool>& propagate_down,
                    const std::vector<Tensor*>& bottom) override;
+  CORTADO_GPU_PASSES;
 
  private:
   bool use_global_stats_ = false;
@@ -41,6 +42,9 @@ class BatchNormLayer final : public Layer {
   std::vector<float> mean_;  // per channel, of the last forward
   std::vector<float> std_;   // per channel: sqrt(var + eps) of the last forward
   Tensor x_norm_;            // the normalised output, kept for Backward (top may be in-place)
+  // GPU passes: per channel on the device, rows [0] mean and [1] std of the last forward,
+  // [2] mean(dy) and [3] mean(dy * y) of the last backward.
+  Tensor gpu_stats_;
 };
 
 }  // namespace cortado

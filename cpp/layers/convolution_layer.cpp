@@ -24,6 +24,8 @@ void ConvolutionLayer::ComputeOutputShape() {
 void ConvolutionLayer::Reshape(const std::vector<Tensor*>& bottom,
                                const std::vector<Tensor*>& top) {
   BaseConvolutionLayer::Reshape(bottom, top);
+  // engine CAFFE keeps im2col + GEMM on either device; otherwise the fast path of the context's
+  // device: oneDNN on the CPU, cuDNN on a GPU (each when the build has it).
   const bool wanted = param_.convolution_param().engine() != caffe::ConvolutionParameter::CAFFE;
   if (!wanted || num_spatial_axes_ != 2 || channel_axis_ != 1) {
     fast_.reset();
@@ -46,7 +48,12 @@ void ConvolutionLayer::Reshape(const std::vector<Tensor*>& bottom,
   shape.group = group_;
   shape.bias = bias_term_;
   if (fast_ && shape == fast_shape_) return;
+#if CORTADO_WITH_CUDA
+  fast_ = ctx_->device().is_cuda() ? math::MakeGpuConvolution(*ctx_, shape)
+                                   : math::MakeFastConvolution(shape);
+#else
   fast_ = math::MakeFastConvolution(shape);
+#endif
   fast_shape_ = shape;
   CORTADO_LOG_DEBUG("{}: {}", Describe(), fast_ ? fast_->Name() : std::string("im2col + GEMM"));
 }

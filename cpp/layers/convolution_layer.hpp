@@ -11,10 +11,11 @@
 // Engines: convolution_param.engine CAFFE always uses im2col + GEMM (Caffe's method); DEFAULT
 // (and CUDNN on the CPU) uses the fast CPU convolution (oneDNN, math/convolution.hpp) for 2-D
 // convolutions over axis 1 when the build has it (all three passes: it was faster in each on
-// every benchmark shape, bench/RESULTS.md), and im2col + GEMM otherwise.
-// Differences from Caffe: none in results beyond float rounding (see base_conv_layer.hpp for
-// how the batch is chunked into GEMMs); a kernel larger than the padded input is an error
-// naming the shapes.
+// every benchmark shape, bench/RESULTS.md), and im2col + GEMM otherwise. On a GPU context the same
+// rule picks cuDNN (math::MakeGpuConvolution) or im2col + GEMM on the device
+// (convolution_layer.cu). Differences from Caffe: none in results beyond float rounding (see
+// base_conv_layer.hpp for how the batch is chunked into GEMMs); a kernel larger than the padded
+// input is an error naming the shapes.
 #pragma once
 
 #include <memory>
@@ -36,6 +37,7 @@ class ConvolutionLayer final : public BaseConvolutionLayer {
   void ForwardCpu(const std::vector<Tensor*>& bottom, const std::vector<Tensor*>& top) override;
   void BackwardCpu(const std::vector<Tensor*>& top, const std::vector<bool>& propagate_down,
                    const std::vector<Tensor*>& bottom) override;
+  CORTADO_GPU_PASSES;
 
  private:
   // The fast path's plan for the current shape; null when im2col + GEMM is used.

@@ -31,6 +31,7 @@ void DropoutLayer::Setup(const std::vector<Tensor*>& /*bottom*/,
 void DropoutLayer::Reshape(const std::vector<Tensor*>& bottom, const std::vector<Tensor*>& top) {
   top[0]->ReshapeLike(*bottom[0]);
   mask_.resize(bottom[0]->count());
+  rand_.ReshapeLike(*bottom[0]);  // allocated only when the GPU pass first uses it
 }
 
 void DropoutLayer::ForwardCpu(const std::vector<Tensor*>& bottom, const std::vector<Tensor*>& top) {

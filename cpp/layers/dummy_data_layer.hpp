@@ -28,6 +28,7 @@ class DummyDataLayer final : public Layer {
   void ForwardCpu(const std::vector<Tensor*>& bottom, const std::vector<Tensor*>& top) override;
   void BackwardCpu(const std::vector<Tensor*>&, const std::vector<bool>&,
                    const std::vector<Tensor*>&) override {}
+  CORTADO_GPU_PASSES;
 
  private:
   // One filler for every top, or one per top; refill_[i] says whether fillers_[i] runs at

@@ -31,7 +31,10 @@ void EltwiseLayer::Reshape(const std::vector<Tensor*>& bottom, const std::vector
     }
   }
   top[0]->ReshapeLike(*bottom[0]);
-  if (op_ == caffe::EltwiseParameter::MAX) max_idx_.resize(bottom[0]->count());
+  if (op_ == caffe::EltwiseParameter::MAX) {
+    max_idx_.resize(bottom[0]->count());
+    max_mask_.ReshapeLike(*bottom[0]);  // allocated only when a GPU pass first uses it
+  }
 }
 
 void EltwiseLayer::ForwardCpu(const std::vector<Tensor*>& bottom, const std::vector<Tensor*>& top) {

@@ -26,12 +26,14 @@ class EltwiseLayer final : public Layer {
   void ForwardCpu(const std::vector<Tensor*>& bottom, const std::vector<Tensor*>& top) override;
   void BackwardCpu(const std::vector<Tensor*>& top, const std::vector<bool>& propagate_down,
                    const std::vector<Tensor*>& bottom) override;
+  CORTADO_GPU_PASSES;
 
  private:
   caffe::EltwiseParameter::EltwiseOp op_ = caffe::EltwiseParameter::SUM;
   std::vector<float> coeffs_;
   bool stable_prod_grad_ = true;
   std::vector<int> max_idx_;  // MAX only: which bottom won each element
+  Tensor max_mask_;           // MAX on the GPU: the same, as floats on the device
 };
 
 }  // namespace cortado

@@ -22,6 +22,11 @@ class FlattenLayer final : public Layer {
   void ForwardCpu(const std::vector<Tensor*>&, const std::vector<Tensor*>&) override {}
   void BackwardCpu(const std::vector<Tensor*>&, const std::vector<bool>&,
                    const std::vector<Tensor*>&) override {}
+  // The same on the GPU: overridden so the base class's host fallback (which would warn and
+  // copy) is never taken.
+  void ForwardGpu(const std::vector<Tensor*>&, const std::vector<Tensor*>&) override {}
+  void BackwardGpu(const std::vector<Tensor*>&, const std::vector<bool>&,
+                   const std::vector<Tensor*>&) override {}
 };
 
 }  // namespace cortado

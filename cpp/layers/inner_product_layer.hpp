@@ -10,7 +10,7 @@
 // Blobs (Caffe's layout and order, so .caffemodel files interoperate):
 //   blobs[0] weights, shape [N, K] (or [K, N] with transpose: top = bottom * W);
 //   blobs[1] bias, shape [N] (only with bias_term).
-// Forward and each part of Backward are one GEMM over the whole batch.
+// Forward and each part of Backward are one GEMM over the whole batch (on the CPU and the GPU).
 // Errors: num_output 0 (Caffe builds an empty layer), a bottom whose K does not match the
 // weights (named with both shapes), and running in place.
 #pragma once
@@ -35,6 +35,7 @@ class InnerProductLayer final : public Layer {
   void ForwardCpu(const std::vector<Tensor*>& bottom, const std::vector<Tensor*>& top) override;
   void BackwardCpu(const std::vector<Tensor*>& top, const std::vector<bool>& propagate_down,
                    const std::vector<Tensor*>& bottom) override;
+  CORTADO_GPU_PASSES;
 
  private:
   int m_ = 0;  // rows: count(0, axis)
@@ -43,6 +44,7 @@ class InnerProductLayer final : public Layer {
   bool bias_term_ = true;
   bool transpose_ = false;
   std::vector<float> ones_;  // M ones, to sum the top diff over rows for the bias gradient
+  Tensor ones_gpu_;          // the same on the device (GPU passes), filled when M changes
 };
 
 }  // namespace cortado

@@ -22,6 +22,10 @@ class InputLayer final : public Layer {
   void ForwardCpu(const std::vector<Tensor*>&, const std::vector<Tensor*>&) override {}
   void BackwardCpu(const std::vector<Tensor*>&, const std::vector<bool>&,
                    const std::vector<Tensor*>&) override {}
+  // Nothing to compute on the GPU either: the caller fills the tops.
+  void ForwardGpu(const std::vector<Tensor*>&, const std::vector<Tensor*>&) override {}
+  void BackwardGpu(const std::vector<Tensor*>&, const std::vector<bool>&,
+                   const std::vector<Tensor*>&) override {}
 };
 
 }  // namespace cortado

@@ -78,6 +78,12 @@ class Layer {
   // (counted from the start of training), so a resumed run sees the data an uninterrupted run
   // would. Other layers ignore it.
   virtual void Seek(int64_t /*batch_index*/) {}
+  // Data layers: make this layer one of `num_shards` readers of the same source, for
+  // data-parallel training. From now on its k-th batch (k counted as Seek counts, so Seek and
+  // resuming stay as they are) is batch k * num_shards + shard of the unsharded stream, so the
+  // shards together read, per step, the batches one reader with num_shards times the batch size
+  // would. Other layers ignore it.
+  virtual void SetShard(int /*shard*/, int /*num_shards*/) {}
 
   bool param_propagate_down(int index) const {
     return index < static_cast<int>(param_propagate_down_.size()) && param_propagate_down_[index];

@@ -1,9 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
 // Pooling (Caffe type "Pooling"): max or average over 2-D windows of each channel.
-// Params (pooling_param): pool (MAX, AVE; STOCHASTIC throws kUnimplemented as Caffe has no
-// CPU version), kernel_size or kernel_h + kernel_w, pad or pad_h + pad_w, stride or
-// stride_h + stride_w, global_pooling (the window is the whole image; pad 0, stride 1),
-// round_mode (CEIL, Caffe's default, or FLOOR). engine is ignored.
+// Params (pooling_param): pool (MAX, AVE, or STOCHASTIC, which runs on a GPU context only and
+// throws kUnimplemented on the CPU, as Caffe has no CPU version), kernel_size or
+// kernel_h + kernel_w, pad or pad_h + pad_w, stride or stride_h + stride_w, global_pooling (the
+// window is the whole image; pad 0, stride 1), round_mode (CEIL, Caffe's default, or FLOOR).
+// engine is ignored.
 // Bottom: one, [N, C, H, W]. Tops: [N, C, PH, PW], and for MAX optionally a second top of the
 // same shape holding the index (h * W + w, as float) of each maximum in its channel.
 // PH = ceil((H + 2 * pad_h - kernel_h) / stride_h) + 1 (floor for FLOOR); with any padding,
@@ -13,6 +14,11 @@
 // Difference from Caffe: a window that lies wholly outside the image (only possible when a
 // kernel smaller than the stride rounds up past the edge, where Caffe reads out of bounds)
 // gives 0 and no gradient.
+// STOCHASTIC (GPU, pooling_layer.cu, no padding): in TRAIN each window outputs one of its
+// elements, drawn with probability proportional to its value (the inputs should be >= 0, as
+// after a ReLU), and Backward routes the gradient to it; in TEST it outputs the
+// probability-weighted average sum(x^2) / sum(x) (0 for an all-zero window). Difference from
+// Caffe: Backward in TEST is the gradient of that average (Caffe reuses stale TRAIN choices).
 #pragma once
 
 #include <vector>
@@ -37,6 +43,7 @@ class PoolingLayer final : public Layer {
   void ForwardCpu(const std::vector<Tensor*>& bottom, const std::vector<Tensor*>& top) override;
   void BackwardCpu(const std::vector<Tensor*>& top, const std::vector<bool>& propagate_down,
                    const std::vector<Tensor*>& bottom) override;
+  CORTADO_GPU_PASSES;
 
  private:
   void ThrowIfStochastic() const;
@@ -50,6 +57,9 @@ class PoolingLayer final : public Layer {
   int pooled_h_ = 0, pooled_w_ = 0;
   // Argmax per output when MAX runs without a mask top.
   std::vector<int> max_idx_;
+  // GPU, one per output: the index (h * W + w, as float) of MAX's maximum when there is no
+  // mask top, or of the element STOCHASTIC drew in TRAIN.
+  Tensor gpu_index_;
 };
 
 }  // namespace cortado

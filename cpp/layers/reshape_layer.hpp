@@ -25,6 +25,11 @@ class ReshapeLayer final : public Layer {
   void ForwardCpu(const std::vector<Tensor*>&, const std::vector<Tensor*>&) override {}
   void BackwardCpu(const std::vector<Tensor*>&, const std::vector<bool>&,
                    const std::vector<Tensor*>&) override {}
+  // The same on the GPU: overridden so the base class's host fallback (which would warn and
+  // copy) is never taken.
+  void ForwardGpu(const std::vector<Tensor*>&, const std::vector<Tensor*>&) override {}
+  void BackwardGpu(const std::vector<Tensor*>&, const std::vector<bool>&,
+                   const std::vector<Tensor*>&) override {}
 
  private:
   std::vector<int> copy_axes_;  // indices into `shape` whose dim is 0

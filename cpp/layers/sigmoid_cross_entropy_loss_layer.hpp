@@ -32,6 +32,7 @@ class SigmoidCrossEntropyLossLayer final : public Layer {
   void ForwardCpu(const std::vector<Tensor*>& bottom, const std::vector<Tensor*>& top) override;
   void BackwardCpu(const std::vector<Tensor*>& top, const std::vector<bool>& propagate_down,
                    const std::vector<Tensor*>& bottom) override;
+  CORTADO_GPU_PASSES;
 
  private:
   float Normalizer(int valid_count) const;
@@ -42,6 +43,11 @@ class SigmoidCrossEntropyLossLayer final : public Layer {
   int outer_num_ = 0;        // shape(0)
   int inner_num_ = 0;        // count(1)
   float normalizer_ = 1.0f;  // from the last forward, reused by backward
+  // GPU pass state: per element its loss and whether it counts (1) or is ignored (0); and the
+  // normalizer of the last Forward, for Backward (a device scalar).
+  Tensor element_loss_;
+  Tensor element_count_;
+  Tensor normalizer_gpu_;
 };
 
 }  // namespace cortado

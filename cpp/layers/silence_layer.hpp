@@ -20,6 +20,7 @@ class SilenceLayer final : public Layer {
   void ForwardCpu(const std::vector<Tensor*>&, const std::vector<Tensor*>&) override {}
   void BackwardCpu(const std::vector<Tensor*>& top, const std::vector<bool>& propagate_down,
                    const std::vector<Tensor*>& bottom) override;
+  CORTADO_GPU_PASSES;
 };
 
 }  // namespace cortado

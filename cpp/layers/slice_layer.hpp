@@ -26,6 +26,7 @@ class SliceLayer final : public Layer {
   void ForwardCpu(const std::vector<Tensor*>& bottom, const std::vector<Tensor*>& top) override;
   void BackwardCpu(const std::vector<Tensor*>& top, const std::vector<bool>& propagate_down,
                    const std::vector<Tensor*>& bottom) override;
+  CORTADO_GPU_PASSES;
 
  private:
   int slice_axis_ = 1;

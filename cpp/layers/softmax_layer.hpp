@@ -21,6 +21,7 @@ class SoftmaxLayer final : public Layer {
   void ForwardCpu(const std::vector<Tensor*>& bottom, const std::vector<Tensor*>& top) override;
   void BackwardCpu(const std::vector<Tensor*>& top, const std::vector<bool>& propagate_down,
                    const std::vector<Tensor*>& bottom) override;
+  CORTADO_GPU_PASSES;
 
  private:
   int outer_num_ = 0;           // product of the axes before the softmax axis

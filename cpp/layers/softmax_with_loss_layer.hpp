@@ -39,6 +39,7 @@ class SoftmaxWithLossLayer final : public Layer {
   void ForwardCpu(const std::vector<Tensor*>& bottom, const std::vector<Tensor*>& top) override;
   void BackwardCpu(const std::vector<Tensor*>& top, const std::vector<bool>& propagate_down,
                    const std::vector<Tensor*>& bottom) override;
+  CORTADO_GPU_PASSES;
 
  private:
   // Caffe's get_normalizer: the divisor for `valid_count` counted positions (-1: unknown).
@@ -54,6 +55,11 @@ class SoftmaxWithLossLayer final : public Layer {
   int outer_num_ = 0;
   int classes_ = 0;
   int inner_num_ = 0;
+  // GPU pass state: per position its loss and whether it counts (1), is ignored (0) or has an
+  // invalid label (-1); and the normalizer of the last Forward, for Backward (device scalars).
+  Tensor position_loss_;
+  Tensor position_count_;
+  Tensor normalizer_gpu_;
 };
 
 }  // namespace cortado

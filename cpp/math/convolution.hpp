@@ -9,6 +9,8 @@
 #include <memory>
 #include <string>
 
+#include "core/context.hpp"
+
 namespace cortado::math {
 
 struct ConvolutionShape {
@@ -48,5 +50,11 @@ class ConvolutionPlan {
 // A plan for `shape`, or nullptr when no fast implementation exists in this build or for this
 // shape (the caller then uses im2col + GEMM).
 std::unique_ptr<ConvolutionPlan> MakeFastConvolution(const ConvolutionShape& shape);
+
+// The same on the GPU of `ctx` (cuDNN; device pointers, work queued on the context's stream),
+// or nullptr in a build without cuDNN. The plan picks each pass's algorithm once, by timing
+// cuDNN's candidates within the workspace limit (CORTADO_CUDNN_WORKSPACE_MB, default 1024), and
+// runs in strict float32 (no TF32), as Caffe and the CPU path compute.
+std::unique_ptr<ConvolutionPlan> MakeGpuConvolution(Context& ctx, const ConvolutionShape& shape);
 
 }  // namespace cortado::math

@@ -29,104 +29,105 @@ inline float* MutableDiff(Context& ctx, Tensor& t) {
   return OnGpu(ctx) ? t.mutable_gpu_diff() : t.mutable_cpu_diff();
 }
 
-inline void Axpy(Context& ctx, int n, float alpha, const float* x, float* y) {
+inline void Axpy([[maybe_unused]] Context& ctx, int n, float alpha, const float* x, float* y) {
 #if CORTADO_WITH_CUDA
   if (OnGpu(ctx)) return gpu::Axpy(ctx, n, alpha, x, y);
 #endif
   math::Axpy(n, alpha, x, y);
 }
-inline void Axpby(Context& ctx, int n, float alpha, const float* x, float beta, float* y) {
+inline void Axpby([[maybe_unused]] Context& ctx, int n, float alpha, const float* x, float beta,
+                  float* y) {
 #if CORTADO_WITH_CUDA
   if (OnGpu(ctx)) return gpu::Axpby(ctx, n, alpha, x, beta, y);
 #endif
   math::Axpby(n, alpha, x, beta, y);
 }
-inline void Scale(Context& ctx, int n, float alpha, float* x) {
+inline void Scale([[maybe_unused]] Context& ctx, int n, float alpha, float* x) {
 #if CORTADO_WITH_CUDA
   if (OnGpu(ctx)) return gpu::Scale(ctx, n, alpha, x);
 #endif
   math::Scale(n, alpha, x);
 }
-inline void Scale(Context& ctx, int n, float alpha, const float* x, float* y) {
+inline void Scale([[maybe_unused]] Context& ctx, int n, float alpha, const float* x, float* y) {
 #if CORTADO_WITH_CUDA
   if (OnGpu(ctx)) return gpu::Scale(ctx, n, alpha, x, y);
 #endif
   math::Scale(n, alpha, x, y);
 }
-inline void Set(Context& ctx, int n, float value, float* x) {
+inline void Set([[maybe_unused]] Context& ctx, int n, float value, float* x) {
 #if CORTADO_WITH_CUDA
   if (OnGpu(ctx)) return gpu::Set(ctx, n, value, x);
 #endif
   math::Set(n, value, x);
 }
-inline void Copy(Context& ctx, int n, const float* x, float* y) {
+inline void Copy([[maybe_unused]] Context& ctx, int n, const float* x, float* y) {
 #if CORTADO_WITH_CUDA
   if (OnGpu(ctx)) return gpu::Copy(ctx, n, x, y);
 #endif
   math::Copy(n, x, y);
 }
-inline void AddScalar(Context& ctx, int n, float alpha, float* x) {
+inline void AddScalar([[maybe_unused]] Context& ctx, int n, float alpha, float* x) {
 #if CORTADO_WITH_CUDA
   if (OnGpu(ctx)) return gpu::AddScalar(ctx, n, alpha, x);
 #endif
   math::AddScalar(n, alpha, x);
 }
-inline float Sumsq(Context& ctx, int n, const float* x) {
+inline float Sumsq([[maybe_unused]] Context& ctx, int n, const float* x) {
 #if CORTADO_WITH_CUDA
   if (OnGpu(ctx)) return gpu::Sumsq(ctx, n, x);
 #endif
   return math::Dot(n, x, x);
 }
-inline float Asum(Context& ctx, int n, const float* x) {
+inline float Asum([[maybe_unused]] Context& ctx, int n, const float* x) {
 #if CORTADO_WITH_CUDA
   if (OnGpu(ctx)) return gpu::Asum(ctx, n, x);
 #endif
   return math::Asum(n, x);
 }
 
-inline void Add(Context& ctx, int n, const float* a, const float* b, float* y) {
+inline void Add([[maybe_unused]] Context& ctx, int n, const float* a, const float* b, float* y) {
 #if CORTADO_WITH_CUDA
   if (OnGpu(ctx)) return gpu::Add(ctx, n, a, b, y);
 #endif
   math::Add(n, a, b, y);
 }
-inline void Sub(Context& ctx, int n, const float* a, const float* b, float* y) {
+inline void Sub([[maybe_unused]] Context& ctx, int n, const float* a, const float* b, float* y) {
 #if CORTADO_WITH_CUDA
   if (OnGpu(ctx)) return gpu::Sub(ctx, n, a, b, y);
 #endif
   math::Sub(n, a, b, y);
 }
-inline void Mul(Context& ctx, int n, const float* a, const float* b, float* y) {
+inline void Mul([[maybe_unused]] Context& ctx, int n, const float* a, const float* b, float* y) {
 #if CORTADO_WITH_CUDA
   if (OnGpu(ctx)) return gpu::Mul(ctx, n, a, b, y);
 #endif
   math::Mul(n, a, b, y);
 }
-inline void Div(Context& ctx, int n, const float* a, const float* b, float* y) {
+inline void Div([[maybe_unused]] Context& ctx, int n, const float* a, const float* b, float* y) {
 #if CORTADO_WITH_CUDA
   if (OnGpu(ctx)) return gpu::Div(ctx, n, a, b, y);
 #endif
   math::Div(n, a, b, y);
 }
-inline void Sqr(Context& ctx, int n, const float* a, float* y) {
+inline void Sqr([[maybe_unused]] Context& ctx, int n, const float* a, float* y) {
 #if CORTADO_WITH_CUDA
   if (OnGpu(ctx)) return gpu::Sqr(ctx, n, a, y);
 #endif
   math::Sqr(n, a, y);
 }
-inline void Sqrt(Context& ctx, int n, const float* a, float* y) {
+inline void Sqrt([[maybe_unused]] Context& ctx, int n, const float* a, float* y) {
 #if CORTADO_WITH_CUDA
   if (OnGpu(ctx)) return gpu::Sqrt(ctx, n, a, y);
 #endif
   math::Sqrt(n, a, y);
 }
-inline void Sign(Context& ctx, int n, const float* a, float* y) {
+inline void Sign([[maybe_unused]] Context& ctx, int n, const float* a, float* y) {
 #if CORTADO_WITH_CUDA
   if (OnGpu(ctx)) return gpu::Sign(ctx, n, a, y);
 #endif
   math::Sign(n, a, y);
 }
-inline void Powx(Context& ctx, int n, const float* a, float b, float* y) {
+inline void Powx([[maybe_unused]] Context& ctx, int n, const float* a, float b, float* y) {
 #if CORTADO_WITH_CUDA
   if (OnGpu(ctx)) return gpu::Powx(ctx, n, a, b, y);
 #endif

@@ -494,4 +494,12 @@ void Net::ToProto(caffe::NetParameter* param, bool write_diff) const {
   }
 }
 
+void Net::SetDataShard(int shard, int num_shards) {
+  if (num_shards < 1 || shard < 0 || shard >= num_shards) {
+    CORTADO_THROW(kInvalidArgument, "net '{}': data shard {} of {} does not exist", name_, shard,
+                  num_shards);
+  }
+  for (const auto& layer : layers_) layer->SetShard(shard, num_shards);
+}
+
 }  // namespace cortado

@@ -55,6 +55,9 @@ class Net {
   void ShareTrainedLayersWith(const Net& other);
   // Writes the net definition with its weights (and diffs if asked).
   void ToProto(caffe::NetParameter* param, bool write_diff = false) const;
+  // Makes every data layer shard `shard` of `num_shards` (Layer::SetShard): replica r of R in
+  // data-parallel training reads its own batches.
+  void SetDataShard(int shard, int num_shards);
 
   const std::string& name() const { return name_; }
   caffe::Phase phase() const { return phase_; }

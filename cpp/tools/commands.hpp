@@ -14,11 +14,12 @@ namespace cortado::tools {
 
 // cortado train --solver=S [--snapshot=X.solverstate | --weights=A.caffemodel[,B...]]
 //               [--iterations=N] [--sigint_effect=stop] [--sighup_effect=snapshot]
+//               [--gpu=0 | --gpu=0,1 | --gpu=all]
 int TrainCommand(int argc, char** argv);
-// cortado test --model=NET --weights=W [--iterations=50]
+// cortado test --model=NET --weights=W [--iterations=50] [--gpu=0]
 int TestCommand(int argc, char** argv);
 
-// cortado time --model=NET --iterations=N [--phase=TRAIN|TEST] [--level] [--stage]
+// cortado time --model=NET --iterations=N [--phase=TRAIN|TEST] [--level] [--stage] [--gpu=0]
 int TimeCommand(int argc, char** argv);
 // cortado device_query
 int DeviceQueryCommand(int argc, char** argv);

@@ -7,6 +7,7 @@
 #include "net/net.hpp"
 #include "tools/commands.hpp"
 #include "tools/flags.hpp"
+#include "tools/gpu_flag.hpp"
 
 namespace cortado::tools {
 
@@ -18,6 +19,7 @@ int TestCommand(int argc, char** argv) {
       {"level", "0", "net level"},
       {"stage", "", "comma-separated net stages"},
       {"threads", "0", "CPU threads (0: all cores this process may use)"},
+      {"gpu", "", "run on a GPU: 0, 0,1 or all (the first one listed is used)"},
   };
   Flags flags(argc, argv, 2, specs);
   if (flags.Get("model").empty()) {
@@ -32,7 +34,9 @@ int TestCommand(int argc, char** argv) {
     CORTADO_THROW(kInvalidArgument, "--iterations must be positive, got {}", iterations);
   }
   if (flags.GetInt("threads") > 0) Context::SetNumThreads(flags.GetInt("threads"));
-  Context ctx(Device::Cpu());
+  Context ctx(flags.IsSet("gpu") ? FirstGpu(flags.Get("gpu")) : Device::Cpu());
+  ctx.MakeCurrent();
+  if (ctx.device().is_cuda()) CORTADO_LOG_INFO("Use GPU with device ID {}", ctx.device().id);
   Net net(flags.Get("model"), caffe::TEST, &ctx, flags.GetInt("level"),
           SplitList(flags.Get("stage")));
   for (const auto& path : SplitList(flags.Get("weights"))) CopyWeightsFromFile(path, &net);

@@ -4,16 +4,20 @@
 // for fine-tuning) and trains to max_iter (or --iterations). SIGINT and SIGHUP ask the solver to
 // stop or snapshot (--sigint_effect, --sighup_effect); the handlers only set a flag that the
 // training loop polls, and the previous handlers are put back when training ends.
+// --gpu=0,1 (or all) trains one replica per listed GPU in this process (parallel/trainer.hpp),
+// overriding solver_mode and device_id; without it, solver_mode and device_id choose.
 #include <signal.h>
 
 #include <atomic>
 #include <sstream>
 
 #include "core/logging.hpp"
+#include "parallel/trainer.hpp"
 #include "solvers/snapshot.hpp"
 #include "solvers/solver.hpp"
 #include "tools/commands.hpp"
 #include "tools/flags.hpp"
+#include "tools/gpu_flag.hpp"
 
 namespace cortado::tools {
 namespace {
@@ -103,6 +107,9 @@ int TrainCommand(int argc, char** argv) {
       {"level", "", "train net level (overrides train_state)"},
       {"stage", "", "comma-separated train net stages (added to train_state)"},
       {"threads", "0", "CPU threads (0: all cores this process may use)"},
+      {"gpu", "",
+       "GPUs to train on, one replica each: 0, 0,1 or all (overrides solver_mode; a GPU listed "
+       "twice runs two replicas)"},
   };
   Flags flags(argc, argv, 2, specs);
   if (flags.Get("solver").empty()) {
@@ -129,21 +136,37 @@ int TrainCommand(int argc, char** argv) {
     param.set_max_iter(iterations);
   }
 
-  Context ctx(SolverDevice(param));
+  std::vector<Device> devices;
+  if (flags.IsSet("gpu")) {
+    const std::vector<int> gpus = ParseGpuFlag(flags.Get("gpu"));
+    param.set_solver_mode(caffe::SolverParameter::GPU);
+    param.set_device_id(gpus[0]);
+    std::string names;
+    for (int gpu : gpus) {
+      devices.push_back(Device::Cuda(gpu));
+      names += (names.empty() ? "" : ", ") + std::to_string(gpu);
+    }
+    CORTADO_LOG_INFO("Using GPUs {}", names);
+  } else {
+    devices.push_back(SolverDevice(param));
+  }
+
   CORTADO_LOG_INFO("Starting Optimization");
-  std::unique_ptr<Solver> solver = CreateSolver(param, &ctx);
+  Trainer trainer(param, devices);
+  Solver* solver = trainer.root();
   SignalGuard signals(sigint_effect, sighup_effect);
-  solver->set_action_callback([&signals] { return signals.Check(); });
+  trainer.set_action_callback([&signals] { return signals.Check(); });
   if (!flags.Get("snapshot").empty()) {
     CORTADO_LOG_INFO("Resuming from {}", flags.Get("snapshot"));
-    solver->Solve(flags.Get("snapshot"));
+    trainer.Solve(flags.Get("snapshot"));
   } else {
+    // Into root only: the trainer hands root's weights to the other replicas.
     for (const auto& path : SplitList(flags.Get("weights"))) {
       CORTADO_LOG_INFO("Finetuning from {}", path);
       CopyWeightsFromFile(path, solver->net());
       for (const auto& test_net : solver->test_nets()) CopyWeightsFromFile(path, test_net.get());
     }
-    solver->Solve();
+    trainer.Solve();
   }
   CORTADO_LOG_INFO("Optimization Done.");
   return 0;

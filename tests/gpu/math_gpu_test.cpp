@@ -90,8 +90,8 @@ TEST_F(MathGpuTest, ReductionsMatchCpu) {
               math::gpu::Dot(*ctx_, n, x.gpu_data(), y.gpu_data()), 1e-2f);
   EXPECT_NEAR(math::Asum(n, x.cpu_data()), math::gpu::Asum(*ctx_, n, x.gpu_data()), 1e-1f);
   EXPECT_NEAR(math::Sum(n, x.cpu_data()), math::gpu::Sum(*ctx_, n, x.gpu_data()), 1e-1f);
-  EXPECT_NEAR(math::Dot(n, x.cpu_data(), x.cpu_data()), math::gpu::Sumsq(*ctx_, n, x.gpu_data()),
-              1e-1f);
+  const float sumsq = math::Dot(n, x.cpu_data(), x.cpu_data());
+  EXPECT_NEAR(sumsq, math::gpu::Sumsq(*ctx_, n, x.gpu_data()), 1e-5f * sumsq);
   EXPECT_EQ(math::gpu::Sum(*ctx_, 0, x.gpu_data()), 0.0f);
 }
 

@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
-// Runs the built `cortado` binary (CORTADO_CLI_PATH) for the CLI tests and collects its exit
+// Runs the built `cortado` binary (CORTADO_CLI_PATH, or the CORTADO_CLI environment variable
+// when the test binary runs away from its build folder) for the CLI tests and collects its exit
 // status and its stdout and stderr together.
 #pragma once
 
@@ -9,6 +10,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstdlib>
 #include <functional>
 #include <string>
 #include <vector>
@@ -42,7 +44,8 @@ inline CliResult RunCli(const std::vector<std::string>& args,
     close(fds[0]);
     close(fds[1]);
     setenv("CORTADO_LOG_LEVEL", "info", 1);  // the tests read the INFO lines
-    std::vector<std::string> argv_strings = {CORTADO_CLI_PATH};
+    const char* cli = std::getenv("CORTADO_CLI");
+    std::vector<std::string> argv_strings = {cli != nullptr ? cli : CORTADO_CLI_PATH};
     argv_strings.insert(argv_strings.end(), args.begin(), args.end());
     std::vector<char*> argv;
     for (auto& s : argv_strings) argv.push_back(s.data());

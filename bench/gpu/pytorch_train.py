@@ -1,0 +1,95 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
+"""The peer of cortado_gpu_bench: the same nets, batch sizes and SGD step in PyTorch, float32
+with TF32 off (Cortado computes in strict float32), cuDNN autotuning on (Cortado times cuDNN's
+candidates too). Prints one line per net in cortado_gpu_bench's format.
+
+    python3 bench/gpu/pytorch_train.py [lenet|cifar10_quick|caffenet|resnet50 ...]
+"""
+import sys
+import time
+
+import torch
+import torch.nn as nn
+
+torch.backends.cuda.matmul.allow_tf32 = False
+torch.backends.cudnn.allow_tf32 = False
+torch.backends.cudnn.benchmark = True
+
+
+def lenet():
+    return nn.Sequential(
+        nn.Conv2d(1, 20, 5), nn.MaxPool2d(2, 2, ceil_mode=True),
+        nn.Conv2d(20, 50, 5), nn.MaxPool2d(2, 2, ceil_mode=True), nn.Flatten(),
+        nn.Linear(800, 500), nn.ReLU(inplace=True), nn.Linear(500, 10)), (64, 1, 28, 28)
+
+
+def cifar10_quick():
+    return nn.Sequential(
+        nn.Conv2d(3, 32, 5, padding=2), nn.MaxPool2d(3, 2, ceil_mode=True), nn.ReLU(inplace=True),
+        nn.Conv2d(32, 32, 5, padding=2), nn.ReLU(inplace=True),
+        nn.AvgPool2d(3, 2, ceil_mode=True),
+        nn.Conv2d(32, 64, 5, padding=2), nn.ReLU(inplace=True),
+        nn.AvgPool2d(3, 2, ceil_mode=True), nn.Flatten(),
+        nn.Linear(64 * 4 * 4, 64), nn.Linear(64, 10)), (100, 3, 32, 32)
+
+
+def caffenet():
+    return nn.Sequential(
+        nn.Conv2d(3, 96, 11, stride=4), nn.ReLU(inplace=True), nn.MaxPool2d(3, 2, ceil_mode=True),
+        nn.LocalResponseNorm(5, alpha=1e-4, beta=0.75, k=1.0),
+        nn.Conv2d(96, 256, 5, padding=2, groups=2), nn.ReLU(inplace=True),
+        nn.MaxPool2d(3, 2, ceil_mode=True), nn.LocalResponseNorm(5, alpha=1e-4, beta=0.75, k=1.0),
+        nn.Conv2d(256, 384, 3, padding=1), nn.ReLU(inplace=True),
+        nn.Conv2d(384, 384, 3, padding=1, groups=2), nn.ReLU(inplace=True),
+        nn.Conv2d(384, 256, 3, padding=1, groups=2), nn.ReLU(inplace=True),
+        nn.MaxPool2d(3, 2, ceil_mode=True), nn.Flatten(),
+        nn.Linear(256 * 6 * 6, 4096), nn.ReLU(inplace=True), nn.Dropout(0.5),
+        nn.Linear(4096, 4096), nn.ReLU(inplace=True), nn.Dropout(0.5),
+        nn.Linear(4096, 1000)), (256, 3, 227, 227)
+
+
+def resnet50():
+    import torchvision
+    return torchvision.models.resnet50(), (64, 3, 224, 224)
+
+
+NETS = {"lenet": lenet, "cifar10_quick": cifar10_quick, "caffenet": caffenet,
+        "resnet50": resnet50}
+
+
+def run(name, iterations=50, warmup=10):
+    model, shape = NETS[name]()
+    model = model.cuda().train()
+    classes = 1000 if name in ("caffenet", "resnet50") else 10
+    data = torch.rand(shape, device="cuda")
+    label = (torch.arange(shape[0], device="cuda") % 10).long()
+    assert label.max() < classes
+    opt = torch.optim.SGD(model.parameters(), lr=0.001, momentum=0.9, weight_decay=5e-4)
+    loss_fn = nn.CrossEntropyLoss()
+
+    def step():
+        opt.zero_grad(set_to_none=False)
+        loss = loss_fn(model(data), label)
+        loss.backward()
+        opt.step()
+        return loss
+
+    for _ in range(warmup):
+        step()
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    start = time.perf_counter()
+    for _ in range(iterations):
+        loss = step()
+    torch.cuda.synchronize()
+    seconds = time.perf_counter() - start
+    peak = torch.cuda.max_memory_allocated() / 2**20
+    print(f"pytorch-{name} batch {shape[0]} ms/iter {1000 * seconds / iterations:.3f} "
+          f"images/s {shape[0] * iterations / seconds:.1f} peak_MiB {peak:.1f} "
+          f"loss {loss.item():g}", flush=True)
+
+
+if __name__ == "__main__":
+    for net in sys.argv[1:] or list(NETS):
+        run(net)

@@ -1,0 +1,283 @@
+// SPDX-License-Identifier: Apache-2.0
+// Pooling on the GPU: the windows of pooling_layer.cpp, one thread per output in Forward and
+// one per input in Backward, which gathers over the output windows that cover its element
+// (no atomics, and the terms are added in the CPU code's order). STOCHASTIC is GPU-only.
+#include <cfloat>
+
+#include "core/cuda.hpp"
+#include "layers/pooling_layer.hpp"
+#include "math/gpu.hpp"
+
+namespace cortado {
+namespace {
+
+struct PoolShape {
+  int height, width, pooled_h, pooled_w;
+  int kernel_h, kernel_w, stride_h, stride_w, pad_h, pad_w;
+};
+
+// The output row / column range [begin, end) whose windows cover input row / column x.
+__device__ int FirstCovering(int x, int pad, int kernel, int stride) {
+  return x + pad < kernel ? 0 : (x + pad - kernel) / stride + 1;
+}
+__device__ int EndCovering(int x, int pad, int stride, int pooled) {
+  return min((x + pad) / stride + 1, pooled);
+}
+
+// Output i's plane (image x channel) and position.
+struct OutputPosition {
+  int plane, ph, pw;
+};
+__device__ OutputPosition Locate(int64_t i, const PoolShape& s) {
+  const int pw = static_cast<int>(i % s.pooled_w);
+  const int ph = static_cast<int>((i / s.pooled_w) % s.pooled_h);
+  const int plane = static_cast<int>(i / s.pooled_w / s.pooled_h);
+  return {plane, ph, pw};
+}
+
+// AVE's divisor: the window clipped to the padded bounds [-pad, size + pad).
+__device__ int AveDivisor(int ph, int pw, const PoolShape& s) {
+  const int hstart = ph * s.stride_h - s.pad_h;
+  const int wstart = pw * s.stride_w - s.pad_w;
+  const int hend = min(hstart + s.kernel_h, s.height + s.pad_h);
+  const int wend = min(wstart + s.kernel_w, s.width + s.pad_w);
+  return (hend - hstart) * (wend - wstart);
+}
+
+// The first maximum wins on ties (strict >); an empty window gives 0 and index -1.
+__global__ void MaxForward(int64_t count, const float* x, PoolShape s, float* top, float* index) {
+  CORTADO_KERNEL_LOOP(i, count) {
+    const OutputPosition o = Locate(i, s);
+    const float* src = x + static_cast<int64_t>(o.plane) * s.height * s.width;
+    const int hstart = max(o.ph * s.stride_h - s.pad_h, 0);
+    const int wstart = max(o.pw * s.stride_w - s.pad_w, 0);
+    const int hend = min(o.ph * s.stride_h - s.pad_h + s.kernel_h, s.height);
+    const int wend = min(o.pw * s.stride_w - s.pad_w + s.kernel_w, s.width);
+    float best = -FLT_MAX;
+    int best_index = -1;
+    for (int h = hstart; h < hend; ++h) {
+      for (int w = wstart; w < wend; ++w) {
+        const int at = h * s.width + w;
+        if (src[at] > best) {
+          best = src[at];
+          best_index = at;
+        }
+      }
+    }
+    top[i] = best_index < 0 ? 0.0f : best;
+    index[i] = static_cast<float>(best_index);
+  }
+}
+
+__global__ void AveForward(int64_t count, const float* x, PoolShape s, float* top) {
+  CORTADO_KERNEL_LOOP(i, count) {
+    const OutputPosition o = Locate(i, s);
+    const float* src = x + static_cast<int64_t>(o.plane) * s.height * s.width;
+    const int pool_size = AveDivisor(o.ph, o.pw, s);
+    const int hstart = max(o.ph * s.stride_h - s.pad_h, 0);
+    const int wstart = max(o.pw * s.stride_w - s.pad_w, 0);
+    const int hend = min(o.ph * s.stride_h - s.pad_h + s.kernel_h, s.height);
+    const int wend = min(o.pw * s.stride_w - s.pad_w + s.kernel_w, s.width);
+    float sum = 0.0f;
+    for (int h = hstart; h < hend; ++h) {
+      for (int w = wstart; w < wend; ++w) sum += src[h * s.width + w];
+    }
+    top[i] = pool_size > 0 ? sum / pool_size : 0.0f;
+  }
+}
+
+// STOCHASTIC windows have no padding (Setup refuses it).
+__device__ void StochasticWindow(const OutputPosition& o, const PoolShape& s, int* hstart,
+                                 int* hend, int* wstart, int* wend) {
+  *hstart = o.ph * s.stride_h;
+  *wstart = o.pw * s.stride_w;
+  *hend = min(*hstart + s.kernel_h, s.height);
+  *wend = min(*wstart + s.kernel_w, s.width);
+}
+
+// Caffe's draw: the first element whose running sum reaches u * (window sum), u uniform in
+// [0, 1) read from `index`, which then receives the drawn element's index. When none does
+// (only possible with negative inputs) the output is 0 and the index -1.
+__global__ void StochasticForwardTrain(int64_t count, const float* x, PoolShape s, float* top,
+                                       float* index) {
+  CORTADO_KERNEL_LOOP(i, count) {
+    const OutputPosition o = Locate(i, s);
+    const float* src = x + static_cast<int64_t>(o.plane) * s.height * s.width;
+    int hstart, hend, wstart, wend;
+    StochasticWindow(o, s, &hstart, &hend, &wstart, &wend);
+    float sum = 0.0f;
+    for (int h = hstart; h < hend; ++h) {
+      for (int w = wstart; w < wend; ++w) sum += src[h * s.width + w];
+    }
+    const float threshold = index[i] * sum;
+    float value = 0.0f;
+    int chosen = -1;
+    sum = 0.0f;
+    for (int h = hstart; h < hend && chosen < 0; ++h) {
+      for (int w = wstart; w < wend; ++w) {
+        sum += src[h * s.width + w];
+        if (sum >= threshold) {
+          chosen = h * s.width + w;
+          value = src[chosen];
+          break;
+        }
+      }
+    }
+    top[i] = value;
+    index[i] = static_cast<float>(chosen);
+  }
+}
+
+// sum(x^2) / (FLT_MIN + sum(x)) over the window, as Caffe (FLT_MIN keeps 0 / 0 away).
+__global__ void StochasticForwardTest(int64_t count, const float* x, PoolShape s, float* top) {
+  CORTADO_KERNEL_LOOP(i, count) {
+    const OutputPosition o = Locate(i, s);
+    const float* src = x + static_cast<int64_t>(o.plane) * s.height * s.width;
+    int hstart, hend, wstart, wend;
+    StochasticWindow(o, s, &hstart, &hend, &wstart, &wend);
+    float sum = FLT_MIN;
+    float squares = 0.0f;
+    for (int h = hstart; h < hend; ++h) {
+      for (int w = wstart; w < wend; ++w) {
+        const float v = src[h * s.width + w];
+        sum += v;
+        squares += v * v;
+      }
+    }
+    top[i] = squares / sum;
+  }
+}
+
+// Input i's plane and position, and the range of outputs whose windows cover it.
+struct InputPosition {
+  int plane, h, w, ph_begin, ph_end, pw_begin, pw_end;
+};
+__device__ InputPosition Covering(int64_t i, const PoolShape& s) {
+  InputPosition p;
+  p.w = static_cast<int>(i % s.width);
+  p.h = static_cast<int>((i / s.width) % s.height);
+  p.plane = static_cast<int>(i / s.width / s.height);
+  p.ph_begin = FirstCovering(p.h, s.pad_h, s.kernel_h, s.stride_h);
+  p.ph_end = EndCovering(p.h, s.pad_h, s.stride_h, s.pooled_h);
+  p.pw_begin = FirstCovering(p.w, s.pad_w, s.kernel_w, s.stride_w);
+  p.pw_end = EndCovering(p.w, s.pad_w, s.stride_w, s.pooled_w);
+  return p;
+}
+
+// MAX, and STOCHASTIC in TRAIN: the top diffs of the windows whose recorded index is this
+// element.
+__global__ void IndexBackward(int64_t count, const float* top_diff, const float* index, PoolShape s,
+                              float* bottom_diff) {
+  CORTADO_KERNEL_LOOP(i, count) {
+    const InputPosition p = Covering(i, s);
+    const int64_t out_plane = static_cast<int64_t>(p.plane) * s.pooled_h * s.pooled_w;
+    const int self = p.h * s.width + p.w;
+    float gradient = 0.0f;
+    for (int ph = p.ph_begin; ph < p.ph_end; ++ph) {
+      for (int pw = p.pw_begin; pw < p.pw_end; ++pw) {
+        const int64_t out = out_plane + ph * s.pooled_w + pw;
+        if (static_cast<int>(index[out]) == self) gradient += top_diff[out];
+      }
+    }
+    bottom_diff[i] = gradient;
+  }
+}
+
+__global__ void AveBackward(int64_t count, const float* top_diff, PoolShape s, float* bottom_diff) {
+  CORTADO_KERNEL_LOOP(i, count) {
+    const InputPosition p = Covering(i, s);
+    const int64_t out_plane = static_cast<int64_t>(p.plane) * s.pooled_h * s.pooled_w;
+    float gradient = 0.0f;
+    for (int ph = p.ph_begin; ph < p.ph_end; ++ph) {
+      for (int pw = p.pw_begin; pw < p.pw_end; ++pw) {
+        gradient += top_diff[out_plane + ph * s.pooled_w + pw] / AveDivisor(ph, pw, s);
+      }
+    }
+    bottom_diff[i] = gradient;
+  }
+}
+
+// STOCHASTIC in TEST: y = Q / S with S = FLT_MIN + sum(x), Q = sum(x^2), so
+// dy/dx = (2 x - y) / S for every x of the window.
+__global__ void StochasticBackwardTest(int64_t count, const float* x, const float* top,
+                                       const float* top_diff, PoolShape s, float* bottom_diff) {
+  CORTADO_KERNEL_LOOP(i, count) {
+    const InputPosition p = Covering(i, s);
+    const float* src = x + static_cast<int64_t>(p.plane) * s.height * s.width;
+    const int64_t out_plane = static_cast<int64_t>(p.plane) * s.pooled_h * s.pooled_w;
+    const float self = src[p.h * s.width + p.w];
+    float gradient = 0.0f;
+    for (int ph = p.ph_begin; ph < p.ph_end; ++ph) {
+      for (int pw = p.pw_begin; pw < p.pw_end; ++pw) {
+        int hstart, hend, wstart, wend;
+        StochasticWindow({p.plane, ph, pw}, s, &hstart, &hend, &wstart, &wend);
+        float sum = FLT_MIN;
+        for (int h = hstart; h < hend; ++h) {
+          for (int w = wstart; w < wend; ++w) sum += src[h * s.width + w];
+        }
+        const int64_t out = out_plane + ph * s.pooled_w + pw;
+        gradient += top_diff[out] * (2.0f * self - top[out]) / sum;
+      }
+    }
+    bottom_diff[i] = gradient;
+  }
+}
+
+}  // namespace
+
+void PoolingLayer::ForwardGpu(const std::vector<Tensor*>& bottom, const std::vector<Tensor*>& top) {
+  const PoolShape shape = {height_,   width_,    pooled_h_, pooled_w_, kernel_h_,
+                           kernel_w_, stride_h_, stride_w_, pad_h_,    pad_w_};
+  const float* x = bottom[0]->gpu_data();
+  float* y = top[0]->mutable_gpu_data();
+  const int64_t count = top[0]->count();
+  const cudaStream_t stream = cuda::Stream(*ctx_);
+  if (pool_ == caffe::PoolingParameter::MAX) {
+    float* index = nullptr;
+    if (top.size() > 1) {
+      index = top[1]->mutable_gpu_data();
+    } else {
+      gpu_index_.ReshapeLike(*top[0]);
+      index = gpu_index_.mutable_gpu_data();
+    }
+    MaxForward<<<cuda::Blocks(count), cuda::kThreads, 0, stream>>>(count, x, shape, y, index);
+  } else if (pool_ == caffe::PoolingParameter::AVE) {
+    AveForward<<<cuda::Blocks(count), cuda::kThreads, 0, stream>>>(count, x, shape, y);
+  } else if (phase() == caffe::TRAIN) {  // STOCHASTIC
+    gpu_index_.ReshapeLike(*top[0]);
+    float* index = gpu_index_.mutable_gpu_data();
+    math::gpu::RngUniform(*ctx_, static_cast<int>(count), 0.0f, 1.0f, index);
+    StochasticForwardTrain<<<cuda::Blocks(count), cuda::kThreads, 0, stream>>>(count, x, shape, y,
+                                                                               index);
+  } else {
+    StochasticForwardTest<<<cuda::Blocks(count), cuda::kThreads, 0, stream>>>(count, x, shape, y);
+  }
+  CORTADO_CUDA_CHECK_LAUNCH();
+}
+
+void PoolingLayer::BackwardGpu(const std::vector<Tensor*>& top,
+                               const std::vector<bool>& propagate_down,
+                               const std::vector<Tensor*>& bottom) {
+  if (!propagate_down[0]) return;
+  const PoolShape shape = {height_,   width_,    pooled_h_, pooled_w_, kernel_h_,
+                           kernel_w_, stride_h_, stride_w_, pad_h_,    pad_w_};
+  const float* top_diff = top[0]->gpu_diff();
+  float* bottom_diff = bottom[0]->mutable_gpu_diff();
+  const int64_t count = bottom[0]->count();
+  const cudaStream_t stream = cuda::Stream(*ctx_);
+  const bool stochastic = pool_ == caffe::PoolingParameter::STOCHASTIC;
+  if (pool_ == caffe::PoolingParameter::MAX || (stochastic && phase() == caffe::TRAIN)) {
+    const float* index = top.size() > 1 ? top[1]->gpu_data() : gpu_index_.gpu_data();
+    IndexBackward<<<cuda::Blocks(count), cuda::kThreads, 0, stream>>>(count, top_diff, index, shape,
+                                                                      bottom_diff);
+  } else if (stochastic) {
+    StochasticBackwardTest<<<cuda::Blocks(count), cuda::kThreads, 0, stream>>>(
+        count, bottom[0]->gpu_data(), top[0]->gpu_data(), top_diff, shape, bottom_diff);
+  } else {
+    AveBackward<<<cuda::Blocks(count), cuda::kThreads, 0, stream>>>(count, top_diff, shape,
+                                                                    bottom_diff);
+  }
+  CORTADO_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace cortado

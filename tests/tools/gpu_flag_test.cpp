@@ -1,0 +1,162 @@
+// SPDX-License-Identifier: Apache-2.0
+// The --gpu flag: parsing (no GPU needed), its errors through the CLI, and, where a GPU exists,
+// `cortado train --gpu=0,0` (two replicas on one GPU), `test --gpu=0` and `time --gpu=0`.
+#include "tools/gpu_flag.hpp"
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "cli_runner.hpp"
+#include "core/config.hpp"
+#include "core/error.hpp"
+#include "solvers/tiny_problem.hpp"
+#include "support/gpu_check.hpp"
+
+namespace cortado {
+namespace {
+
+using cli_testing::CliResult;
+using cli_testing::RunCli;
+using solver_testing::TempDir;
+using tools::ParseGpuList;
+
+std::string ParseError(const std::string& value, int device_count, bool cuda_build = true) {
+  try {
+    ParseGpuList(value, device_count, cuda_build);
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument) << e.what();
+    return e.what();
+  }
+  ADD_FAILURE() << "--gpu=" << value << " with " << device_count << " device(s) parsed";
+  return {};
+}
+
+bool Contains(const std::string& text, const std::string& part) {
+  return text.find(part) != std::string::npos;
+}
+
+TEST(GpuFlagTest, ListsAllAndRepeats) {
+  EXPECT_EQ(ParseGpuList("0", 1, true), (std::vector<int>{0}));
+  EXPECT_EQ(ParseGpuList("0,1", 2, true), (std::vector<int>{0, 1}));
+  EXPECT_EQ(ParseGpuList("1,0", 2, true), (std::vector<int>{1, 0}));
+  EXPECT_EQ(ParseGpuList("0,0", 1, true), (std::vector<int>{0, 0}));
+  EXPECT_EQ(ParseGpuList("all", 3, true), (std::vector<int>{0, 1, 2}));
+}
+
+TEST(GpuFlagTest, AllWithoutDevicesIsAnError) {
+  const std::string message = ParseError("all", 0);
+  EXPECT_TRUE(Contains(message, "--gpu=all")) << message;
+  EXPECT_TRUE(Contains(message, "no CUDA device")) << message;
+}
+
+TEST(GpuFlagTest, MalformedValuesNameTheFlag) {
+  for (const std::string value : {"x", "0,x", "-1", "1.5", "", ",", "true"}) {
+    const std::string message = ParseError(value, 2);
+    EXPECT_TRUE(Contains(message, "--gpu")) << message;
+  }
+  EXPECT_TRUE(Contains(ParseError("x", 2), "'x' is not an ordinal"));
+}
+
+TEST(GpuFlagTest, ADeviceThatDoesNotExistIsNamedWithTheCount) {
+  const std::string message = ParseError("0,2", 2);
+  EXPECT_TRUE(Contains(message, "--gpu=0,2")) << message;
+  EXPECT_TRUE(Contains(message, "CUDA device 2 requested, but this machine has 2 CUDA device(s)"))
+      << message;
+  EXPECT_TRUE(Contains(ParseError("0", 0), "has 0 CUDA device(s) (or no CUDA driver)"));
+}
+
+TEST(GpuFlagTest, ABuildWithoutCudaRefusesTheFlag) {
+  const std::string message = ParseError("0", 0, /*cuda_build=*/false);
+  EXPECT_TRUE(Contains(message, "--gpu=0")) << message;
+  EXPECT_TRUE(Contains(message, "no CUDA support")) << message;
+}
+
+// ---- through the CLI ------------------------------------------------------------------------
+
+const char kNet[] = R"(
+name: 'cli'
+layer { name: 'data' type: 'DummyData' top: 'x' top: 't'
+        dummy_data_param { shape { dim: 4 dim: 3 } shape { dim: 4 dim: 2 }
+                           data_filler { type: 'gaussian' std: 1 } } }
+layer { name: 'ip' type: 'InnerProduct' bottom: 'x' top: 'y'
+        inner_product_param { num_output: 2 weight_filler { type: 'gaussian' std: 0.5 } } }
+layer { name: 'loss' type: 'EuclideanLoss' bottom: 'y' bottom: 't' top: 'loss' }
+)";
+
+// Writes net.prototxt and solver.prototxt into `dir`; returns the solver path.
+std::string WriteSolver(const TempDir& dir) {
+  std::ofstream(dir / "net.prototxt") << kNet;
+  std::ofstream(dir / "solver.prototxt")
+      << "net: '" << (dir / "net.prototxt") << "'\n"
+      << "test_iter: 2 test_interval: 2\n"
+      << "base_lr: 0.01 lr_policy: 'fixed' momentum: 0.9 display: 1 max_iter: 4\n"
+      << "snapshot_prefix: '" << (dir / "snap") << "' random_seed: 3 solver_mode: CPU\n";
+  return dir / "solver.prototxt";
+}
+
+TEST(GpuFlagTest, TrainRejectsAMalformedGpuList) {
+  TempDir dir;
+  const CliResult r = RunCli({"train", "--solver=" + WriteSolver(dir), "--gpu=x"});
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_TRUE(r.Contains("--gpu takes 'all' or a comma-separated list")) << r.output;
+}
+
+TEST(GpuFlagTest, TrainWithoutTheGpuNamesItAndTheCount) {
+  if (testing::GpuAvailable()) GTEST_SKIP() << "this machine has a GPU";
+  TempDir dir;
+  const CliResult r = RunCli({"train", "--solver=" + WriteSolver(dir), "--gpu=0"});
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+#if CORTADO_WITH_CUDA
+  EXPECT_TRUE(r.Contains("CUDA device 0 requested, but this machine has 0 CUDA device(s)"))
+      << r.output;
+#else
+  EXPECT_TRUE(r.Contains("no CUDA support")) << r.output;
+#endif
+}
+
+TEST(GpuFlagTest, TrainOnTwoReplicasOfOneGpu) {
+  CORTADO_REQUIRE_GPU();
+  TempDir dir;
+  const CliResult r = RunCli({"train", "--solver=" + WriteSolver(dir), "--gpu=0,0"});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  for (const char* text : {"Using GPUs 0, 0", "Data-parallel training with 2 replicas",
+                           "Iteration 4, Testing net (#0)", "Optimization Done."}) {
+    EXPECT_TRUE(r.Contains(text)) << "missing '" << text << "' in:\n" << r.output;
+  }
+  // Only root logs: one line per displayed iteration.
+  size_t count = 0;
+  for (size_t at = r.output.find("Iteration 1 ("); at != std::string::npos;
+       at = r.output.find("Iteration 1 (", at + 1)) {
+    ++count;
+  }
+  EXPECT_EQ(count, 1u) << r.output;
+  EXPECT_TRUE(std::filesystem::exists(dir / "snap_iter_4.caffemodel"));
+}
+
+TEST(GpuFlagTest, TestAndTimeRunOnTheFirstListedGpu) {
+  CORTADO_REQUIRE_GPU();
+  TempDir dir;
+  WriteSolver(dir);
+  const CliResult trained =
+      RunCli({"train", "--solver=" + (dir / "solver.prototxt"), "--iterations=1"});
+  ASSERT_EQ(trained.exit_code, 0) << trained.output;
+  const CliResult tested =
+      RunCli({"test", "--model=" + (dir / "net.prototxt"),
+              "--weights=" + (dir / "snap_iter_1.caffemodel"), "--iterations=2", "--gpu=0"});
+  ASSERT_EQ(tested.exit_code, 0) << tested.output;
+  EXPECT_TRUE(tested.Contains("Use GPU with device ID 0")) << tested.output;
+  EXPECT_TRUE(tested.Contains("Batch 1, loss = ")) << tested.output;
+  const CliResult timed =
+      RunCli({"time", "--model=" + (dir / "net.prototxt"), "--iterations=2", "--gpu=all"});
+  ASSERT_EQ(timed.exit_code, 0) << timed.output;
+  EXPECT_TRUE(timed.Contains("Use GPU with device ID 0")) << timed.output;
+  EXPECT_TRUE(timed.Contains("Average Forward-Backward")) << timed.output;
+}
+
+}  // namespace
+}  // namespace cortado
