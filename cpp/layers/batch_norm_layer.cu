@@ -1,58 +1,208 @@
 // SPDX-License-Identifier: Apache-2.0
-// BatchNorm on the GPU, as batch_norm_layer.cpp computes it: per-channel statistics by one
-// block per channel (sums in double, added in a fixed tree so results repeat bit for bit), the
-// running statistics updated on the device, then element-wise normalisation. No host reads.
+// BatchNorm on the GPU, as batch_norm_layer.cpp computes it. The per-channel sums are a
+// two-level reduction: each channel's N * spatial values are cut into fixed chunks, one block per
+// chunk writes its partial sums (float per thread, double across the block) to the context
+// workspace, and the element-wise pass that follows first adds the channel's partials in a fixed
+// order (every block of a channel gets the same bits) before it normalises. Fixed grid, fixed
+// order, no atomics: results repeat bit for bit. The mean and variance come from one read: sums
+// of x - k and (x - k)^2 with k the channel's first value, which keeps the single-pass variance
+// free of cancellation. Loads and stores are float4 where the spatial size allows. No host reads.
+#include <cstdint>
+
 #include "core/cuda.hpp"
 #include "layers/batch_norm_layer.hpp"
 
 namespace cortado {
 namespace {
 
-// The sum of every thread's `value` in the block (blockDim.x a power of two), in a fixed order.
-__device__ double BlockSum(double value, double* shared) {
-  shared[threadIdx.x] = value;
-  __syncthreads();
-  for (int stride = blockDim.x / 2; stride > 0; stride /= 2) {
-    if (threadIdx.x < stride) shared[threadIdx.x] += shared[threadIdx.x + stride];
-    __syncthreads();
+// Values of one channel per block in the reductions (each thread then sums about 32).
+constexpr int kChunk = 8192;
+
+// n / d for 0 <= n < 2^31 by a multiply and a shift (d > 0 fixed for a launch).
+struct FastDiv {
+  uint32_t divisor, magic, shift;
+  explicit FastDiv(uint32_t d) : divisor(d), shift(0) {
+    while ((uint64_t{1} << shift) < d) ++shift;
+    magic = static_cast<uint32_t>(((uint64_t{1} << 32) * ((uint64_t{1} << shift) - d)) / d + 1);
   }
-  const double total = shared[0];
-  __syncthreads();  // shared is reused by the next call
+  __device__ __forceinline__ uint32_t Div(uint32_t n) const {
+    return (__umulhi(n, magic) + n) >> shift;
+  }
+};
+
+template <int V>
+struct Pack {
+  float v[V];
+};
+
+template <int V>
+__device__ __forceinline__ Pack<V> Load(const float* p, int64_t unit) {
+  Pack<V> r;
+  if constexpr (V == 4) {
+    const float4 f = reinterpret_cast<const float4*>(p)[unit];
+    r.v[0] = f.x;
+    r.v[1] = f.y;
+    r.v[2] = f.z;
+    r.v[3] = f.w;
+  } else {
+    r.v[0] = p[unit];
+  }
+  return r;
+}
+
+template <int V>
+__device__ __forceinline__ void Store(float* p, int64_t unit, const Pack<V>& r) {
+  if constexpr (V == 4) {
+    reinterpret_cast<float4*>(p)[unit] = make_float4(r.v[0], r.v[1], r.v[2], r.v[3]);
+  } else {
+    p[unit] = r.v[0];
+  }
+}
+
+// The block's sums of a and b (blockDim.x == cuda::kThreads), in a fixed order; valid in
+// thread 0.
+__device__ double2 BlockSum2(double a, double b) {
+  __shared__ double2 warp_sums[cuda::kThreads / 32];
+  for (int offset = 16; offset > 0; offset /= 2) {
+    a += __shfl_down_sync(0xffffffffu, a, offset);
+    b += __shfl_down_sync(0xffffffffu, b, offset);
+  }
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  if (lane == 0) warp_sums[warp] = make_double2(a, b);
+  __syncthreads();
+  if (warp == 0) {
+    a = lane < cuda::kThreads / 32 ? warp_sums[lane].x : 0.0;
+    b = lane < cuda::kThreads / 32 ? warp_sums[lane].y : 0.0;
+    for (int offset = 16; offset > 0; offset /= 2) {
+      a += __shfl_down_sync(0xffffffffu, a, offset);
+      b += __shfl_down_sync(0xffffffffu, b, offset);
+    }
+  }
+  return make_double2(a, b);
+}
+
+// The sum of parts[0, count) in a fixed order (lane-strided, then a fixed shuffle tree), given
+// to every thread of the block.
+__device__ double2 CombineParts(const double2* parts, int count) {
+  __shared__ double2 total;
+  if (threadIdx.x < 32) {
+    double a = 0.0, b = 0.0;
+    for (int i = threadIdx.x; i < count; i += 32) {
+      a += parts[i].x;
+      b += parts[i].y;
+    }
+    for (int offset = 16; offset > 0; offset /= 2) {
+      a += __shfl_down_sync(0xffffffffu, a, offset);
+      b += __shfl_down_sync(0xffffffffu, b, offset);
+    }
+    if (threadIdx.x == 0) total = make_double2(a, b);
+  }
+  __syncthreads();
   return total;
 }
 
-// Element j in [0, num * spatial) of channel c.
-__device__ int64_t ChannelElement(int64_t j, int c, int channels, int spatial) {
-  const int64_t n = j / spatial;
-  return (n * channels + c) * spatial + (j - n * spatial);
+// The units (V floats) of channel c are q in [0, num * row_units): row n = q / row_units of the
+// channel, at ((n * channels + c) * row_units + q % row_units).
+struct ChannelLayout {
+  int channels, parts, chunk_units;
+  uint32_t units;  // num * row_units
+  FastDiv rows;    // divides by row_units
+  __device__ __forceinline__ int64_t At(uint32_t q, int c) const {
+    const uint32_t n = rows.Div(q);
+    return (static_cast<int64_t>(n) * channels + c) * rows.divisor + (q - n * rows.divisor);
+  }
+};
+
+// Block (c, part): over its chunk of channel c, either (kGradient) the sums of a and a * b, or
+// the sums of a - k and (a - k)^2 with k the channel's first value (stored in shift[c]).
+template <int V, bool kGradient>
+__global__ void ChannelPartials(ChannelLayout layout, const float* a, const float* b, float* shift,
+                                double2* partials) {
+  const int c = blockIdx.x / layout.parts;
+  const int part = blockIdx.x - c * layout.parts;
+  const uint32_t begin = static_cast<uint32_t>(part) * layout.chunk_units;
+  const uint32_t end = min(begin + layout.chunk_units, layout.units);
+  const float k =
+      kGradient || layout.units == 0 ? 0.0f : a[static_cast<int64_t>(c) * layout.rows.divisor * V];
+  float s1[V], s2[V];
+  for (int i = 0; i < V; ++i) s1[i] = s2[i] = 0.0f;
+  for (uint32_t q = begin + threadIdx.x; q < end; q += blockDim.x) {
+    const int64_t at = layout.At(q, c);
+    const Pack<V> x = Load<V>(a, at);
+    if constexpr (kGradient) {
+      const Pack<V> y = Load<V>(b, at);
+      for (int i = 0; i < V; ++i) {
+        s1[i] += x.v[i];
+        s2[i] += x.v[i] * y.v[i];
+      }
+    } else {
+      for (int i = 0; i < V; ++i) {
+        const float d = x.v[i] - k;
+        s1[i] += d;
+        s2[i] += d * d;
+      }
+    }
+  }
+  double t1 = 0.0, t2 = 0.0;
+  for (int i = 0; i < V; ++i) {
+    t1 += s1[i];
+    t2 += s2[i];
+  }
+  const double2 total = BlockSum2(t1, t2);
+  if (threadIdx.x == 0) {
+    partials[blockIdx.x] = total;
+    if (!kGradient && part == 0) shift[c] = k;
+  }
 }
 
-// Block c: the batch mean and variance of channel c (two passes, as the CPU code), its std,
-// and the running sums: mean_sum = f * mean_sum + mean, var_sum = f * var_sum + m / (m - 1) *
-// var, and (block 0) norm = f * norm + 1.
-__global__ void BatchStatistics(int num, int channels, int spatial, const float* x, float fraction,
-                                float bias_correction, float eps, float* mean, float* std_dev,
-                                float* mean_sum, float* var_sum, float* norm) {
-  __shared__ double shared[cuda::kThreads];
-  const int c = blockIdx.x;
-  const int64_t m = static_cast<int64_t>(num) * spatial;
-  double sum = 0.0;
-  for (int64_t j = threadIdx.x; j < m; j += blockDim.x) {
-    sum += x[ChannelElement(j, c, channels, spatial)];
+// Blocks run in reverse order of ChannelPartials', so the chunks it read last (still in L2) come
+// first. With partials: the channel's batch mean and variance, its std, and (part 0) mean, std
+// and the running sums mean_sum = f * mean_sum + mean, var_sum = f * var_sum + m / (m - 1) *
+// var, norm = f * norm + 1. Without: mean and std as stored. Then x_norm = top = (x - mean) /
+// std (divided, as the CPU code, to round alike); may be in place.
+template <int V>
+__global__ void Normalize(ChannelLayout layout, const float* x, const double2* partials,
+                          const float* shift, float fraction, float bias_correction, float eps,
+                          float* mean, float* std_dev, float* mean_sum, float* var_sum, float* norm,
+                          float* x_norm, float* top) {
+  const int block = gridDim.x - 1 - blockIdx.x;
+  const int c = block / layout.parts;
+  const int part = block - c * layout.parts;
+  __shared__ float stats[2];
+  if (partials != nullptr) {
+    const double2 sums =
+        CombineParts(partials + static_cast<int64_t>(c) * layout.parts, layout.parts);
+    if (threadIdx.x == 0) {
+      const double m = static_cast<double>(layout.units) * V;
+      const double shifted_mean = sums.x / m;
+      const float channel_mean = static_cast<float>(shift[c] + shifted_mean);
+      const float variance =
+          static_cast<float>(fmax(sums.y / m - shifted_mean * shifted_mean, 0.0));
+      const float sd = sqrtf(variance + eps);
+      stats[0] = channel_mean;
+      stats[1] = sd;
+      if (part == 0) {
+        mean[c] = channel_mean;
+        std_dev[c] = sd;
+        mean_sum[c] = fraction * mean_sum[c] + channel_mean;
+        var_sum[c] = fraction * var_sum[c] + bias_correction * variance;
+        if (c == 0) norm[0] = norm[0] * fraction + 1.0f;
+      }
+    }
+  } else if (threadIdx.x == 0) {
+    stats[0] = mean[c];
+    stats[1] = std_dev[c];
   }
-  const float channel_mean = static_cast<float>(BlockSum(sum, shared) / m);
-  double squares = 0.0;
-  for (int64_t j = threadIdx.x; j < m; j += blockDim.x) {
-    const float d = x[ChannelElement(j, c, channels, spatial)] - channel_mean;
-    squares += static_cast<double>(d * d);
-  }
-  const float variance = static_cast<float>(BlockSum(squares, shared) / m);
-  if (threadIdx.x == 0) {
-    mean[c] = channel_mean;
-    std_dev[c] = sqrtf(variance + eps);
-    mean_sum[c] = fraction * mean_sum[c] + channel_mean;
-    var_sum[c] = fraction * var_sum[c] + bias_correction * variance;
-    if (c == 0) norm[0] = norm[0] * fraction + 1.0f;
+  __syncthreads();
+  const float mu = stats[0], sd = stats[1];
+  const uint32_t begin = static_cast<uint32_t>(part) * layout.chunk_units;
+  const uint32_t end = min(begin + layout.chunk_units, layout.units);
+  for (uint32_t q = begin + threadIdx.x; q < end; q += blockDim.x) {
+    const int64_t at = layout.At(q, c);
+    Pack<V> v = Load<V>(x, at);
+    for (int i = 0; i < V; ++i) v.v[i] = (v.v[i] - mu) / sd;
+    Store<V>(x_norm, at, v);
+    Store<V>(top, at, v);
   }
 }
 
@@ -66,53 +216,115 @@ __global__ void GlobalStatistics(int channels, const float* mean_sum, const floa
   }
 }
 
-// x_norm = top = (x - mean) / std (divided, as the CPU code, to round alike). May be in place.
-__global__ void Normalize(int64_t count, int channels, int spatial, const float* x,
-                          const float* mean, const float* std_dev, float* x_norm, float* top) {
-  CORTADO_KERNEL_LOOP(i, count) {
-    const int c = static_cast<int>((i / spatial) % channels);
-    const float value = (x[i] - mean[c]) / std_dev[c];
-    x_norm[i] = value;
-    top[i] = value;
+// Reverse block order as Normalize. With partials (batch statistics): a = mean(dy), b =
+// mean(dy * y) from the partials ((part 0) stored in mean_dy, mean_dyy), dx = (dy - a - b * y)
+// / std. Without (stored statistics, constants): dx = dy / std. May be in place (dx == dy).
+template <int V>
+__global__ void BatchBackward(ChannelLayout layout, const float* dy, const float* y,
+                              const double2* partials, const float* std_dev, float* mean_dy,
+                              float* mean_dyy, float* dx) {
+  const int block = gridDim.x - 1 - blockIdx.x;
+  const int c = block / layout.parts;
+  const int part = block - c * layout.parts;
+  __shared__ float means[2];
+  if (partials != nullptr) {
+    const double2 sums =
+        CombineParts(partials + static_cast<int64_t>(c) * layout.parts, layout.parts);
+    if (threadIdx.x == 0) {
+      const double m = static_cast<double>(layout.units) * V;
+      means[0] = static_cast<float>(sums.x / m);
+      means[1] = static_cast<float>(sums.y / m);
+      if (part == 0) {
+        mean_dy[c] = means[0];
+        mean_dyy[c] = means[1];
+      }
+    }
+    __syncthreads();
+  }
+  const float sd = std_dev[c];
+  const uint32_t begin = static_cast<uint32_t>(part) * layout.chunk_units;
+  const uint32_t end = min(begin + layout.chunk_units, layout.units);
+  if (partials != nullptr) {
+    const float a = means[0], b = means[1];
+    for (uint32_t q = begin + threadIdx.x; q < end; q += blockDim.x) {
+      const int64_t at = layout.At(q, c);
+      Pack<V> g = Load<V>(dy, at);
+      const Pack<V> v = Load<V>(y, at);
+      for (int i = 0; i < V; ++i) g.v[i] = (g.v[i] - a - b * v.v[i]) / sd;
+      Store<V>(dx, at, g);
+    }
+  } else {
+    for (uint32_t q = begin + threadIdx.x; q < end; q += blockDim.x) {
+      const int64_t at = layout.At(q, c);
+      Pack<V> g = Load<V>(dy, at);
+      for (int i = 0; i < V; ++i) g.v[i] = g.v[i] / sd;
+      Store<V>(dx, at, g);
+    }
   }
 }
 
-// Block c: mean(dy) and mean(dy * y) over channel c.
-__global__ void GradientMeans(int num, int channels, int spatial, const float* dy, const float* y,
-                              float* mean_dy, float* mean_dyy) {
-  __shared__ double shared[cuda::kThreads];
-  const int c = blockIdx.x;
-  const int64_t m = static_cast<int64_t>(num) * spatial;
-  double sum_dy = 0.0, sum_dyy = 0.0;
-  for (int64_t j = threadIdx.x; j < m; j += blockDim.x) {
-    const int64_t at = ChannelElement(j, c, channels, spatial);
-    sum_dy += dy[at];
-    sum_dyy += static_cast<double>(dy[at] * y[at]);
-  }
-  sum_dy = BlockSum(sum_dy, shared);
-  sum_dyy = BlockSum(sum_dyy, shared);
-  if (threadIdx.x == 0) {
-    mean_dy[c] = static_cast<float>(sum_dy / m);
-    mean_dyy[c] = static_cast<float>(sum_dyy / m);
-  }
+bool Aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
+// The chunking of a [num, channels, spatial] tensor for V-float units.
+ChannelLayout MakeLayout(int num, int channels, int spatial, int v) {
+  const int row_units = spatial / v;
+  const uint32_t units = static_cast<uint32_t>(num) * row_units;
+  const int chunk_units = kChunk / v;
+  ChannelLayout layout{channels, 0, chunk_units, units, FastDiv(row_units > 0 ? row_units : 1)};
+  layout.parts = units == 0 ? 1 : static_cast<int>((units + chunk_units - 1) / chunk_units);
+  return layout;
 }
 
-// dx = (dy - mean(dy) - mean(dy * y) * y) / std; may be in place (dx == dy).
-__global__ void BatchBackward(int64_t count, int channels, int spatial, const float* dy,
-                              const float* y, const float* mean_dy, const float* mean_dyy,
-                              const float* std_dev, float* dx) {
-  CORTADO_KERNEL_LOOP(i, count) {
-    const int c = static_cast<int>((i / spatial) % channels);
-    dx[i] = (dy[i] - mean_dy[c] - mean_dyy[c] * y[i]) / std_dev[c];
-  }
+// Workspace for the partials of every block and (after them) the per-channel shifts.
+double2* Partials(Context& ctx, const ChannelLayout& layout, float** shift) {
+  const size_t blocks = static_cast<size_t>(layout.channels) * layout.parts;
+  auto* partials = static_cast<double2*>(
+      cuda::Get(ctx).Workspace(blocks * sizeof(double2) + layout.channels * sizeof(float)));
+  if (shift != nullptr) *shift = reinterpret_cast<float*>(partials + blocks);
+  return partials;
 }
 
-// With the stored statistics, which are constants: dx = dy / std.
-__global__ void GlobalBackward(int64_t count, int channels, int spatial, const float* dy,
-                               const float* std_dev, float* dx) {
-  CORTADO_KERNEL_LOOP(i, count) {
-    dx[i] = dy[i] / std_dev[static_cast<int>((i / spatial) % channels)];
+template <int V>
+void LaunchForward(Context& ctx, int num, int channels, int spatial, bool batch_statistics,
+                   const float* x, float fraction, float bias_correction, float eps, float* mean,
+                   float* std_dev, float* mean_sum, float* var_sum, float* norm, float* x_norm,
+                   float* top) {
+  const ChannelLayout layout = MakeLayout(num, channels, spatial, V);
+  const int blocks = channels * layout.parts;
+  if (blocks == 0) return;
+  const cudaStream_t stream = cuda::Stream(ctx);
+  double2* partials = nullptr;
+  float* shift = nullptr;
+  if (batch_statistics) {
+    partials = Partials(ctx, layout, &shift);
+    ChannelPartials<V, false>
+        <<<blocks, cuda::kThreads, 0, stream>>>(layout, x, nullptr, shift, partials);
+    CORTADO_CUDA_CHECK_LAUNCH();
   }
+  Normalize<V><<<blocks, cuda::kThreads, 0, stream>>>(layout, x, partials, shift, fraction,
+                                                      bias_correction, eps, mean, std_dev, mean_sum,
+                                                      var_sum, norm, x_norm, top);
+  CORTADO_CUDA_CHECK_LAUNCH();
+}
+
+template <int V>
+void LaunchBackward(Context& ctx, int num, int channels, int spatial, bool batch_statistics,
+                    const float* dy, const float* y, const float* std_dev, float* mean_dy,
+                    float* mean_dyy, float* dx) {
+  const ChannelLayout layout = MakeLayout(num, channels, spatial, V);
+  const int blocks = channels * layout.parts;
+  if (blocks == 0) return;
+  const cudaStream_t stream = cuda::Stream(ctx);
+  double2* partials = nullptr;
+  if (batch_statistics) {
+    partials = Partials(ctx, layout, nullptr);
+    ChannelPartials<V, true>
+        <<<blocks, cuda::kThreads, 0, stream>>>(layout, dy, y, nullptr, partials);
+    CORTADO_CUDA_CHECK_LAUNCH();
+  }
+  BatchBackward<V><<<blocks, cuda::kThreads, 0, stream>>>(layout, dy, y, partials, std_dev, mean_dy,
+                                                          mean_dyy, dx);
+  CORTADO_CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace
@@ -122,26 +334,28 @@ void BatchNormLayer::ForwardGpu(const std::vector<Tensor*>& bottom,
   gpu_stats_.Reshape(std::vector<int>{4, channels_});
   float* mean = gpu_stats_.mutable_gpu_data();
   float* std_dev = mean + channels_;
-  const cudaStream_t stream = cuda::Stream(*ctx_);
   const float* x = bottom[0]->gpu_data();
+  float* x_norm = x_norm_.mutable_gpu_data();
+  float* out = top[0]->mutable_gpu_data();
+  float *mean_sum = nullptr, *var_sum = nullptr, *norm = nullptr;
+  float bias_correction = 1.0f;
   if (use_global_stats_) {
-    GlobalStatistics<<<cuda::Blocks(channels_), cuda::kThreads, 0, stream>>>(
+    GlobalStatistics<<<cuda::Blocks(channels_), cuda::kThreads, 0, cuda::Stream(*ctx_)>>>(
         channels_, blobs_[0]->gpu_data(), blobs_[1]->gpu_data(), blobs_[2]->gpu_data(), eps_, mean,
         std_dev);
+    CORTADO_CUDA_CHECK_LAUNCH();
   } else {
     const int m = num_ * spatial_dim_;
-    const float bias_correction = m > 1 ? static_cast<float>(m) / (m - 1) : 1.0f;
-    BatchStatistics<<<channels_, cuda::kThreads, 0, stream>>>(
-        num_, channels_, spatial_dim_, x, moving_average_fraction_, bias_correction, eps_, mean,
-        std_dev, blobs_[0]->mutable_gpu_data(), blobs_[1]->mutable_gpu_data(),
-        blobs_[2]->mutable_gpu_data());
+    bias_correction = m > 1 ? static_cast<float>(m) / (m - 1) : 1.0f;
+    mean_sum = blobs_[0]->mutable_gpu_data();
+    var_sum = blobs_[1]->mutable_gpu_data();
+    norm = blobs_[2]->mutable_gpu_data();
   }
-  CORTADO_CUDA_CHECK_LAUNCH();
-  const int64_t count = bottom[0]->count();
-  Normalize<<<cuda::Blocks(count), cuda::kThreads, 0, stream>>>(
-      count, channels_, spatial_dim_, x, mean, std_dev, x_norm_.mutable_gpu_data(),
-      top[0]->mutable_gpu_data());
-  CORTADO_CUDA_CHECK_LAUNCH();
+  const bool vector = spatial_dim_ % 4 == 0 && Aligned16(x) && Aligned16(x_norm) && Aligned16(out);
+  (vector ? LaunchForward<4> : LaunchForward<1>)(*ctx_, num_, channels_, spatial_dim_,
+                                                 !use_global_stats_, x, moving_average_fraction_,
+                                                 bias_correction, eps_, mean, std_dev, mean_sum,
+                                                 var_sum, norm, x_norm, out);
 }
 
 void BatchNormLayer::BackwardGpu(const std::vector<Tensor*>& top,
@@ -152,23 +366,11 @@ void BatchNormLayer::BackwardGpu(const std::vector<Tensor*>& top,
   float* dx = bottom[0]->mutable_gpu_diff();
   float* stats = gpu_stats_.mutable_gpu_data();
   const float* std_dev = stats + channels_;
-  const int64_t count = bottom[0]->count();
-  const cudaStream_t stream = cuda::Stream(*ctx_);
-  if (use_global_stats_) {
-    GlobalBackward<<<cuda::Blocks(count), cuda::kThreads, 0, stream>>>(
-        count, channels_, spatial_dim_, dy, std_dev, dx);
-    CORTADO_CUDA_CHECK_LAUNCH();
-    return;
-  }
-  float* mean_dy = stats + 2 * channels_;
-  float* mean_dyy = stats + 3 * channels_;
   const float* y = x_norm_.gpu_data();
-  GradientMeans<<<channels_, cuda::kThreads, 0, stream>>>(num_, channels_, spatial_dim_, dy, y,
-                                                          mean_dy, mean_dyy);
-  CORTADO_CUDA_CHECK_LAUNCH();
-  BatchBackward<<<cuda::Blocks(count), cuda::kThreads, 0, stream>>>(
-      count, channels_, spatial_dim_, dy, y, mean_dy, mean_dyy, std_dev, dx);
-  CORTADO_CUDA_CHECK_LAUNCH();
+  const bool vector = spatial_dim_ % 4 == 0 && Aligned16(dy) && Aligned16(y) && Aligned16(dx);
+  (vector ? LaunchBackward<4>
+          : LaunchBackward<1>)(*ctx_, num_, channels_, spatial_dim_, !use_global_stats_, dy, y,
+                               std_dev, stats + 2 * channels_, stats + 3 * channels_, dx);
 }
 
 }  // namespace cortado

@@ -529,6 +529,54 @@ TEST(BatchNormGpuTest, TrainingMatchesCpuOverIterations) {
   RunBatchNormPair(&large, {16, 8, 24, 24}, 3, false, 31, 1e-3f);
 }
 
+// ResNet-50 shapes: many blocks per channel (float4 and scalar paths), in place as in the net.
+TEST(BatchNormGpuTest, ResNetShapesMatchCpu) {
+  CORTADO_REQUIRE_GPU();
+  for (const std::vector<int>& shape : std::vector<std::vector<int>>{
+           {8, 64, 56, 56}, {32, 2048, 7, 7}, {16, 3, 45, 45}, {2, 5, 1, 12345}}) {
+    SCOPED_TRACE(::testing::PrintToString(shape));
+    BatchNormPair pair = MakeBatchNormPair(
+        "name: 'bn' type: 'BatchNorm' batch_norm_param { moving_average_fraction: 0.9 }");
+    RunBatchNormPair(&pair, shape, 2, true, 81, 1e-3f);
+  }
+  // A large mean next to a small spread: the variance must not cancel away.
+  BatchNormPair offset = MakeBatchNormPair("name: 'bn' type: 'BatchNorm'");
+  Tensor cpu_bottom({8, 16, 28, 28}), gpu_bottom({8, 16, 28, 28}), cpu_top, gpu_top;
+  FillGaussian(&cpu_bottom, 300.0f, 0.05f, 91);
+  gpu_bottom.CopyFrom(cpu_bottom);
+  offset.cpu->Initialize({&cpu_bottom}, {&cpu_top});
+  offset.gpu->Initialize({&gpu_bottom}, {&gpu_top});
+  offset.cpu->Forward({&cpu_bottom}, {&cpu_top});
+  offset.gpu->Forward({&gpu_bottom}, {&gpu_top});
+  detail::ExpectClose(cpu_top.cpu_data(), gpu_top.cpu_data(), cpu_top.count(), 2e-3f, "top");
+}
+
+// Two runs on the same data give the same bits (fixed grid and summation order).
+TEST(BatchNormGpuTest, Deterministic) {
+  CORTADO_REQUIRE_GPU();
+  std::vector<float> first_top, first_diff;
+  for (int run = 0; run < 2; ++run) {
+    Context ctx(Device::Cuda(0), 1701);
+    auto layer = CreateLayer(LayerParam("name: 'bn' type: 'BatchNorm'"), &ctx);
+    Tensor bottom({16, 64, 28, 28}), top;
+    FillGaussian(&bottom, 0.5f, 2.0f, 7);
+    layer->Initialize({&bottom}, {&top});
+    layer->Forward({&bottom}, {&top});
+    FillUniform(&top, -1.0f, 1.0f, 8);
+    std::copy(top.cpu_data(), top.cpu_data() + top.count(), top.mutable_cpu_diff());
+    layer->Backward({&top}, {true}, {&bottom});
+    std::vector<float> out(top.cpu_data(), top.cpu_data() + top.count());
+    std::vector<float> diff(bottom.cpu_diff(), bottom.cpu_diff() + bottom.count());
+    if (run == 0) {
+      first_top = out;
+      first_diff = diff;
+    } else {
+      EXPECT_TRUE(out == first_top);
+      EXPECT_TRUE(diff == first_diff);
+    }
+  }
+}
+
 TEST(BatchNormGpuTest, GlobalStatisticsMatchCpu) {
   CORTADO_REQUIRE_GPU();
   // Before any training the normaliser is 0: the statistics read as zero mean and variance.

@@ -414,6 +414,27 @@ TEST(ScaleGpuTest, LargeSlicesMatchCpu) {
   CheckLayer(std::string(kScale) + "}", {{4, 16, 32, 32}, {16}}, options);
 }
 
+// ResNet-50 shapes (float4 and scalar paths, many blocks per slice), in place as in the net.
+TEST(ScaleGpuTest, ResNetShapesMatchCpu) {
+  CORTADO_REQUIRE_GPU();
+  GpuCheckOptions options;
+  options.tolerance = 1e-3f;
+  for (const std::vector<int>& shape :
+       std::vector<std::vector<int>>{{8, 64, 56, 56}, {32, 2048, 7, 7}, {16, 3, 45, 45}}) {
+    SCOPED_TRACE(::testing::PrintToString(shape));
+    CheckLayer(std::string(kScale) + "bias_term: true }", {shape}, options);
+    GpuCheckOptions in_place = options;
+    in_place.in_place = true;
+    CheckGpuMatchesCpu(LayerParam(std::string(kScale) + "bias_term: true }"), {shape}, in_place);
+  }
+  // Parameter gradients only, and the bottom gradient only.
+  GpuCheckOptions no_bottom = options;
+  no_bottom.propagate_down = {false};
+  CheckLayer(std::string(kScale) + "bias_term: true }", {{8, 64, 56, 56}}, no_bottom);
+  options.propagate_down = {true, false};
+  CheckLayer(std::string(kScale) + "}", {{32, 2048, 7, 7}, {2048}}, options);
+}
+
 void CheckScaleGradient(const std::string& scale_param, const std::vector<int>& scale_shape,
                         bool second_bottom) {
   SCOPED_TRACE(scale_param);
