@@ -236,7 +236,7 @@ TEST(FeedDataLayerTest, MemoryDataWithSourceClassIsAFeed) {
   auto fed = CreateLayer(testing::LayerParam(R"(
     name: "mem" type: "MemoryData" top: "data" top: "label"
     source_class: "com.yahoo.ml.caffe.LMDB"
-    memory_data_param { source: "x" batch_size: 2 channels: 1 height: 1 width: 2 })"),
+    memory_data_param { batch_size: 2 channels: 1 height: 1 width: 2 })"),
                          &ctx);
   ASSERT_NE(dynamic_cast<FeedDataLayer*>(fed.get()), nullptr);
   EXPECT_STREQ(fed->type(), "MemoryData");
