@@ -34,6 +34,10 @@ namespace google::protobuf {
 class Message;
 }  // namespace google::protobuf
 
+namespace cortado {
+class Context;
+}  // namespace cortado
+
 namespace cortado::jni {
 
 // The JNI version the shim needs.
@@ -229,5 +233,16 @@ template <typename T>
 void DisposeHandle(jlong handle) noexcept {
   std::unique_ptr<T> owned(reinterpret_cast<T*>(static_cast<intptr_t>(handle)));
 }
+
+// ---- contexts of live handles ---------------------------------------------------------------
+
+// A process-wide table from live NativeNet and NativeSolver handles to the Context each owns, so
+// that natives taking either kind of handle (NativeFeed) find the nets' feeds without knowing
+// the handle's type, and a handle already disposed is an error, not a dangling pointer.
+// create registers after building; dispose unregisters before freeing.
+void RegisterHandleContext(jlong handle, const Context* ctx);
+void UnregisterHandleContext(jlong handle) noexcept;
+// The context of a live handle; zero or an unknown handle is kInvalidArgument naming `what`.
+const Context* HandleContext(jlong handle, const char* what);
 
 }  // namespace cortado::jni

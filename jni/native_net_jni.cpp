@@ -55,12 +55,18 @@ JNIEXPORT jlong JNICALL Java_io_cortado_jni_NativeNet_create(JNIEnv* env, jclass
     auto handle = std::make_unique<jni::NetHandle>();
     handle->ctx = std::make_unique<cortado::Context>(jni::DeviceFor(device), seed);
     jni::WithSource(name, [&] { handle->net = std::make_unique<Net>(param, handle->ctx.get()); });
-    return jni::ToHandle(std::move(handle));
+    const cortado::Context* ctx = handle->ctx.get();
+    const jlong h = jni::ToHandle(std::move(handle));
+    jni::RegisterHandleContext(h, ctx);
+    return h;
   });
 }
 
 JNIEXPORT void JNICALL Java_io_cortado_jni_NativeNet_dispose(JNIEnv* env, jclass, jlong handle) {
-  jni::Guard(env, [&] { jni::DisposeHandle<jni::NetHandle>(handle); });
+  jni::Guard(env, [&] {
+    jni::UnregisterHandleContext(handle);
+    jni::DisposeHandle<jni::NetHandle>(handle);
+  });
 }
 
 JNIEXPORT jfloat JNICALL Java_io_cortado_jni_NativeNet_forward(JNIEnv* env, jclass, jlong handle) {

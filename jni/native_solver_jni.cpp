@@ -115,12 +115,18 @@ JNIEXPORT jlong JNICALL Java_io_cortado_jni_NativeSolver_create(JNIEnv* env, jcl
                                                                   : cortado::Device::Cuda(device));
     jni::WithSource(solver_name,
                     [&] { handle->solver = cortado::CreateSolver(param, handle->ctx.get()); });
-    return jni::ToHandle(std::move(handle));
+    const cortado::Context* ctx = handle->ctx.get();
+    const jlong h = jni::ToHandle(std::move(handle));
+    jni::RegisterHandleContext(h, ctx);
+    return h;
   });
 }
 
 JNIEXPORT void JNICALL Java_io_cortado_jni_NativeSolver_dispose(JNIEnv* env, jclass, jlong handle) {
-  jni::Guard(env, [&] { jni::DisposeHandle<jni::SolverHandle>(handle); });
+  jni::Guard(env, [&] {
+    jni::UnregisterHandleContext(handle);
+    jni::DisposeHandle<jni::SolverHandle>(handle);
+  });
 }
 
 JNIEXPORT jfloat JNICALL Java_io_cortado_jni_NativeSolver_step(JNIEnv* env, jclass, jlong handle,

@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "core/logging.hpp"
+#include "data/feed_data_layer.hpp"
 
 namespace cortado {
 
@@ -66,6 +67,11 @@ void MemoryDataLayer::ForwardCpu(const std::vector<Tensor*>& /*bottom*/,
   std::copy_n(labels_ + first, batch_size_, top[1]->mutable_cpu_data());
 }
 
-CORTADO_REGISTER_LAYER(MemoryData, MemoryDataLayer);
+// CaffeOnSpark's MemoryData with source_class set is fed from the JVM: a FeedDataLayer.
+static Registerer<Layer, const caffe::LayerParameter&, Context*> memory_data_registerer(
+    "MemoryData", [](const caffe::LayerParameter& param, Context* ctx) -> std::unique_ptr<Layer> {
+      if (param.has_source_class()) return std::make_unique<FeedDataLayer>(param, ctx);
+      return std::make_unique<MemoryDataLayer>(param, ctx);
+    });
 
 }  // namespace cortado

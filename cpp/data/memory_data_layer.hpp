@@ -5,6 +5,8 @@
 // Bottoms: none. Tops: data [batch_size, channels, height, width] and label [batch_size].
 // Values are copied into the tops as given (transform_param is not applied, as in Caffe's
 // Reset path). Forward before Reset is an error.
+// With LayerParameter.source_class set (CaffeOnSpark: a JVM class supplies the data), the type
+// builds a FeedDataLayer instead (feed_data_layer.hpp), which the JVM fills through JNI.
 //
 // Differences from Caffe: no AddDatumVector / AddMatVector / set_batch_size; the tops receive a
 // copy of the batch instead of pointing into the caller's arrays.

@@ -1,0 +1,71 @@
+// SPDX-License-Identifier: Apache-2.0
+// FeedDataLayer: the external-input data layer that a Spark task fills with whole batches
+// (DESIGN §5). Built for Caffe type "CoSData" (CaffeOnSpark) and for "MemoryData" with
+// LayerParameter.source_class set (CaffeOnSpark's MemoryData fed by a JVM source class).
+// A JVM thread pushes batches into the layer's BatchFeed (batch_feed.hpp), found through
+// FeedRegistry by layer name; the prefetch thread of BasePrefetchingDataLayer pops them, so a
+// Forward whose batch is queued does not wait, and a pusher blocks while the feed is full.
+//
+// CoSData params: cos_data_param.batch_size (> 0) and one `top` entry per layer top, in order.
+// Top i has shape [batch_size, c, h, w] cut to 1 + sample_num_axes (<= 3) axes, where c, h, w
+// are out_channels/out_height/out_width when set, else channels/height/width; with transpose
+// (sample_num_axes 1 only) it is [c, batch_size]. This is CaffeOnSpark's CoSDataLayer rule.
+// The top's type (STRING, INT, RAW_IMAGE, ...) tells the JVM side how to turn a column into
+// floats; the layer always receives floats. source, shuffle and dataframe_format are for the
+// JVM side too.
+// MemoryData params: memory_data_param.batch_size, channels, height, width (all > 0); tops data
+// [batch_size, channels, height, width] and label [batch_size], as MemoryDataLayer.
+//
+// Pushed values are used as given: transform_param (the layer's, or a CoSData top's) is not
+// applied here; the feeder must push transformed values (Setup logs a warning when one is set).
+//
+// Differences from BasePrefetchingDataLayer: batches come in push order. Seek and SetShard
+// change nothing: a pushed stream has no positions, and each Spark task feeds its own data, so
+// a resumed task simply pushes from where its data starts. Nothing pushed is ever skipped.
+// End of data and aborts: see BatchFeed; the Forward that finds the feed ended throws its
+// error (kNotFound for a closed feed, kAborted for an aborted one), after every batch queued
+// before a Close has been delivered. Destroying the layer aborts its feed, so a blocked pusher
+// returns with kAborted.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "data/base_data_layer.hpp"
+#include "data/batch_feed.hpp"
+
+namespace cortado {
+
+class FeedDataLayer final : public BasePrefetchingDataLayer {
+ public:
+  // Batches a feed queues beyond the one the prefetch thread holds ready.
+  static constexpr int kFeedCapacity = 4;
+
+  FeedDataLayer(const caffe::LayerParameter& param, Context* ctx);
+  ~FeedDataLayer() override;
+
+  // "CoSData" or "MemoryData", the type it was built for.
+  const char* type() const override { return memory_data_ ? "MemoryData" : "CoSData"; }
+  int ExactNumTopBlobs() const override { return memory_data_ ? 2 : -1; }
+
+  void Seek(int64_t /*batch_index*/) override {}
+  void SetShard(int /*shard*/, int /*num_shards*/) override {}
+
+  // The feed (null before Setup); shared with the JNI side through FeedRegistry.
+  const std::shared_ptr<BatchFeed>& feed() const { return feed_; }
+
+ protected:
+  void DataSetup(const std::vector<Tensor*>& top) override;
+  void LoadBatch(int64_t index, Rng* rng, DataBatch* batch) override;
+  int PrefetchCount() const override { return 1; }
+
+ private:
+  // Top shapes from cos_data_param or memory_data_param.
+  std::vector<std::vector<int>> TopShapes() const;
+
+  const bool memory_data_;
+  std::shared_ptr<BatchFeed> feed_;
+};
+
+}  // namespace cortado

@@ -1,0 +1,72 @@
+// SPDX-License-Identifier: Apache-2.0
+package io.cortado.data
+
+import java.nio.{ByteBuffer, ByteOrder, FloatBuffer}
+
+import io.cortado.jni.NativeFeed
+
+/**
+ * Turns rows into whole batches in direct buffers and pushes them into one feed layer of a net
+ * or solver (see [[io.cortado.jni.NativeFeed]]). A row holds one `Array[Float]` per top, in the
+ * layer's top order, each one sample of that top (its batch shape without the batch axis).
+ * Each batch crosses JNI as one buffer per top (one memcpy each); the buffers are reused.
+ *
+ * Meant for the feeder thread of a Spark task; `handle` must stay live while it pushes (disposing
+ * the net or solver makes a blocked push throw). Not thread-safe: one feeder per instance.
+ * Transposed CoSData tops (batch axis last) are not supported yet.
+ */
+final class BatchFeeder(handle: Long, val layer: String) {
+
+  /** The layer's top names and batch shapes, as the native layer reports them. */
+  val topNames: IndexedSeq[String] = NativeFeed.topNames(handle, layer).toIndexedSeq
+  val shapes: IndexedSeq[IndexedSeq[Int]] =
+    topNames.indices.map(i => NativeFeed.topShape(handle, layer, i).toIndexedSeq)
+
+  /** Samples per batch: the leading axis of every top. */
+  val batchSize: Int = shapes.head.head
+
+  /** Floats per sample, for each top. */
+  val sampleSizes: IndexedSeq[Int] = shapes.map(_.tail.product)
+
+  private val buffers: Array[ByteBuffer] = shapes.map { shape =>
+    ByteBuffer.allocateDirect(4 * shape.product).order(ByteOrder.nativeOrder())
+  }.toArray
+  private val floats: Array[FloatBuffer] = buffers.map(_.asFloatBuffer())
+
+  /**
+   * Pushes every whole batch of `rows` (blocking while the feed is full) and returns the number
+   * of batches pushed. A trailing partial batch is not pushed: every rank runs the same number
+   * of whole batches. A row of the wrong arity or sample size is an IllegalArgumentException.
+   */
+  def feed(rows: Iterator[Array[Array[Float]]]): Long = {
+    var filled = 0
+    var batches = 0L
+    rows.foreach { row =>
+      require(row.length == topNames.length,
+        s"feed layer '$layer': a row needs ${topNames.length} tops (${topNames.mkString(", ")})" +
+          s", got ${row.length}")
+      var i = 0
+      while (i < row.length) {
+        require(row(i).length == sampleSizes(i),
+          s"feed layer '$layer': top '${topNames(i)}' needs ${sampleSizes(i)} floats per " +
+            s"sample, got ${row(i).length}")
+        floats(i).position(filled * sampleSizes(i))
+        floats(i).put(row(i))
+        i += 1
+      }
+      filled += 1
+      if (filled == batchSize) {
+        NativeFeed.push(handle, layer, buffers)
+        batches += 1
+        filled = 0
+      }
+    }
+    batches
+  }
+
+  /** End of data: queued batches are still used, then the net's forward pass fails. */
+  def close(): Unit = NativeFeed.close(handle, layer)
+
+  /** Stops the feed at once (a killed task); the waiting forward pass fails with `reason`. */
+  def abort(reason: String): Unit = NativeFeed.abort(handle, layer, reason)
+}
