@@ -11,75 +11,19 @@
 
 #include "core/cuda.hpp"
 #include "layers/batch_norm_layer.hpp"
+#include "math/cuda/reduce_helpers.cuh"
 
 namespace cortado {
 namespace {
 
+using cuda::BlockSum2;
+using cuda::FastDiv;
+using cuda::Load;
+using cuda::Pack;
+using cuda::Store;
+
 // Values of one channel per block in the reductions (each thread then sums about 32).
 constexpr int kChunk = 8192;
-
-// n / d for 0 <= n < 2^31 by a multiply and a shift (d > 0 fixed for a launch).
-struct FastDiv {
-  uint32_t divisor, magic, shift;
-  explicit FastDiv(uint32_t d) : divisor(d), shift(0) {
-    while ((uint64_t{1} << shift) < d) ++shift;
-    magic = static_cast<uint32_t>(((uint64_t{1} << 32) * ((uint64_t{1} << shift) - d)) / d + 1);
-  }
-  __device__ __forceinline__ uint32_t Div(uint32_t n) const {
-    return (__umulhi(n, magic) + n) >> shift;
-  }
-};
-
-template <int V>
-struct Pack {
-  float v[V];
-};
-
-template <int V>
-__device__ __forceinline__ Pack<V> Load(const float* p, int64_t unit) {
-  Pack<V> r;
-  if constexpr (V == 4) {
-    const float4 f = reinterpret_cast<const float4*>(p)[unit];
-    r.v[0] = f.x;
-    r.v[1] = f.y;
-    r.v[2] = f.z;
-    r.v[3] = f.w;
-  } else {
-    r.v[0] = p[unit];
-  }
-  return r;
-}
-
-template <int V>
-__device__ __forceinline__ void Store(float* p, int64_t unit, const Pack<V>& r) {
-  if constexpr (V == 4) {
-    reinterpret_cast<float4*>(p)[unit] = make_float4(r.v[0], r.v[1], r.v[2], r.v[3]);
-  } else {
-    p[unit] = r.v[0];
-  }
-}
-
-// The block's sums of a and b (blockDim.x == cuda::kThreads), in a fixed order; valid in
-// thread 0.
-__device__ double2 BlockSum2(double a, double b) {
-  __shared__ double2 warp_sums[cuda::kThreads / 32];
-  for (int offset = 16; offset > 0; offset /= 2) {
-    a += __shfl_down_sync(0xffffffffu, a, offset);
-    b += __shfl_down_sync(0xffffffffu, b, offset);
-  }
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  if (lane == 0) warp_sums[warp] = make_double2(a, b);
-  __syncthreads();
-  if (warp == 0) {
-    a = lane < cuda::kThreads / 32 ? warp_sums[lane].x : 0.0;
-    b = lane < cuda::kThreads / 32 ? warp_sums[lane].y : 0.0;
-    for (int offset = 16; offset > 0; offset /= 2) {
-      a += __shfl_down_sync(0xffffffffu, a, offset);
-      b += __shfl_down_sync(0xffffffffu, b, offset);
-    }
-  }
-  return make_double2(a, b);
-}
 
 // The sum of parts[0, count) in a fixed order (lane-strided, then a fixed shuffle tree), given
 // to every thread of the block.
