@@ -28,6 +28,8 @@ object Prototxt {
 
   def parse(text: String): Prototxt = new Reader(text).message(0, end = None)
 
+  private val Delimiters = "{}<>:,;#[]\"'"
+
   private final class Reader(s: String) {
     private var pos = 0
 
@@ -43,7 +45,7 @@ object Prototxt {
 
     private def token(): String = {
       val start = pos
-      while (pos < s.length && !s.charAt(pos).isWhitespace && !"{}<>:,;#[]\"'".contains(s.charAt(pos))) {
+      while (pos < s.length && !s.charAt(pos).isWhitespace && !Delimiters.contains(s.charAt(pos))) {
         pos += 1
       }
       s.substring(start, pos)
@@ -79,7 +81,9 @@ object Prototxt {
         else if (end.contains(s.charAt(pos))) { done = true }
         else {
           val name = token()
-          if (name.isEmpty) throw new IllegalArgumentException(s"prototxt: unexpected '${s.charAt(pos)}' at $pos")
+          if (name.isEmpty) {
+            throw new IllegalArgumentException(s"prototxt: unexpected '${s.charAt(pos)}' at $pos")
+          }
           skip()
           if (pos < s.length && s.charAt(pos) == ':') { pos += 1; skip() }
           if (pos < s.length && (s.charAt(pos) == '{' || s.charAt(pos) == '<')) {
@@ -90,7 +94,10 @@ object Prototxt {
           } else if (pos < s.length && s.charAt(pos) == '[') {
             pos += 1
             skip()
-            while (pos < s.length && s.charAt(pos) != ']') { fields += name -> Left(scalar()); skip() }
+            while (pos < s.length && s.charAt(pos) != ']') {
+              fields += name -> Left(scalar())
+              skip()
+            }
             pos += 1
           } else {
             fields += name -> Left(scalar())
