@@ -1,0 +1,146 @@
+// SPDX-License-Identifier: Apache-2.0
+package io.cortado.data
+
+import org.apache.spark.sql.Row
+import org.apache.spark.sql.types._
+
+import io.cortado.CortadoConfigException
+
+/**
+ * What one feed-layer top reads: the DataFrame column `column`, one sample of shape `shape`
+ * (the top's batch shape without the batch axis) per row, transformed as Caffe's
+ * transform_param says: `(x - mean) * scale`, with `mean` empty, one value, or one per channel
+ * (the first axis of `shape`). `layer` and `top` name it in messages.
+ */
+final case class TopSpec(
+    layer: String,
+    top: String,
+    column: String,
+    shape: Seq[Int],
+    scale: Float = 1f,
+    mean: Seq[Float] = Seq.empty) {
+
+  def size: Int = shape.product
+
+  def describe: String = s"top '$top' of layer '$layer' needs samples of shape " +
+    s"${shape.mkString(" ")} ($size ${if (size == 1) "float" else "floats"})"
+}
+
+/**
+ * Turns DataFrame rows into feed samples (one `Array[Float]` per top, as [[BatchFeeder]] takes
+ * them). Supported columns: arrays of float, double, int, long, short or byte (exactly the
+ * sample's size), numeric scalars (samples of one value), and binary (raw uint8 pixels in the
+ * top's C x H x W order, one byte per value). The schema is checked when the converter is built
+ * (in the driver, before any job); array and binary lengths and nulls are checked per row. Both
+ * throw CortadoConfigException naming the column and the expected shape.
+ *
+ * The rows given to [[apply]] hold the specs' columns first, in order (select them so); any
+ * further columns are ignored.
+ */
+final class RowConverter private (specs: Seq[TopSpec], kinds: Seq[DataType])
+    extends Serializable {
+
+  /** The number of leading columns read: one per spec. */
+  val width: Int = specs.length
+
+  private val converters: Array[(Row, Long) => Array[Float]] =
+    specs.indices.map(i => converter(specs(i), kinds(i), i)).toArray
+
+  /** The samples of `row` (`index` numbers the row in messages). */
+  def apply(row: Row, index: Long): Array[Array[Float]] = {
+    val out = new Array[Array[Float]](converters.length)
+    var i = 0
+    while (i < converters.length) {
+      out(i) = converters(i)(row, index)
+      i += 1
+    }
+    out
+  }
+
+  private def converter(spec: TopSpec, kind: DataType, column: Int)
+      : (Row, Long) => Array[Float] = {
+    val n = spec.size
+    val scale = spec.scale
+    val mean: Array[Float] = spec.mean.toArray
+    val perChannel = if (mean.length > 1) n / mean.length else n
+    def transform(values: Array[Float]): Array[Float] = {
+      if (mean.nonEmpty || scale != 1f) {
+        var j = 0
+        while (j < n) {
+          val m = if (mean.isEmpty) 0f else mean(if (mean.length == 1) 0 else j / perChannel)
+          values(j) = (values(j) - m) * scale
+          j += 1
+        }
+      }
+      values
+    }
+    def checked(row: Row, index: Long, length: Int): Unit = {
+      if (row.isNullAt(column)) fail(spec, kind, s"row $index is null")
+      if (length != n) fail(spec, kind, s"row $index has $length values")
+    }
+    kind match {
+      case BinaryType => (row, index) =>
+        val bytes = if (row.isNullAt(column)) null else row.getAs[Array[Byte]](column)
+        checked(row, index, if (bytes == null) -1 else bytes.length)
+        val values = new Array[Float](n)
+        var j = 0
+        while (j < n) { values(j) = (bytes(j) & 0xff).toFloat; j += 1 }
+        transform(values)
+      case ArrayType(_: NumericType, _) => (row, index) =>
+        val seq = if (row.isNullAt(column)) null else row.getSeq[Any](column)
+        checked(row, index, if (seq == null) -1 else seq.length)
+        val values = new Array[Float](n)
+        var j = 0
+        seq.foreach { v =>
+          if (v == null) fail(spec, kind, s"row $index has a null element")
+          values(j) = v.asInstanceOf[Number].floatValue
+          j += 1
+        }
+        transform(values)
+      case _: NumericType => (row, index) =>
+        if (row.isNullAt(column)) fail(spec, kind, s"row $index is null")
+        transform(Array(row.getAs[Number](column).floatValue))
+      case _ => throw new IllegalStateException(kind.toString)
+    }
+  }
+
+  private def fail(spec: TopSpec, kind: DataType, what: String): Nothing =
+    RowConverter.fail(spec, kind, what)
+}
+
+object RowConverter {
+
+  /**
+   * A converter for rows of the specs' columns taken from `schema`; throws
+   * CortadoConfigException when a spec's column is missing, of an unsupported type, or a scalar
+   * while the top needs more than one value.
+   */
+  def apply(schema: StructType, specs: Seq[TopSpec]): RowConverter = {
+    val kinds = specs.map { spec =>
+      val field = schema.fields.find(_.name == spec.column).getOrElse {
+        throw new CortadoConfigException(
+          s"${spec.describe}, read from column '${spec.column}', which the DataFrame lacks " +
+            s"(it has: ${schema.fieldNames.mkString(", ")})")
+      }
+      field.dataType match {
+        case BinaryType | ArrayType(_: NumericType, _) =>
+        case _: NumericType =>
+          if (spec.size != 1) fail(spec, field.dataType, "it holds one value per row")
+        case other =>
+          fail(spec, other, "supported are arrays of numbers, numbers, and binary (uint8 pixels)")
+      }
+      val mean = spec.mean.length
+      if (mean > 1 && (spec.shape.isEmpty || spec.shape.head != mean)) {
+        throw new CortadoConfigException(
+          s"${spec.describe}: transform_param has $mean mean_value entries; give one, or one " +
+            s"per channel (${spec.shape.headOption.getOrElse(1)})")
+      }
+      field.dataType
+    }
+    new RowConverter(specs, kinds)
+  }
+
+  private def fail(spec: TopSpec, kind: DataType, what: String): Nothing =
+    throw new CortadoConfigException(
+      s"column '${spec.column}' (${kind.simpleString}): ${spec.describe}; $what")
+}

@@ -1,0 +1,444 @@
+// SPDX-License-Identifier: Apache-2.0
+package io.cortado.spark
+
+import java.nio.{ByteBuffer, ByteOrder}
+import java.nio.charset.StandardCharsets
+import java.util.concurrent.atomic.AtomicBoolean
+
+import scala.collection.JavaConverters._
+import scala.collection.mutable.ArrayBuffer
+
+import org.apache.hadoop.fs.Path
+import org.apache.spark.rdd.RDD
+import org.apache.spark.sql.{DataFrame, Row, SparkSession}
+import org.apache.spark.sql.functions.col
+import org.apache.spark.sql.types._
+import org.slf4j.LoggerFactory
+
+import io.cortado.{CortadoCommException, CortadoConfigException}
+import io.cortado.data.{BatchFeeder, RowConverter, TopSpec}
+import io.cortado.jni.{NativeFeed, NativeLib, NativeNet, NativeSolver}
+import io.cortado.storage.HadoopFiles
+
+/**
+ * Training, testing and feature extraction on DataFrames, as CaffeOnSpark's `CaffeOnSpark`
+ * class offers them. Each call first reads and validates the solver and net in the driver
+ * through JNI (a bad prototxt throws CortadoConfigException naming file:line before any Spark
+ * job starts) and checks the DataFrame's columns against the feed layer's tops, then runs one
+ * Spark job of one task that does the work natively.
+ *
+ * Data: the net's feed layer (a `CoSData` layer, or `MemoryData` with `source_class`) of the
+ * phase at hand reads each top from the column of the same name: cos_data_param's top names
+ * for CoSData, the layer's top names for MemoryData. See [[RowConverter]] for the column types.
+ *
+ * So far one task on one device trains (the DataFrame is repartitioned to one partition);
+ * the test nets do not run during training (use [[test]]); the solver's own snapshots are
+ * not taken.
+ */
+final class Cortado(@transient val spark: SparkSession) {
+  import Cortado._
+
+  private def hadoopConf = spark.sparkContext.hadoopConfiguration
+
+  /**
+   * Trains the solver's net on `source` for the solver's max_iter iterations (cycling through
+   * the data as often as needed), writes the model to `config.model` (a temporary name, then
+   * renamed) and returns that path. The training log (`Iteration N, loss = X`, every
+   * `display` iterations) goes to this class's logger in the driver.
+   */
+  def train(source: DataFrame, config: Config): String = {
+    require(config.model.nonEmpty, "Config.model: where the trained model goes is required")
+    val plan = makePlan(config, NativeNet.TRAIN, source.schema)
+    val resume = resumeFrom(config)
+    val conf = plan.netConf
+    val data = selectColumns(source, plan.specs, None)
+    val results = onePartition(data)
+      .mapPartitions(rows => Iterator.single(trainTask(conf, plan.converter, resume, rows)))
+      .collect()
+    val result = results.head
+    result.log.foreach(line => log.info(line))
+    HadoopFiles.writeBytesAtomic(config.model, result.model, hadoopConf)
+    config.model
+  }
+
+  /** Trains with the solver at `solverFile` and writes the model to `model` (see above). */
+  def train(source: DataFrame, solverFile: String, model: String): String =
+    train(source, Config(solverFile, model = model))
+
+  /**
+   * Runs the TEST net with the weights of `config.model` over the whole batches of `source`
+   * and returns the mean of each net output over them ("accuracy", "loss"; a blob of several
+   * values gives "name[i]" for each).
+   */
+  def test(source: DataFrame, config: Config): Map[String, Double] = {
+    require(config.model.nonEmpty, "Config.model: the model to test is required")
+    val plan = makePlan(config, NativeNet.TEST, source.schema)
+    val outputs = plan.outputs
+    val model = HadoopFiles.readBytes(config.model, hadoopConf)
+    val conf = plan.netConf
+    val data = selectColumns(source, plan.specs, None)
+    val sums = onePartition(data)
+      .mapPartitions(rows => Iterator.single(testTask(conf, plan.converter, model, outputs, rows)))
+      .collect()
+      .head
+    sums.toMap
+  }
+
+  /** [[test]] for Java. */
+  def testAsJava(source: DataFrame, config: Config): java.util.Map[String, java.lang.Double] =
+    test(source, config).map { case (k, v) => k -> java.lang.Double.valueOf(v) }.asJava
+
+  /** [[test]] as a DataFrame of (metric: string, value: double), one row per metric. */
+  def testDataFrame(source: DataFrame, config: Config): DataFrame = {
+    import spark.implicits._
+    test(source, config).toSeq.sortBy(_._1).toDF("metric", "value")
+  }
+
+  /**
+   * The values of `blobs` in the TEST net (weights from `config.model`) for every row of
+   * `source`: a DataFrame with the id column (see Config.idColumn) and one array<float> column
+   * per blob, named after it, holding the row's sample of that blob. The last batch is padded
+   * with copies of its last row, whose outputs are dropped. Computed when an action runs it.
+   */
+  def features(source: DataFrame, blobs: Seq[String], config: Config): DataFrame = {
+    require(config.model.nonEmpty, "Config.model: the model to extract features with is required")
+    require(blobs.nonEmpty, "features: no blobs requested")
+    val plan = makePlan(config, NativeNet.TEST, source.schema)
+    val missing = blobs.filterNot(plan.blobNames.contains)
+    if (missing.nonEmpty) {
+      throw new CortadoConfigException(
+        s"${plan.netConf.netSource}: the TEST net has no blob ${missing.mkString(", ")} " +
+          s"(it has: ${plan.blobNames.mkString(", ")})")
+    }
+    val model = HadoopFiles.readBytes(config.model, hadoopConf)
+    val idField = source.schema.fields.find(_.name == config.idColumn)
+    val data = selectColumns(source, plan.specs, idField.map(_.name))
+    val conf = plan.netConf
+    val converter = plan.converter
+    val hasId = idField.isDefined
+    val rows = onePartition(data).mapPartitions { rows =>
+      featuresTask(conf, converter, model, blobs, hasId, rows)
+    }
+    val idType = idField.map(_.dataType).getOrElse(LongType)
+    val schema = StructType(StructField(config.idColumn, idType) +:
+      blobs.map(b => StructField(b, ArrayType(FloatType, containsNull = false))))
+    spark.createDataFrame(rows, schema)
+  }
+
+  /** [[features]] for Java. */
+  def features(source: DataFrame, blobs: java.util.List[String], config: Config): DataFrame =
+    features(source, blobs.asScala.toSeq, config)
+
+  /** Reads and validates solver and net, and checks the data's columns (driver side). */
+  private def makePlan(config: Config, phase: Int, schema: StructType): Plan = {
+    if (config.devices != 1) {
+      throw new CortadoConfigException(
+        s"Config.devices is ${config.devices}; only one device per executor is supported yet")
+    }
+    val solverText = readText(config.solverFile)
+    NativeLib.validateSolver(solverText, config.solverFile)
+    val solver = Prototxt.parse(solverText)
+    val (netText, netSource) = solver.get("net").orElse(solver.get("train_net")) match {
+      case Some(path) =>
+        val resolved = resolveNet(path, config.solverFile)
+        (readText(resolved), resolved)
+      case None =>
+        val embedded = solver.message("net_param").orElse(solver.message("train_net_param"))
+        (embedded.map(_.text).getOrElse {
+          throw new CortadoConfigException(s"${config.solverFile}: the solver names no net")
+        }, config.solverFile)
+    }
+    NativeLib.validateNet(netText, netSource)
+    // The CPU unless the solver asks for a GPU explicitly (Caffe's default is GPU; a CPU-only
+    // build would fail on every solver that leaves solver_mode out).
+    val device =
+      if (solver.get("solver_mode").exists(Set("GPU", "1"))) solver.int("device_id", 0) else -1
+    val conf = NetConf(trainingSolverText(solverText), config.solverFile, netText, netSource,
+      device, solver.int("max_iter", 0), solver.int("display", 0))
+    val net = Prototxt.parse(netText)
+    val phaseName = if (phase == NativeNet.TRAIN) "TRAIN" else "TEST"
+    // The native net gives the feed layer and its shapes exactly as the task will see them.
+    val (layer, shapes, blobNames) =
+      if (phase == NativeNet.TRAIN) {
+        val h = NativeSolver.create(conf.solverText, conf.solverSource, netText, netSource, -1)
+        try {
+          val (l, s) = feedOf(h, phaseName, netSource)
+          (l, s, Seq.empty[String])
+        } finally NativeSolver.dispose(h)
+      } else {
+        val h = NativeNet.create(netText, netSource, NativeNet.TEST, -1, 1L)
+        try {
+          val (l, s) = feedOf(h, phaseName, netSource)
+          (l, s, NativeNet.blobNames(h).toSeq)
+        } finally NativeNet.dispose(h)
+      }
+    val specs = topSpecs(net, phaseName, layer, shapes, netSource)
+    Plan(conf.copy(feedLayer = s"$phaseName/$layer", batchSize = shapes.head._2.head), specs,
+      RowConverter(schema, specs), outputBlobs(net, phaseName), blobNames)
+  }
+
+  private def readText(path: String): String =
+    new String(HadoopFiles.readBytes(path, hadoopConf), StandardCharsets.UTF_8)
+
+  private def resolveNet(path: String, solverFile: String): String = {
+    val p = new Path(path)
+    if (p.isAbsolute || HadoopFiles.exists(path, hadoopConf)) path
+    else new Path(new Path(solverFile).getParent, p).toString
+  }
+
+  private def resumeFrom(config: Config): Resume = {
+    if (config.snapshot.nonEmpty && config.weights.isEmpty) {
+      throw new CortadoConfigException(
+        s"Config.snapshot ${config.snapshot} needs Config.weights: the snapshot's .caffemodel")
+    }
+    Resume(
+      if (config.weights.isEmpty) None else Some(HadoopFiles.readBytes(config.weights, hadoopConf)),
+      if (config.snapshot.isEmpty) None
+      else Some(HadoopFiles.readBytes(config.snapshot, hadoopConf)))
+  }
+}
+
+object Cortado {
+
+  private val log = LoggerFactory.getLogger(classOf[Cortado])
+
+  /** The texts and settings a task builds its solver or net from. */
+  private[spark] final case class NetConf(
+      solverText: String,
+      solverSource: String,
+      netText: String,
+      netSource: String,
+      device: Int,
+      maxIter: Int,
+      display: Int,
+      feedLayer: String = "",
+      batchSize: Int = 0)
+
+  private final case class Plan(
+      netConf: NetConf,
+      specs: Seq[TopSpec],
+      converter: RowConverter,
+      outputs: Seq[String],
+      blobNames: Seq[String])
+
+  private final case class Resume(weights: Option[Array[Byte]], state: Option[Array[Byte]])
+
+  private final case class TrainResult(model: Array[Byte], log: Seq[String])
+
+  /**
+   * The solver text a training task uses: the test nets never run (they would wait for data
+   * that train() does not feed), while test_iter and the test nets stay valid.
+   */
+  private[spark] def trainingSolverText(text: String): String =
+    text.replaceAll("""\btest_(interval|initialization)\s*:\s*[^\s#]+""", "") +
+      s"\ntest_interval: ${Int.MaxValue}\ntest_initialization: false\n"
+
+  /** The one feed layer of `phase` in a net or solver: its name and its tops' shapes. */
+  private def feedOf(handle: Long, phase: String, source: String)
+      : (String, Seq[(String, Seq[Int])]) = {
+    val layers = NativeFeed.layers(handle).toSeq.filter(_.startsWith(s"$phase/"))
+    if (layers.size != 1) {
+      throw new CortadoConfigException(
+        s"$source: the $phase net needs exactly one CoSData (or MemoryData with source_class) " +
+          s"layer to read a DataFrame, found ${layers.size}: ${layers.mkString(", ")}")
+    }
+    val layer = layers.head
+    val tops = NativeFeed.topNames(handle, layer).toSeq
+    (layer.stripPrefix(s"$phase/"),
+      tops.indices.map(i => tops(i) -> NativeFeed.topShape(handle, layer, i).toSeq))
+  }
+
+  private def inPhase(layer: Prototxt, phase: String): Boolean = {
+    val includes = layer.messages("include")
+    if (includes.nonEmpty) includes.exists(r => r.get("phase").forall(_ == phase))
+    else !layer.messages("exclude").exists(_.get("phase").contains(phase))
+  }
+
+  /** Column, sample shape and transform of each top of the feed layer `name`. */
+  private def topSpecs(net: Prototxt, phase: String, name: String,
+      shapes: Seq[(String, Seq[Int])], source: String): Seq[TopSpec] = {
+    val layer = net.messages("layer").find(l => l.get("name").contains(name) && inPhase(l, phase))
+      .getOrElse(throw new CortadoConfigException(s"$source: layer '$name' not found"))
+    val cos = layer.message("cos_data_param")
+    shapes.zipWithIndex.map { case ((top, shape), i) =>
+      val cosTop = cos.flatMap(c => c.messages("top").lift(i))
+      if (cosTop.exists(_.bool("transpose", default = false))) {
+        throw new CortadoConfigException(
+          s"$source: layer '$name' top '$top': transposed tops cannot be fed from a DataFrame yet")
+      }
+      val transform =
+        if (cos.isDefined) cosTop.flatMap(_.message("transform_param"))
+        else if (i == 0) layer.message("transform_param")
+        else None
+      transform.foreach { t =>
+        val unsupported = Seq("crop_size", "mirror", "mean_file", "force_color", "force_gray")
+          .filter(f => t.get(f).exists(v => v != "0" && v != "false"))
+        if (unsupported.nonEmpty) {
+          throw new CortadoConfigException(
+            s"$source: layer '$name' top '$top': transform_param ${unsupported.mkString(", ")} " +
+              "is not supported for DataFrame data (scale and mean_value are)")
+        }
+      }
+      TopSpec(name, top, cosTop.flatMap(_.get("name")).getOrElse(top), shape.tail,
+        transform.map(_.float("scale", 1f)).getOrElse(1f),
+        transform.map(_.all("mean_value").map(_.toFloat)).getOrElse(Seq.empty))
+    }
+  }
+
+  /** The blobs of the `phase` net no later layer reads: its outputs, as Caffe finds them. */
+  private def outputBlobs(net: Prototxt, phase: String): Seq[String] = {
+    val available = scala.collection.mutable.LinkedHashSet.empty[String]
+    net.messages("layer").filter(inPhase(_, phase)).foreach { l =>
+      l.all("bottom").foreach(available.remove)
+      l.all("top").foreach(available.add)
+    }
+    available.toSeq
+  }
+
+  /** The specs' columns in order, then the id column: the rows the converter reads. */
+  private def selectColumns(df: DataFrame, specs: Seq[TopSpec], id: Option[String]): DataFrame =
+    df.select((specs.map(_.column) ++ id).map(c => col(s"`$c`")): _*)
+
+  private def onePartition(df: DataFrame): RDD[Row] = {
+    val rdd = df.rdd
+    if (rdd.getNumPartitions == 1) rdd else rdd.repartition(1)
+  }
+
+  /** Converts every row first, so that a bad row fails before any native work starts. */
+  private def cache(converter: RowConverter, rows: Iterator[Row]): Array[Array[Array[Float]]] = {
+    var index = -1L
+    val samples = rows.map { row => index += 1; converter(row, index) }.toArray
+    if (samples.isEmpty) throw new CortadoConfigException("the DataFrame has no rows")
+    samples
+  }
+
+  private def trainTask(conf: NetConf, converter: RowConverter, resume: Resume,
+      rows: Iterator[Row]): TrainResult = {
+    val samples = cache(converter, rows)
+    val handle = NativeSolver.create(conf.solverText, conf.solverSource, conf.netText,
+      conf.netSource, conf.device)
+    try {
+      resume match {
+        case Resume(Some(model), Some(state)) => NativeSolver.restore(handle, model, state)
+        case Resume(Some(model), None) =>
+          // Fine-tuning: the given weights with this fresh solver's state (iteration 0).
+          NativeSolver.restore(handle, model, NativeSolver.snapshot(handle, "init.caffemodel")(1))
+        case _ =>
+      }
+      val feeder = new BatchFeeder(handle, conf.feedLayer)
+      val finished = new AtomicBoolean(false)
+      @volatile var failure: Throwable = null
+      val thread = new Thread(() =>
+        try feeder.feed(Iterator.continually(samples.iterator).flatten)
+        catch {
+          case _: CortadoCommException if finished.get =>
+          case t: Throwable =>
+            failure = t
+            feeder.abort(s"the feeder thread failed: $t")
+        }, "cortado-feeder")
+      thread.setDaemon(true)
+      thread.start()
+      val lines = ArrayBuffer.empty[String]
+      try {
+        while (NativeSolver.iter(handle) < conf.maxIter) {
+          val left = conf.maxIter - NativeSolver.iter(handle)
+          val n = if (conf.display > 0) math.min(conf.display, left) else left
+          val loss = NativeSolver.step(handle, n)
+          lines += s"Iteration ${NativeSolver.iter(handle)}, loss = $loss"
+        }
+      } catch {
+        case t: Throwable if failure != null => t.addSuppressed(failure); throw t
+      } finally {
+        finished.set(true)
+        feeder.abort("training finished")
+        thread.join()
+      }
+      lines += "Optimization Done."
+      TrainResult(NativeSolver.snapshot(handle, "model.caffemodel")(0), lines.toSeq)
+    } finally NativeSolver.dispose(handle)
+  }
+
+  /** Builds the TEST net with `model`, then for each batch of samples: push, forward, `use`. */
+  private def forEachBatch(conf: NetConf, model: Array[Byte],
+      batches: Iterator[Iterator[Array[Array[Float]]]])(use: Long => Unit): Unit = {
+    val handle = NativeNet.create(conf.netText, conf.netSource, NativeNet.TEST, conf.device, 1L)
+    try {
+      NativeNet.loadWeights(handle, model, "model")
+      val feeder = new BatchFeeder(handle, conf.feedLayer)
+      batches.foreach { batch =>
+        feeder.feed(batch)
+        NativeNet.forward(handle)
+        use(handle)
+      }
+    } finally NativeNet.dispose(handle)
+  }
+
+  private def blobValues(handle: Long, blob: String): Array[Float] = {
+    val count = NativeNet.blobShape(handle, blob).product
+    val buffer = ByteBuffer.allocateDirect(4 * count).order(ByteOrder.nativeOrder())
+    NativeNet.copyBlobData(handle, blob, buffer)
+    val values = new Array[Float](count)
+    buffer.asFloatBuffer().get(values)
+    values
+  }
+
+  private def testTask(conf: NetConf, converter: RowConverter, model: Array[Byte],
+      outputs: Seq[String], rows: Iterator[Row]): Seq[(String, Double)] = {
+    val samples = cache(converter, rows)
+    val batchSize = conf.batchSize
+    val whole = samples.length / batchSize
+    if (whole == 0) {
+      throw new CortadoConfigException(
+        s"test: the DataFrame has ${samples.length} rows, fewer than one batch ($batchSize)")
+    }
+    val sums = scala.collection.mutable.LinkedHashMap.empty[String, Double]
+    val batches = samples.grouped(batchSize).take(whole).map(_.iterator)
+    forEachBatch(conf, model, batches) { handle =>
+      outputs.foreach { blob =>
+        val values = blobValues(handle, blob)
+        values.indices.foreach { i =>
+          val name = if (values.length == 1) blob else s"$blob[$i]"
+          sums(name) = sums.getOrElse(name, 0.0) + values(i)
+        }
+      }
+    }
+    sums.toSeq.map { case (k, v) => k -> v / whole }
+  }
+
+  private def featuresTask(conf: NetConf, converter: RowConverter, model: Array[Byte],
+      blobs: Seq[String], hasId: Boolean, rows: Iterator[Row]): Iterator[Row] = {
+    val idColumn = converter.width
+    val ids = ArrayBuffer.empty[Any]
+    var index = -1L
+    val samples = rows.map { row =>
+      index += 1
+      ids += (if (hasId) row.get(idColumn) else index)
+      converter(row, index)
+    }.toArray
+    val batchSize = conf.batchSize
+    val out = ArrayBuffer.empty[Row]
+    val batches = samples.grouped(batchSize).map(b => b ++ Array.fill(batchSize - b.length)(b.last))
+    var done = 0
+    forEachBatch(conf, model, batches.map(_.iterator)) { handle =>
+      val values = blobs.map { b =>
+        val shape = NativeNet.blobShape(handle, b).toSeq
+        if (shape.headOption != Some(batchSize)) {
+          throw new CortadoConfigException(
+            s"features: blob '$b' has shape ${shape.mkString(" ")}; its first axis must be " +
+              s"the batch ($batchSize) to give one value per row")
+        }
+        blobValues(handle, b)
+      }
+      val n = math.min(batchSize, samples.length - done)
+      (0 until n).foreach { i =>
+        val perSample = blobs.indices.map { j =>
+          val size = values(j).length / batchSize
+          java.util.Arrays.copyOfRange(values(j), i * size, (i + 1) * size).toSeq
+        }
+        out += Row.fromSeq(ids(done + i) +: perSample)
+      }
+      done += n
+    }
+    out.iterator
+  }
+}
