@@ -259,7 +259,6 @@ final class Cortado(@transient val spark: SparkSession) {
         else Some(HadoopFiles.readBytes(config.snapshot, hadoopConf)))
     }
   }
-
 }
 
 object Cortado {
