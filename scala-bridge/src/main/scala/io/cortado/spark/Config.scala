@@ -14,6 +14,16 @@ import io.cortado.cli.Options
  * @param weights    a .caffemodel to start training from (-weights): fine-tuning, or with
  *                   `snapshot` the model of the snapshot to resume
  * @param snapshot   a .solverstate to resume training from (-snapshot; needs `weights`)
+ * @param snapshotPrefix   where train() writes its snapshots: Caffe's
+ *                   `<prefix>_iter_<N>.caffemodel` and `.solverstate`. Empty: the solver's
+ *                   `snapshot_prefix` (as Caffe upgrades it: the solver file's path without
+ *                   extension when unset, the solver file's name appended when it ends in
+ *                   `/`), a Hadoop path on the default file system when not a URI
+ * @param snapshotInterval train() snapshots every this many iterations; negative: the
+ *                   solver's `snapshot` (0 when unset); 0: no snapshots
+ * @param resumeLatest     train() resumes from the newest complete snapshot under the
+ *                   snapshot prefix, and starts from scratch when there is none; excludes
+ *                   `weights` and `snapshot`
  * @param devices    devices per executor (-devices); only 1 so far
  * @param idColumn   the column features() copies into its output as the row id; when the
  *                   DataFrame lacks it, the id is the row's number (a long) in the data
@@ -24,7 +34,10 @@ final case class Config(
     weights: String = "",
     snapshot: String = "",
     devices: Int = 1,
-    idColumn: String = "id")
+    idColumn: String = "id",
+    snapshotPrefix: String = "",
+    snapshotInterval: Int = -1,
+    resumeLatest: Boolean = false)
 
 object Config {
 

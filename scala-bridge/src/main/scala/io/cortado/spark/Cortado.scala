@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 package io.cortado.spark
 
+import java.io.IOException
 import java.nio.{ByteBuffer, ByteOrder}
 import java.nio.charset.StandardCharsets
 import java.util.concurrent.atomic.AtomicBoolean
@@ -15,10 +16,11 @@ import org.apache.spark.sql.functions.col
 import org.apache.spark.sql.types._
 import org.slf4j.LoggerFactory
 
-import io.cortado.{CortadoCommException, CortadoConfigException}
+import io.cortado.{CortadoCommException, CortadoConfigException, CortadoIOException}
+import io.cortado.api.SolverSnapshot
 import io.cortado.data.{BatchFeeder, RowConverter, TopSpec}
 import io.cortado.jni.{NativeFeed, NativeLib, NativeNet, NativeSolver}
-import io.cortado.storage.HadoopFiles
+import io.cortado.storage.{HadoopFiles, SerializableConfiguration, Snapshots}
 
 /**
  * Training, testing and feature extraction on DataFrames, as CaffeOnSpark's `CaffeOnSpark`
@@ -32,8 +34,8 @@ import io.cortado.storage.HadoopFiles
  * for CoSData, the layer's top names for MemoryData. See [[RowConverter]] for the column types.
  *
  * So far one task on one device trains (the DataFrame is repartitioned to one partition);
- * the test nets do not run during training (use [[test]]); the solver's own snapshots are
- * not taken.
+ * the test nets do not run during training (use [[test]]). Snapshots are written by the task
+ * to a Hadoop path (see [[Config]]: snapshotPrefix, snapshotInterval, resumeLatest).
  */
 final class Cortado(@transient val spark: SparkSession) {
   import Cortado._
@@ -44,16 +46,32 @@ final class Cortado(@transient val spark: SparkSession) {
    * Trains the solver's net on `source` for the solver's max_iter iterations (cycling through
    * the data as often as needed), writes the model to `config.model` (a temporary name, then
    * renamed) and returns that path. The training log (`Iteration N, loss = X`, every
-   * `display` iterations) goes to this class's logger in the driver.
+   * `display` iterations, and the snapshots written) goes to this class's logger in the driver.
+   *
+   * Every `snapshot` iterations (the solver's, or Config.snapshotInterval) the task writes a
+   * snapshot under the snapshot prefix through [[Snapshots]] (model, then state, each to a
+   * temporary name renamed into place), and with the solver's `snapshot_after_train` (default
+   * true) one at the end when max_iter is not a multiple of the interval. A run resumed from
+   * a snapshot (Config.snapshot, or Config.resumeLatest) continues at its iteration.
    */
   def train(source: DataFrame, config: Config): String = {
     require(config.model.nonEmpty, "Config.model: where the trained model goes is required")
     val plan = makePlan(config, NativeNet.TRAIN, source.schema)
-    val resume = resumeFrom(config)
+    val interval =
+      if (config.snapshotInterval >= 0) config.snapshotInterval else plan.solver.int("snapshot", 0)
+    lazy val prefix = snapshotPrefix(config, plan.solver)
+    val resume = resumeFrom(config, prefix)
+    val snapshots =
+      if (interval <= 0) None
+      else {
+        Some(SnapshotPlan(prefix, interval, plan.solver.bool("snapshot_after_train", default = true),
+          new SerializableConfiguration(hadoopConf)))
+      }
     val conf = plan.netConf
+    val converter = plan.converter
     val data = selectColumns(source, plan.specs, None)
     val results = onePartition(data)
-      .mapPartitions(rows => Iterator.single(trainTask(conf, plan.converter, resume, rows)))
+      .mapPartitions(rows => Iterator.single(trainTask(conf, converter, resume, snapshots, rows)))
       .collect()
     val result = results.head
     result.log.foreach(line => log.info(line))
@@ -174,7 +192,7 @@ final class Cortado(@transient val spark: SparkSession) {
       }
     val specs = topSpecs(net, phaseName, layer, shapes, netSource)
     Plan(conf.copy(feedLayer = s"$phaseName/$layer", batchSize = shapes.head._2.head), specs,
-      RowConverter(schema, specs), outputBlobs(net, phaseName), blobNames)
+      RowConverter(schema, specs), outputBlobs(net, phaseName), blobNames, solver)
   }
 
   private def readText(path: String): String =
@@ -186,15 +204,60 @@ final class Cortado(@transient val spark: SparkSession) {
     else new Path(new Path(solverFile).getParent, p).toString
   }
 
-  private def resumeFrom(config: Config): Resume = {
+  /**
+   * Config.snapshotPrefix, or the solver's snapshot_prefix upgraded as Caffe does (unset: the
+   * solver file's path without extension; a directory: the solver file's name in it), made
+   * fully qualified so that the executor resolves it as the driver does.
+   */
+  private def snapshotPrefix(config: Config, solver: Prototxt): String = {
+    val solverPath = new Path(config.solverFile)
+    val stem = solverPath.getName.replaceFirst("""\.[^.]*$""", "")
+    val given =
+      if (config.snapshotPrefix.nonEmpty) config.snapshotPrefix
+      else solver.get("snapshot_prefix") match {
+        case None | Some("") => new Path(solverPath.getParent, stem).toString
+        case Some(p) if p.endsWith("/") || isDirectory(p) => new Path(new Path(p), stem).toString
+        case Some(p) => p
+      }
+    val p = new Path(given)
+    try p.getFileSystem(hadoopConf).makeQualified(p).toString
+    catch {
+      case e: IOException => throw new CortadoIOException(s"snapshot prefix $given: $e", e)
+    }
+  }
+
+  private def isDirectory(path: String): Boolean = {
+    val p = new Path(path)
+    try p.getFileSystem(hadoopConf).getFileStatus(p).isDirectory
+    catch { case _: IOException => false }
+  }
+
+  private def resumeFrom(config: Config, prefix: => String): Resume = {
+    if (config.resumeLatest && (config.weights.nonEmpty || config.snapshot.nonEmpty)) {
+      throw new CortadoConfigException(
+        "Config.resumeLatest excludes Config.weights and Config.snapshot")
+    }
     if (config.snapshot.nonEmpty && config.weights.isEmpty) {
       throw new CortadoConfigException(
         s"Config.snapshot ${config.snapshot} needs Config.weights: the snapshot's .caffemodel")
     }
-    Resume(
-      if (config.weights.isEmpty) None else Some(HadoopFiles.readBytes(config.weights, hadoopConf)),
-      if (config.snapshot.isEmpty) None
-      else Some(HadoopFiles.readBytes(config.snapshot, hadoopConf)))
+    if (config.resumeLatest) {
+      Snapshots.latest(prefix, hadoopConf) match {
+        case Some(files) =>
+          log.info(s"Resuming from ${files.state} (iteration ${files.iter})")
+          val snapshot = Snapshots.read(files, hadoopConf)
+          Resume(Some(snapshot.model), Some(snapshot.state))
+        case None =>
+          log.info(s"No snapshot under $prefix: training from scratch")
+          Resume(None, None)
+      }
+    } else {
+      Resume(
+        if (config.weights.isEmpty) None
+        else Some(HadoopFiles.readBytes(config.weights, hadoopConf)),
+        if (config.snapshot.isEmpty) None
+        else Some(HadoopFiles.readBytes(config.snapshot, hadoopConf)))
+    }
   }
 }
 
@@ -219,11 +282,19 @@ object Cortado {
       specs: Seq[TopSpec],
       converter: RowConverter,
       outputs: Seq[String],
-      blobNames: Seq[String])
+      blobNames: Seq[String],
+      solver: Prototxt)
 
   private final case class Resume(weights: Option[Array[Byte]], state: Option[Array[Byte]])
 
   private final case class TrainResult(model: Array[Byte], log: Seq[String])
+
+  /** Where and how often the training task snapshots, and the Hadoop settings to write with. */
+  private final case class SnapshotPlan(
+      prefix: String,
+      interval: Int,
+      afterTrain: Boolean,
+      hadoopConf: SerializableConfiguration)
 
   /**
    * The solver text a training task uses: the test nets never run (they would wait for data
@@ -313,7 +384,7 @@ object Cortado {
   }
 
   private def trainTask(conf: NetConf, converter: RowConverter, resume: Resume,
-      rows: Iterator[Row]): TrainResult = {
+      snapshots: Option[SnapshotPlan], rows: Iterator[Row]): TrainResult = {
     val samples = cache(converter, rows)
     val handle = NativeSolver.create(conf.solverText, conf.solverSource, conf.netText,
       conf.netSource, conf.device)
@@ -339,13 +410,33 @@ object Cortado {
       thread.setDaemon(true)
       thread.start()
       val lines = ArrayBuffer.empty[String]
-      try {
-        while (NativeSolver.iter(handle) < conf.maxIter) {
-          val left = conf.maxIter - NativeSolver.iter(handle)
-          val n = if (conf.display > 0) math.min(conf.display, left) else left
-          val loss = NativeSolver.step(handle, n)
-          lines += s"Iteration ${NativeSolver.iter(handle)}, loss = $loss"
+      def snapshot(plan: SnapshotPlan): Unit = {
+        val files = Snapshots.write(NativeSolver.iter(handle), plan.prefix, plan.hadoopConf.value) {
+          learnedNet =>
+            val Array(model, state) = NativeSolver.snapshot(handle, learnedNet)
+            SolverSnapshot(model, state)
         }
+        lines += s"Snapshotting to binary proto file ${files.model}"
+        lines += s"Snapshotting solver state to binary proto file ${files.state}"
+      }
+      val interval = snapshots.map(_.interval).getOrElse(0)
+      try {
+        // Steps end at multiples of display (a log line) and of the snapshot interval, as in
+        // Caffe, also when a resumed run starts between them.
+        while (NativeSolver.iter(handle) < conf.maxIter) {
+          val iter = NativeSolver.iter(handle)
+          var n = conf.maxIter - iter
+          if (conf.display > 0) n = math.min(n, conf.display - iter % conf.display)
+          if (interval > 0) n = math.min(n, interval - iter % interval)
+          val loss = NativeSolver.step(handle, n)
+          val now = NativeSolver.iter(handle)
+          if (conf.display <= 0 || now % conf.display == 0 || now == conf.maxIter) {
+            lines += s"Iteration $now, loss = $loss"
+          }
+          snapshots.filter(now % _.interval == 0).foreach(snapshot)
+        }
+        snapshots.filter(p => p.afterTrain && NativeSolver.iter(handle) % p.interval != 0)
+          .foreach(snapshot)
       } catch {
         case t: Throwable if failure != null => t.addSuppressed(failure); throw t
       } finally {

@@ -21,9 +21,17 @@ object Snapshots {
     SnapshotFiles(iter, s"${prefix}_iter_$iter.caffemodel", s"${prefix}_iter_$iter.solverstate")
 
   /** Snapshots `solver` under `prefix` (a path without extension: "hdfs:///models/lenet"). */
-  def write(solver: Solver, prefix: String, conf: Configuration): SnapshotFiles = {
-    val f = files(prefix, solver.iter)
-    val snapshot = solver.snapshot(learnedNet = new Path(f.model).getName)
+  def write(solver: Solver, prefix: String, conf: Configuration): SnapshotFiles =
+    write(solver.iter, prefix, conf)(solver.snapshot)
+
+  /**
+   * Writes the snapshot `take` gives for iteration `iter` under `prefix`; `take` gets the
+   * model's file name for the state to name (a solver reached through its raw handle).
+   */
+  def write(iter: Int, prefix: String, conf: Configuration)(
+      take: String => SolverSnapshot): SnapshotFiles = {
+    val f = files(prefix, iter)
+    val snapshot = take(new Path(f.model).getName)
     HadoopFiles.writeBytesAtomic(f.model, snapshot.model, conf)
     HadoopFiles.writeBytesAtomic(f.state, snapshot.state, conf)
     f

@@ -11,7 +11,7 @@ import scala.util.Random
 
 import org.apache.spark.SparkException
 import org.apache.spark.scheduler.{SparkListener, SparkListenerJobStart}
-import org.apache.spark.sql.DataFrame
+import org.apache.spark.sql.{DataFrame, SparkSession}
 import org.scalatest.funsuite.AnyFunSuite
 
 import io.cortado.CortadoConfigException
@@ -53,6 +53,17 @@ object CortadoSuite {
       |type: "SGD"
       |""".stripMargin
 
+  /** Two separable classes: label 1 near (1, 1, 0, 0), label 0 near (0, 0, 1, 1). */
+  def separable(spark: SparkSession, n: Int, seed: Int): DataFrame = {
+    val random = new Random(seed)
+    val rows = (0 until n).map { i =>
+      val label = i % 2
+      val center = if (label == 1) Seq(1f, 1f, 0f, 0f) else Seq(0f, 0f, 1f, 1f)
+      (i.toLong, center.map(_ + 0.2f * random.nextGaussian().toFloat), label)
+    }
+    spark.createDataFrame(rows).toDF("id", "features", "label")
+  }
+
   def write(dir: Path, name: String, text: String): String = {
     val path = dir.resolve(name)
     Files.write(path, text.getBytes(StandardCharsets.UTF_8))
@@ -63,16 +74,7 @@ object CortadoSuite {
 class CortadoSuite extends AnyFunSuite with PerTest {
   import CortadoSuite._
 
-  /** Two separable classes: label 1 near (1, 1, 0, 0), label 0 near (0, 0, 1, 1). */
-  def separable(n: Int, seed: Int = 7): DataFrame = {
-    val random = new Random(seed)
-    val rows = (0 until n).map { i =>
-      val label = i % 2
-      val center = if (label == 1) Seq(1f, 1f, 0f, 0f) else Seq(0f, 0f, 1f, 1f)
-      (i.toLong, center.map(_ + 0.2f * random.nextGaussian().toFloat), label)
-    }
-    ss.createDataFrame(rows).toDF("id", "features", "label")
-  }
+  def separable(n: Int, seed: Int = 7): DataFrame = CortadoSuite.separable(ss, n, seed)
 
   def withFiles[T](body: (Path, Config) => T): T = withTempDir("cortado-api") { dir =>
     write(dir, "net.prototxt", TinyNet)

@@ -1,0 +1,187 @@
+// SPDX-License-Identifier: Apache-2.0
+package io.cortado.spark
+
+import java.io.File
+import java.nio.charset.StandardCharsets
+import java.nio.file.{Files, Path => JPath}
+import java.util.Comparator
+
+import org.apache.hadoop.conf.Configuration
+import org.apache.hadoop.fs.Path
+import org.apache.hadoop.hdfs.MiniDFSCluster
+import org.apache.spark.sql.SparkSession
+import org.scalatest.BeforeAndAfterAll
+import org.scalatest.funsuite.AnyFunSuite
+
+import io.cortado.Arm.withResource
+import io.cortado.api.Solver
+import io.cortado.jni.NativeSolverSuite
+import io.cortado.storage.{HadoopFiles, Snapshots}
+
+/**
+ * Storage and training against a real HDFS: a MiniDFSCluster (one namenode, one datanode, in a
+ * temporary directory) in this JVM, and a local[2] SparkSession whose fs.defaultFS is that
+ * cluster. Data, prototxt, snapshots and models all live on HDFS.
+ */
+class HdfsSuite extends AnyFunSuite with BeforeAndAfterAll with PerTest {
+  import CortadoSuite._
+
+  private var baseDir: JPath = _
+  private var cluster: MiniDFSCluster = _
+  /** hdfs://host:port of the cluster's namenode. */
+  private var uri: String = _
+
+  private def dfsConf: Configuration = {
+    val conf = new Configuration()
+    conf.set("fs.defaultFS", uri)
+    conf.set("dfs.replication", "1")
+    conf
+  }
+
+  override def beforeAll(): Unit = {
+    super.beforeAll()
+    baseDir = Files.createTempDirectory("cortado-hdfs")
+    val conf = new Configuration()
+    conf.set(MiniDFSCluster.HDFS_MINIDFS_BASEDIR, baseDir.toString)
+    conf.set("dfs.replication", "1")
+    // Loopback only, ephemeral ports for every service, no permission checks for the test user.
+    conf.set("dfs.namenode.http-address", "127.0.0.1:0")
+    conf.set("dfs.datanode.address", "127.0.0.1:0")
+    conf.set("dfs.datanode.http.address", "127.0.0.1:0")
+    conf.set("dfs.datanode.ipc.address", "127.0.0.1:0")
+    conf.setBoolean("dfs.permissions.enabled", false)
+    try {
+      cluster = new MiniDFSCluster.Builder(conf).numDataNodes(1).format(true).build()
+      cluster.waitActive()
+    } catch {
+      case t: Throwable =>
+        val message = s"MiniDFSCluster (one datanode under $baseDir) could not start: $t"
+        if (cluster != null) cluster.shutdown()
+        cluster = null
+        deleteBaseDir()
+        throw new IllegalStateException(message, t)
+    }
+    uri = cluster.getURI.toString.stripSuffix("/")
+  }
+
+  override def afterAll(): Unit = {
+    try {
+      if (cluster != null) cluster.shutdown(true)
+      deleteBaseDir()
+    } finally super.afterAll()
+  }
+
+  /** shutdown(true) removes the cluster's directories; whatever is left goes here. */
+  private def deleteBaseDir(): Unit = if (baseDir != null && Files.exists(baseDir)) {
+    val paths = Files.walk(baseDir)
+    try paths.sorted(Comparator.reverseOrder[JPath]()).forEach(p => p.toFile.delete())
+    finally paths.close()
+  }
+
+  override protected def sparkSessionBuilder: SparkSession.Builder =
+    super.sparkSessionBuilder
+      .config("spark.hadoop.fs.defaultFS", uri)
+      .config("spark.hadoop.dfs.replication", "1")
+
+  private def writeText(path: String, text: String): String = {
+    HadoopFiles.writeBytesAtomic(path, text.getBytes(StandardCharsets.UTF_8), dfsConf)
+    path
+  }
+
+  private def modificationTime(path: String): Long =
+    new Path(path).getFileSystem(dfsConf).getFileStatus(new Path(path)).getModificationTime
+
+  private def snapshotIters(dir: String, name: String): Seq[(Int, String)] = {
+    val pattern = (java.util.regex.Pattern.quote(name) + """_iter_(\d+)\.(caffemodel|solverstate)""").r
+    HadoopFiles.listNames(dir, dfsConf).map {
+      case pattern(iter, ext) => iter.toInt -> ext
+      case other => fail(s"unexpected file $other in $dir")
+    }.sorted
+  }
+
+  private def both(iters: Int*): Seq[(Int, String)] =
+    iters.flatMap(i => Seq(i -> "caffemodel", i -> "solverstate"))
+
+  test("the cluster is HDFS and Spark's default file system") {
+    assert(uri.startsWith("hdfs://"), uri)
+    assert(new Path("/").getFileSystem(ss.sparkContext.hadoopConfiguration).getUri.toString ===
+      uri)
+  }
+
+  test("Snapshots on hdfs: written with Caffe's names, the latest found, a solver resumed") {
+    val prefix = s"$uri/storage/regression"
+    def newSolver(): Solver =
+      Solver(NativeSolverSuite.Solver, "solver.prototxt", Some(NativeSolverSuite.RegressionNet))
+    assert(Snapshots.latest(prefix, dfsConf) === None)
+    val expected = withResource(newSolver()) { solver =>
+      solver.step(5)
+      assert(Snapshots.write(solver, prefix, dfsConf) === Snapshots.files(prefix, 5))
+      solver.step(3)
+      Snapshots.write(solver, prefix, dfsConf)
+      solver.step(2)
+    }
+    assert(snapshotIters(s"$uri/storage", "regression") === both(5, 8))
+    val latest = Snapshots.latest(prefix, dfsConf)
+    assert(latest === Some(Snapshots.files(prefix, 8)))
+    withResource(newSolver()) { solver =>
+      solver.restore(Snapshots.read(latest.get, dfsConf))
+      assert(solver.iter === 8)
+      assert(solver.step(2) === expected)
+    }
+  }
+
+  test("train from Parquet on HDFS with snapshots, resume, test and features") {
+    val base = s"$uri/train"
+    writeText(s"$base/conf/net.prototxt", TinyNet)
+    // snapshot_prefix is a plain path: it resolves on the default file system, the cluster.
+    val solverText = TinySolver.replace("max_iter: 100", "max_iter: 300")
+      .replace("display: 25", "display: 50") +
+      "snapshot: 100\nsnapshot_prefix: \"/train/snapshots/tiny\"\n"
+    val solver = writeText(s"$base/conf/solver.prototxt", solverText)
+    val longer = writeText(s"$base/conf/solver_500.prototxt",
+      solverText.replace("max_iter: 300", "max_iter: 500"))
+
+    separable(ss, 400, 7).write.parquet(s"$base/data/train.parquet")
+    separable(ss, 100, 11).write.parquet("/train/data/test.parquet")
+    val trainDF = ss.read.parquet(s"$base/data/train.parquet")
+    val testDF = ss.read.parquet(s"$base/data/test.parquet")
+    assert(trainDF.inputFiles.forall(_.startsWith(s"$uri/")), trainDF.inputFiles.toSeq)
+
+    val cortado = new Cortado(ss)
+    val model = s"$base/out/tiny.caffemodel"
+    val config = Config(solver, model = model)
+    assert(cortado.train(trainDF, config) === model)
+    val snapshots = s"$base/snapshots"
+    assert(snapshotIters(snapshots, "tiny") === both(100, 200, 300))
+    val prefix = s"$snapshots/tiny"
+    assert(Snapshots.latest(prefix, dfsConf).map(_.iter) === Some(300))
+    val before = Seq(100, 200, 300).map(i => i -> modificationTime(s"${prefix}_iter_$i.solverstate"))
+
+    // Resuming from the latest snapshot continues at 300: the earlier files stay as they are.
+    cortado.train(trainDF, Config(longer, model = model, resumeLatest = true))
+    assert(snapshotIters(snapshots, "tiny") === both(100, 200, 300, 400, 500))
+    assert(before.forall { case (i, t) => modificationTime(s"${prefix}_iter_$i.solverstate") == t })
+    assert(HadoopFiles.readBytes(model, dfsConf) ===
+      HadoopFiles.readBytes(s"${prefix}_iter_500.caffemodel", dfsConf))
+    assert(HadoopFiles.listNames(s"$base/out", dfsConf) === Seq("tiny.caffemodel"))
+
+    // Config.snapshot resumes from a given state; the prefix and interval come from Config.
+    val explicit = s"$base/explicit/run"
+    cortado.train(trainDF, Config(solver, model = s"$base/out/explicit.caffemodel",
+      weights = s"${prefix}_iter_100.caffemodel", snapshot = s"${prefix}_iter_100.solverstate",
+      snapshotPrefix = explicit, snapshotInterval = 80))
+    assert(snapshotIters(s"$base/explicit", "run") === both(160, 240, 300))
+
+    val metrics = cortado.test(testDF, config)
+    assert(metrics("accuracy") >= 0.95, metrics)
+    val features = cortado.features(testDF, Seq("ip"), config).collect()
+    assert(features.map(_.getLong(0)).sorted.toSeq === (0L until 100L))
+    assert(features.forall(_.getSeq[Float](1).length == 2))
+
+    // With no snapshot under the prefix, resumeLatest trains from scratch.
+    cortado.train(trainDF, Config(solver, model = s"$base/out/fresh.caffemodel",
+      snapshotPrefix = s"$base/fresh/tiny", resumeLatest = true))
+    assert(snapshotIters(s"$base/fresh", "tiny") === both(100, 200, 300))
+    assert(new File(baseDir.toFile, "data").isDirectory, "the cluster keeps its blocks here")
+  }
+}
