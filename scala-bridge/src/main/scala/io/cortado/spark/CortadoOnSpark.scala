@@ -79,8 +79,10 @@ object CortadoOnSpark {
           execute(options, outputGiven(args), spark(), out, err)
           0
         } catch {
-          case e: CortadoException =>
-            err.println(s"CortadoOnSpark: ${e.getMessage}")
+          case NonFatal(e) if cortadoCause(e).isDefined =>
+            // A task's CortadoException reaches the driver inside a SparkException: its own
+            // message says what is wrong.
+            err.println(s"CortadoOnSpark: ${cortadoCause(e).get.getMessage}")
             FailureExit
           case NonFatal(e) =>
             err.println(s"CortadoOnSpark: $e")
@@ -88,6 +90,10 @@ object CortadoOnSpark {
             FailureExit
         }
     }
+
+  private def cortadoCause(e: Throwable): Option[Throwable] =
+    Iterator.iterate(e)(_.getCause).takeWhile(_ != null).take(16)
+      .collectFirst { case c: CortadoException => c }
 
   /** Whether -output was on the command line (its default only applies to -features). */
   private def outputGiven(args: Seq[String]): Boolean =

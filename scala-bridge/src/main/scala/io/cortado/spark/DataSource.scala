@@ -57,7 +57,8 @@ object DataSource {
         val source = cos.flatMap(_.get("source")).getOrElse("")
         val sourceClass = layer.get("source_class").getOrElse("")
         if (sourceClass.endsWith(".LMDB")) {
-          throw new CortadoConfigException(s"${describe(layer)}: source_class $sourceClass: $LmdbHint")
+          throw new CortadoConfigException(
+            s"${describe(layer)}: source_class $sourceClass: $LmdbHint")
         }
         if (!DataFrameClasses(sourceClass)) {
           throw new CortadoConfigException(

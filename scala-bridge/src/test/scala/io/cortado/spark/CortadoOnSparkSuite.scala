@@ -203,6 +203,21 @@ class CortadoOnSparkSuite extends AnyFunSuite with PerTest {
     }
   }
 
+  test("a bad row fails in the task; the main class prints the Cortado message, exit 1") {
+    withTempDir("cortado-main") { dir =>
+      val source = uri(dir, "bad.parquet")
+      ss.createDataFrame(Seq((0L, Seq(1f, 2f, 3f, 4f, 5f), 0))).toDF("id", "features", "label")
+        .write.parquet(source)
+      val net = write(dir, "net.prototxt", cosLayer("TRAIN", 8, source) + Body)
+      val solver = write(dir, "solver.prototxt",
+        s"""net: "$net"\nbase_lr: 0.1\nlr_policy: "fixed"\nmax_iter: 5\n""")
+      val r = cos("-train", "-conf", solver, "-model", uri(dir, "m.caffemodel"))
+      assert(r.code === CortadoOnSpark.FailureExit)
+      assert(r.err.trim === "CortadoOnSpark: column 'features' (array<float>): top 'data' of " +
+        "layer 'data' needs samples of shape 4 (4 floats); row 0 has 5 values", r.err)
+    }
+  }
+
   test("a CoSData source in another DataFrame format (dataframe_format: json)") {
     withTempDir("cortado-main") { dir =>
       val source = uri(dir, "train.json")
