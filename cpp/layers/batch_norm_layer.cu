@@ -17,6 +17,7 @@ namespace cortado {
 namespace {
 
 using cuda::BlockSum2;
+using cuda::ChannelLayout;
 using cuda::FastDiv;
 using cuda::Load;
 using cuda::Pack;
@@ -44,18 +45,6 @@ __device__ double2 CombineParts(const double2* parts, int count) {
   __syncthreads();
   return total;
 }
-
-// The units (V floats) of channel c are q in [0, num * row_units): row n = q / row_units of the
-// channel, at ((n * channels + c) * row_units + q % row_units).
-struct ChannelLayout {
-  int channels, parts, chunk_units;
-  uint32_t units;  // num * row_units
-  FastDiv rows;    // divides by row_units
-  __device__ __forceinline__ int64_t At(uint32_t q, int c) const {
-    const uint32_t n = rows.Div(q);
-    return (static_cast<int64_t>(n) * channels + c) * rows.divisor + (q - n * rows.divisor);
-  }
-};
 
 // Block (c, part): over its chunk of channel c, either (kGradient) the sums of a and a * b, or
 // the sums of a - k and (a - k)^2 with k the channel's first value (stored in shift[c]).
@@ -211,12 +200,7 @@ bool Aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0;
 
 // The chunking of a [num, channels, spatial] tensor for V-float units.
 ChannelLayout MakeLayout(int num, int channels, int spatial, int v) {
-  const int row_units = spatial / v;
-  const uint32_t units = static_cast<uint32_t>(num) * row_units;
-  const int chunk_units = kChunk / v;
-  ChannelLayout layout{channels, 0, chunk_units, units, FastDiv(row_units > 0 ? row_units : 1)};
-  layout.parts = units == 0 ? 1 : static_cast<int>((units + chunk_units - 1) / chunk_units);
-  return layout;
+  return cuda::MakeChannelLayout(num, channels, spatial, v, kChunk);
 }
 
 // Workspace for the partials of every block and (after them) the per-channel shifts.

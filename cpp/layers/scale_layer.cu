@@ -48,23 +48,11 @@ __global__ void ScaleForward(uint32_t units, FastDiv inner_units, FastDiv scale_
   }
 }
 
-// The units (V floats) of slice d are q in [0, outer * row_units): row o = q / row_units, at
-// ((o * dim + d) * row_units + q % row_units).
-struct SliceLayout {
-  int dim, parts, chunk_units;
-  uint32_t units;  // outer * row_units
-  FastDiv rows;    // divides by row_units
-  __device__ __forceinline__ int64_t At(uint32_t q, int d) const {
-    const uint32_t o = rows.Div(q);
-    return (static_cast<int64_t>(o) * dim + d) * rows.divisor + (q - o * rows.divisor);
-  }
-};
-
 // Block (d, part), over its chunk of slice d: partials = (sum of g, sum of g * x) (each only when
 // wanted: kBias, x != nullptr), and dx = s[d] * g when dx is given (may be dx == g: every element
 // is read before the same thread writes it).
 template <int V, bool kSums>
-__global__ void ScaleBackwardPass(SliceLayout layout, const float* g, const float* x,
+__global__ void ScaleBackwardPass(cuda::ChannelLayout layout, const float* g, const float* x,
                                   const float* scale, float* dx, double2* partials) {
   const int d = blockIdx.x / layout.parts;
   const int part = blockIdx.x - d * layout.parts;
@@ -157,11 +145,7 @@ template <int V>
 void LaunchBackward(Context& ctx, int outer, int dim, int inner, const float* g, const float* x,
                     const float* scale, float* dx, float* bias_diff, float* scale_diff,
                     bool accumulate_scale) {
-  const int row_units = inner / V;
-  const uint32_t units = static_cast<uint32_t>(outer) * row_units;
-  const int chunk_units = kChunk / V;
-  SliceLayout layout{dim, 0, chunk_units, units, FastDiv(row_units > 0 ? row_units : 1)};
-  layout.parts = units == 0 ? 1 : static_cast<int>((units + chunk_units - 1) / chunk_units);
+  const cuda::ChannelLayout layout = cuda::MakeChannelLayout(outer, dim, inner, V, kChunk);
   const int blocks = dim * layout.parts;
   const cudaStream_t stream = cuda::Stream(ctx);
   const bool sums = bias_diff != nullptr || scale_diff != nullptr;

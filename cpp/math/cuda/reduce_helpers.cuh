@@ -73,4 +73,27 @@ __device__ inline double2 BlockSum2(double a, double b) {
   return make_double2(a, b);
 }
 
+// The chunking of a [outer, channels, inner] tensor, read V floats at a time, for per-channel
+// reductions: the units of channel c are q in [0, outer * inner / V), row n = q / (inner / V),
+// at ((n * channels + c) * (inner / V) + q % (inner / V)); each block takes chunk_units of them.
+struct ChannelLayout {
+  int channels, parts, chunk_units;
+  uint32_t units;  // outer * inner / V
+  FastDiv rows;    // divides by inner / V
+  __device__ __forceinline__ int64_t At(uint32_t q, int c) const {
+    const uint32_t n = rows.Div(q);
+    return (static_cast<int64_t>(n) * channels + c) * rows.divisor + (q - n * rows.divisor);
+  }
+};
+
+// `chunk` floats of a channel per block.
+inline ChannelLayout MakeChannelLayout(int outer, int channels, int inner, int v, int chunk) {
+  const int row_units = inner / v;
+  const uint32_t units = static_cast<uint32_t>(outer) * row_units;
+  const int chunk_units = chunk / v;
+  ChannelLayout layout{channels, 0, chunk_units, units, FastDiv(row_units > 0 ? row_units : 1)};
+  layout.parts = units == 0 ? 1 : static_cast<int>((units + chunk_units - 1) / chunk_units);
+  return layout;
+}
+
 }  // namespace cortado::cuda
