@@ -143,6 +143,11 @@ JNIEXPORT jint JNICALL Java_io_cortado_jni_NativeSolver_iter(JNIEnv* env, jclass
   return jni::Guard(env, jint{0}, [&] { return jni::GetSolver(handle).iter(); });
 }
 
+JNIEXPORT jfloat JNICALL Java_io_cortado_jni_NativeSolver_learningRate(JNIEnv* env, jclass,
+                                                                       jlong handle) {
+  return jni::Guard(env, jfloat{0}, [&] { return jni::GetSolver(handle).GetLearningRate(); });
+}
+
 JNIEXPORT jobjectArray JNICALL Java_io_cortado_jni_NativeSolver_snapshot(JNIEnv* env, jclass,
                                                                          jlong handle,
                                                                          jstring learned_net) {

@@ -41,6 +41,12 @@ public final class NativeSolver {
   public static native int iter(long handle);
 
   /**
+   * The learning rate of the next iteration under the solver's lr_policy (what Caffe logs as
+   * {@code Iteration N, lr = X}).
+   */
+  public static native float learningRate(long handle);
+
+  /**
    * The current model and solver state: {@code [model, state]}, a .caffemodel (binary
    * NetParameter with the weights) and a .solverstate (binary SolverState: iteration, lr step,
    * history). The state's learned_net is {@code learnedNet}: where the caller will store the

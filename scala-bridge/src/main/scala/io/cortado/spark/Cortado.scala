@@ -8,6 +8,7 @@ import java.util.concurrent.atomic.AtomicBoolean
 
 import scala.collection.JavaConverters._
 import scala.collection.mutable.ArrayBuffer
+import scala.util.control.NonFatal
 
 import org.apache.hadoop.fs.Path
 import org.apache.spark.rdd.RDD
@@ -34,19 +35,34 @@ import io.cortado.storage.{HadoopFiles, SerializableConfiguration, Snapshots}
  * for CoSData, the layer's top names for MemoryData. See [[RowConverter]] for the column types.
  *
  * So far one task on one device trains (the DataFrame is repartitioned to one partition);
- * the test nets do not run during training (use [[test]]). Snapshots are written by the task
- * to a Hadoop path (see [[Config]]: snapshotPrefix, snapshotInterval, resumeLatest).
+ * the test nets run during training only in [[trainWithValidation]]. Snapshots are written by
+ * the task to a Hadoop path (see [[Config]]: snapshotPrefix, snapshotInterval, resumeLatest).
+ * The training log reaches the driver while the task runs (see [[addProgressListener]]).
  */
 final class Cortado(@transient val spark: SparkSession) {
   import Cortado._
 
   private def hadoopConf = spark.sparkContext.hadoopConfiguration
 
+  @transient private val listeners =
+    new java.util.concurrent.CopyOnWriteArrayList[ProgressListener]()
+
+  /**
+   * Adds a listener that receives every training event of this instance's training runs
+   * (iterations with loss, learning rate and speed; test passes; snapshots) while the
+   * training task runs. The same events are logged in Caffe's format by this class's logger.
+   */
+  def addProgressListener(listener: ProgressListener): Unit = listeners.add(listener)
+
+  def removeProgressListener(listener: ProgressListener): Unit = listeners.remove(listener)
+
   /**
    * Trains the solver's net on `source` for the solver's max_iter iterations (cycling through
    * the data as often as needed), writes the model to `config.model` (a temporary name, then
-   * renamed) and returns that path. The training log (`Iteration N, loss = X`, every
-   * `display` iterations, and the snapshots written) goes to this class's logger in the driver.
+   * renamed) and returns that path. The training log (every `display` iterations Caffe's
+   * `Iteration N (X iter/s, Ys/D iters, Z images/s), loss = L` and `Iteration N, lr = R`, and
+   * the snapshots written) goes to this class's logger in the driver as the task runs, and to
+   * the progress listeners. The test nets do not run (see [[trainWithValidation]]).
    *
    * Every `snapshot` iterations (the solver's, or Config.snapshotInterval) the task writes a
    * snapshot under the snapshot prefix through [[Snapshots]] (model, then state, each to a
@@ -54,9 +70,32 @@ final class Cortado(@transient val spark: SparkSession) {
    * true) one at the end when max_iter is not a multiple of the interval. A run resumed from
    * a snapshot (Config.snapshot, or Config.resumeLatest) continues at its iteration.
    */
-  def train(source: DataFrame, config: Config): String = {
+  def train(source: DataFrame, config: Config): String =
+    runTraining(source, None, config)._1
+
+  /**
+   * [[train]], testing on `validation` as Caffe tests during training: every `test_interval`
+   * iterations of the solver (and at the start with `test_initialization`, Caffe's default),
+   * the TEST net runs `test_iter` batches of the validation rows (cycling through them) with
+   * the current weights. Each pass is logged as Caffe logs it (`Test net output #0: accuracy =
+   * Y`) and sent to the progress listeners. The TEST net's feed layer reads `validation` as
+   * [[test]] would. Writes the model to `config.model`, as [[train]], and returns the test
+   * passes as a DataFrame: `iteration` (int) and one double column per TEST net output, named
+   * after it (`accuracy`, `loss`), one row per pass.
+   */
+  def trainWithValidation(source: DataFrame, validation: DataFrame, config: Config): DataFrame = {
+    val (_, tests) = runTraining(source, Some(validation), config)
+    val names = tests.headOption.map(_.outputs.map(_._1)).getOrElse(Seq.empty)
+    val schema = StructType(StructField("iteration", IntegerType, nullable = false) +:
+      names.map(StructField(_, DoubleType, nullable = false)))
+    val rows = tests.map(t => Row.fromSeq(t.iteration +: t.outputs.map(_._2)))
+    spark.createDataFrame(spark.sparkContext.parallelize(rows, 1), schema)
+  }
+
+  private def runTraining(source: DataFrame, validation: Option[DataFrame], config: Config)
+      : (String, Seq[TestEvent]) = {
     require(config.model.nonEmpty, "Config.model: where the trained model goes is required")
-    val plan = makePlan(config, NativeNet.TRAIN, source.schema)
+    val plan = makePlan(config, NativeNet.TRAIN, source.schema, validation.map(_.schema))
     val interval =
       if (config.snapshotInterval >= 0) config.snapshotInterval else plan.solver.int("snapshot", 0)
     lazy val prefix = snapshotPrefix(config, plan.solver)
@@ -69,14 +108,40 @@ final class Cortado(@transient val spark: SparkSession) {
       }
     val conf = plan.netConf
     val converter = plan.converter
-    val data = selectColumns(source, plan.specs, None)
-    val results = onePartition(data)
-      .mapPartitions(rows => Iterator.single(trainTask(conf, converter, resume, snapshots, rows)))
-      .collect()
-    val result = results.head
-    result.log.foreach(line => log.info(line))
+    val testing = plan.validation
+    val trainRows = selectColumns(source, plan.specs, None).rdd.map(r => (0, r))
+    val data = (validation, testing) match {
+      case (Some(df), Some(t)) => trainRows.union(selectColumns(df, t.specs, None).rdd.map((1, _)))
+      case _ => trainRows
+    }
+    val listening = listeners.asScala.toList
+    val server = Progress.Server.start(spark.sparkContext.getConf, deliver(listening))
+    val result =
+      try {
+        val address = server.address
+        onePartition(data)
+          .mapPartitions { rows =>
+            Iterator.single(trainTask(conf, converter, testing, resume, snapshots, address, rows))
+          }
+          .collect()
+          .head
+      } finally server.close()
+    if (result.unsent.nonEmpty) {
+      log.warn(s"${result.unsent.size} training log events did not reach the driver while " +
+        "the task ran; here they are")
+    }
+    result.unsent.foreach(deliver(listening))
     HadoopFiles.writeBytesAtomic(config.model, result.model, hadoopConf)
-    config.model
+    (config.model, result.tests)
+  }
+
+  /** Logs an event in Caffe's format and hands it to the listeners. */
+  private def deliver(listening: Seq[ProgressListener])(event: TrainingEvent): Unit = {
+    event.logLines.foreach(line => log.info(line))
+    listening.foreach { l =>
+      try l.onProgress(event)
+      catch { case NonFatal(e) => log.warn(s"a progress listener failed: $e") }
+    }
   }
 
   /** Trains with the solver at `solverFile` and writes the model to `model` (see above). */
@@ -147,8 +212,12 @@ final class Cortado(@transient val spark: SparkSession) {
   def features(source: DataFrame, blobs: java.util.List[String], config: Config): DataFrame =
     features(source, blobs.asScala.toSeq, config)
 
-  /** Reads and validates solver and net, and checks the data's columns (driver side). */
-  private def makePlan(config: Config, phase: Int, schema: StructType): Plan = {
+  /**
+   * Reads and validates solver and net, and checks the data's columns (driver side); with
+   * `validationSchema`, also the validation data's columns against the TEST net's feed layer.
+   */
+  private def makePlan(config: Config, phase: Int, schema: StructType,
+      validationSchema: Option[StructType] = None): Plan = {
     if (config.devices != 1) {
       throw new CortadoConfigException(
         s"Config.devices is ${config.devices}; only one device per executor is supported yet")
@@ -176,11 +245,13 @@ final class Cortado(@transient val spark: SparkSession) {
     val net = Prototxt.parse(netText)
     val phaseName = if (phase == NativeNet.TRAIN) "TRAIN" else "TEST"
     // The native net gives the feed layer and its shapes exactly as the task will see them.
+    var testFeed: Option[(String, Seq[(String, Seq[Int])])] = None
     val (layer, shapes, blobNames) =
       if (phase == NativeNet.TRAIN) {
         val h = NativeSolver.create(conf.solverText, conf.solverSource, netText, netSource, -1)
         try {
           val (l, s) = feedOf(h, phaseName, netSource)
+          if (validationSchema.isDefined) testFeed = Some(feedOf(h, "TEST", netSource))
           (l, s, Seq.empty[String])
         } finally NativeSolver.dispose(h)
       } else {
@@ -191,8 +262,20 @@ final class Cortado(@transient val spark: SparkSession) {
         } finally NativeNet.dispose(h)
       }
     val specs = topSpecs(net, phaseName, layer, shapes, netSource)
+    val validation = validationSchema.map { valSchema =>
+      val interval = solver.int("test_interval", 0)
+      if (interval <= 0 || solver.int("test_iter", 0) <= 0) {
+        throw new CortadoConfigException(
+          s"${config.solverFile}: validation needs test_interval and test_iter greater than 0 " +
+            s"(test_interval is $interval, test_iter ${solver.int("test_iter", 0)})")
+      }
+      val (testLayer, testShapes) = testFeed.get
+      val testSpecs = topSpecs(net, "TEST", testLayer, testShapes, netSource)
+      Validation(s"TEST/$testLayer", testSpecs, RowConverter(valSchema, testSpecs), interval,
+        solver.bool("test_initialization", default = true))
+    }
     Plan(conf.copy(feedLayer = s"$phaseName/$layer", batchSize = shapes.head._2.head), specs,
-      RowConverter(schema, specs), outputBlobs(net, phaseName), blobNames, solver)
+      RowConverter(schema, specs), outputBlobs(net, phaseName), blobNames, solver, validation)
   }
 
   private def readText(path: String): String =
@@ -283,11 +366,23 @@ object Cortado {
       converter: RowConverter,
       outputs: Seq[String],
       blobNames: Seq[String],
-      solver: Prototxt)
+      solver: Prototxt,
+      validation: Option[Validation] = None)
+
+  /** The TEST net's feed layer during training, and when it runs (Caffe's test settings). */
+  private final case class Validation(
+      feedLayer: String,
+      specs: Seq[TopSpec],
+      converter: RowConverter,
+      interval: Int,
+      initialization: Boolean)
 
   private final case class Resume(weights: Option[Array[Byte]], state: Option[Array[Byte]])
 
-  private final case class TrainResult(model: Array[Byte], log: Seq[String])
+  private final case class TrainResult(
+      model: Array[Byte],
+      tests: Seq[TestEvent],
+      unsent: Seq[TrainingEvent])
 
   /** Where and how often the training task snapshots, and the Hadoop settings to write with. */
   private final case class SnapshotPlan(
@@ -297,7 +392,8 @@ object Cortado {
       hadoopConf: SerializableConfiguration)
 
   /**
-   * The solver text a training task uses: the test nets never run (they would wait for data
+   * The solver text a training task uses: the solver itself never runs the test nets (the task
+   * runs them at test_interval when it has validation data; without, they would wait for data
    * that train() does not feed), while test_iter and the test nets stay valid.
    */
   private[spark] def trainingSolverText(text: String): String =
@@ -370,10 +466,10 @@ object Cortado {
   private def selectColumns(df: DataFrame, specs: Seq[TopSpec], id: Option[String]): DataFrame =
     df.select((specs.map(_.column) ++ id).map(c => col(s"`$c`")): _*)
 
-  private def onePartition(df: DataFrame): RDD[Row] = {
-    val rdd = df.rdd
+  private def onePartition(df: DataFrame): RDD[Row] = onePartition(df.rdd)
+
+  private def onePartition[T](rdd: RDD[T]): RDD[T] =
     if (rdd.getNumPartitions == 1) rdd else rdd.repartition(1)
-  }
 
   /** Converts every row first, so that a bad row fails before any native work starts. */
   private def cache(converter: RowConverter, rows: Iterator[Row]): Array[Array[Array[Float]]] = {
@@ -383,11 +479,51 @@ object Cortado {
     samples
   }
 
-  private def trainTask(conf: NetConf, converter: RowConverter, resume: Resume,
-      snapshots: Option[SnapshotPlan], rows: Iterator[Row]): TrainResult = {
-    val samples = cache(converter, rows)
+  /**
+   * Feeds `samples` (cycling through them) into `layer` on a daemon thread until training is
+   * over (`finished`) or the feed is aborted; a failure aborts the feed with a reason, so the
+   * waiting forward pass fails, and is kept in `failure`.
+   */
+  private final class CyclingFeeder(handle: Long, layer: String,
+      samples: Array[Array[Array[Float]]]) {
+    private val feeder = new BatchFeeder(handle, layer)
+    private val finished = new AtomicBoolean(false)
+    @volatile var failure: Throwable = null
+    private val thread = new Thread(() =>
+      try feeder.feed(Iterator.continually(samples.iterator).flatten)
+      catch {
+        case _: CortadoCommException if finished.get =>
+        case t: Throwable =>
+          failure = t
+          feeder.abort(s"the feeder thread of '$layer' failed: $t")
+      }, "cortado-feeder")
+    thread.setDaemon(true)
+    thread.start()
+
+    def stop(): Unit = {
+      finished.set(true)
+      feeder.abort("training finished")
+      thread.join()
+    }
+  }
+
+  private def trainTask(conf: NetConf, converter: RowConverter, validation: Option[Validation],
+      resume: Resume, snapshots: Option[SnapshotPlan], progress: Progress.Address,
+      rows: Iterator[(Int, Row)]): TrainResult = {
+    // Every row is converted first, so that a bad row fails before any native work starts.
+    val trainRows = ArrayBuffer.empty[Array[Array[Float]]]
+    val testRows = ArrayBuffer.empty[Array[Array[Float]]]
+    rows.foreach {
+      case (0, row) => trainRows += converter(row, trainRows.size.toLong)
+      case (_, row) => testRows += validation.get.converter(row, testRows.size.toLong)
+    }
+    if (trainRows.isEmpty) throw new CortadoConfigException("the DataFrame has no rows")
+    if (validation.isDefined && testRows.isEmpty) {
+      throw new CortadoConfigException("the validation DataFrame has no rows")
+    }
     val handle = NativeSolver.create(conf.solverText, conf.solverSource, conf.netText,
       conf.netSource, conf.device)
+    val channel = new Progress.Client(Some(progress))
     try {
       resume match {
         case Resume(Some(model), Some(state)) => NativeSolver.restore(handle, model, state)
@@ -396,57 +532,83 @@ object Cortado {
           NativeSolver.restore(handle, model, NativeSolver.snapshot(handle, "init.caffemodel")(1))
         case _ =>
       }
-      val feeder = new BatchFeeder(handle, conf.feedLayer)
-      val finished = new AtomicBoolean(false)
-      @volatile var failure: Throwable = null
-      val thread = new Thread(() =>
-        try feeder.feed(Iterator.continually(samples.iterator).flatten)
-        catch {
-          case _: CortadoCommException if finished.get =>
-          case t: Throwable =>
-            failure = t
-            feeder.abort(s"the feeder thread failed: $t")
-        }, "cortado-feeder")
-      thread.setDaemon(true)
-      thread.start()
-      val lines = ArrayBuffer.empty[String]
+      val feeders = new CyclingFeeder(handle, conf.feedLayer, trainRows.toArray) +:
+        validation.toSeq.map(v => new CyclingFeeder(handle, v.feedLayer, testRows.toArray))
+      val tests = ArrayBuffer.empty[TestEvent]
+      lazy val testNames = NativeSolver.testOutputNames(handle).toSeq.map(_.stripPrefix("0/"))
+      def test(): Unit = {
+        val event = TestEvent(NativeSolver.iter(handle),
+          testNames.zip(NativeSolver.testAll(handle).map(_.toDouble)))
+        tests += event
+        channel.send(event)
+      }
       def snapshot(plan: SnapshotPlan): Unit = {
         val files = Snapshots.write(NativeSolver.iter(handle), plan.prefix, plan.hadoopConf.value) {
           learnedNet =>
             val Array(model, state) = NativeSolver.snapshot(handle, learnedNet)
             SolverSnapshot(model, state)
         }
-        lines += s"Snapshotting to binary proto file ${files.model}"
-        lines += s"Snapshotting solver state to binary proto file ${files.state}"
+        channel.send(LogEvent(s"Snapshotting to binary proto file ${files.model}"))
+        channel.send(LogEvent(s"Snapshotting solver state to binary proto file ${files.state}"))
       }
       val interval = snapshots.map(_.interval).getOrElse(0)
+      val testInterval = validation.map(_.interval).getOrElse(0)
+      var windowIters = 0
+      var windowNanos = 0L
+      var totalIters = 0L
+      var totalNanos = 0L
       try {
-        // Steps end at multiples of display (a log line) and of the snapshot interval, as in
-        // Caffe, also when a resumed run starts between them.
+        val start = NativeSolver.iter(handle)
+        if (validation.exists(v => start % v.interval == 0 && (start > 0 || v.initialization)) &&
+          start < conf.maxIter) {
+          test()
+        }
+        // Steps end at multiples of display (a log line), of the snapshot interval and of the
+        // test interval, as in Caffe, also when a resumed run starts between them.
         while (NativeSolver.iter(handle) < conf.maxIter) {
           val iter = NativeSolver.iter(handle)
           var n = conf.maxIter - iter
           if (conf.display > 0) n = math.min(n, conf.display - iter % conf.display)
           if (interval > 0) n = math.min(n, interval - iter % interval)
+          if (testInterval > 0) n = math.min(n, testInterval - iter % testInterval)
+          val t0 = System.nanoTime()
           val loss = NativeSolver.step(handle, n)
+          val nanos = System.nanoTime() - t0
+          windowIters += n
+          windowNanos += nanos
+          totalIters += n
+          totalNanos += nanos
           val now = NativeSolver.iter(handle)
           if (conf.display <= 0 || now % conf.display == 0 || now == conf.maxIter) {
-            lines += s"Iteration $now, loss = $loss"
+            val perSecond = if (windowNanos > 0) windowIters * 1e9 / windowNanos else 0.0
+            channel.send(IterationEvent(now, loss, NativeSolver.learningRate(handle), perSecond,
+              perSecond * conf.batchSize, windowIters))
+            windowIters = 0
+            windowNanos = 0L
           }
           snapshots.filter(now % _.interval == 0).foreach(snapshot)
+          if (testInterval > 0 && now % testInterval == 0) test()
         }
         snapshots.filter(p => p.afterTrain && NativeSolver.iter(handle) % p.interval != 0)
           .foreach(snapshot)
       } catch {
-        case t: Throwable if failure != null => t.addSuppressed(failure); throw t
-      } finally {
-        finished.set(true)
-        feeder.abort("training finished")
-        thread.join()
+        case t: Throwable if feeders.exists(_.failure != null) =>
+          feeders.flatMap(f => Option(f.failure)).foreach(t.addSuppressed)
+          throw t
+      } finally feeders.foreach(_.stop())
+      if (totalIters > 0) {
+        val seconds = totalNanos / 1e9
+        channel.send(LogEvent(f"Trained $totalIters iterations in $seconds%.2f s of solver " +
+          f"steps: ${1000 * seconds / totalIters}%.3f ms/iter, " +
+          f"${totalIters * conf.batchSize / seconds}%.1f images/s"))
       }
-      lines += "Optimization Done."
-      TrainResult(NativeSolver.snapshot(handle, "model.caffemodel")(0), lines.toSeq)
-    } finally NativeSolver.dispose(handle)
+      channel.send(LogEvent("Optimization Done."))
+      TrainResult(NativeSolver.snapshot(handle, "model.caffemodel")(0), tests.toList,
+        channel.unsent)
+    } finally {
+      channel.close()
+      NativeSolver.dispose(handle)
+    }
   }
 
   /** Builds the TEST net with `model`, then for each batch of samples: push, forward, `use`. */

@@ -78,4 +78,12 @@ class LocalClusterSuite extends AnyFunSuite with PerTest {
     val pids = ss.sparkContext.parallelize(0 until 2, 2).map(_ => ProcessHandle.current().pid())
     assert(pids.collect().toSet === results.map(_._3).toSet, "the executor JVM was replaced")
   }
+
+  test("the training log of a task in an executor JVM reaches the driver while the job runs") {
+    val (rows, events) = TrainWithValidationSuite.trainAndRecord(ss, CortadoSuite.TinySolver)
+    assert(rows.map(_.getInt(0)) === Seq(0, 20, 40, 60, 80, 100))
+    val live = events.collect { case (_: IterationEvent | _: TestEvent, active) => active }
+    assert(live.size === 10)
+    assert(live.forall(identity), "events arrived only after the job (the fallback path)")
+  }
 }

@@ -1,0 +1,268 @@
+// SPDX-License-Identifier: Apache-2.0
+package io.cortado.spark
+
+import java.io.{BufferedInputStream, BufferedOutputStream, DataInputStream, DataOutputStream,
+  EOFException, IOException}
+import java.net.{InetAddress, InetSocketAddress, ServerSocket, Socket, SocketTimeoutException}
+import java.nio.charset.StandardCharsets
+import java.util.UUID
+import java.util.concurrent.ConcurrentLinkedQueue
+
+import scala.collection.JavaConverters._
+import scala.collection.mutable.ArrayBuffer
+import scala.util.control.NonFatal
+
+import org.slf4j.LoggerFactory
+
+/** What a training task reports while it runs (see [[ProgressListener]]). */
+sealed trait TrainingEvent extends Serializable {
+
+  /** The event as Caffe's log shows it (one or more lines). */
+  def logLines: Seq[String]
+}
+
+/**
+ * Every `display` iterations: the smoothed loss (Caffe's display), the learning rate of the
+ * next iteration and the speed over the iterations since the last event (solver steps only:
+ * test passes and snapshots are not counted).
+ */
+final case class IterationEvent(
+    iteration: Int,
+    loss: Float,
+    learningRate: Float,
+    iterationsPerSecond: Double,
+    imagesPerSecond: Double,
+    iterations: Int)
+    extends TrainingEvent {
+
+  def logLines: Seq[String] = Seq(
+    f"Iteration $iteration ($iterationsPerSecond%.4g iter/s, " +
+      f"${if (iterationsPerSecond > 0) iterations / iterationsPerSecond else 0.0}%.4gs/" +
+      f"$iterations iters, $imagesPerSecond%.1f images/s), loss = $loss",
+    s"Iteration $iteration, lr = $learningRate")
+}
+
+/** A test pass of the validation data at `iteration`: each test net output's mean. */
+final case class TestEvent(iteration: Int, outputs: Seq[(String, Double)])
+    extends TrainingEvent {
+
+  def logLines: Seq[String] = s"Iteration $iteration, Testing net (#0)" +:
+    outputs.zipWithIndex.map { case ((name, value), i) =>
+      s"    Test net output #$i: $name = ${CortadoOnSpark.caffeFormat(value)}"
+    }
+}
+
+/** Any other line of the training log (snapshots written, the end of training). */
+final case class LogEvent(text: String) extends TrainingEvent {
+  def logLines: Seq[String] = Seq(text)
+}
+
+/**
+ * Receives the events of training runs while they run, in the driver, on a thread of the
+ * progress channel (not the caller's). A Java lambda works: `cortado.addProgressListener(e ->
+ * System.out.println(e))`. An exception thrown by a listener is logged and otherwise ignored.
+ */
+trait ProgressListener {
+  def onProgress(event: TrainingEvent): Unit
+}
+
+/**
+ * The channel that brings a training task's events to the driver while the task runs, wherever
+ * its executor is: the driver listens on a TCP port of its own host (`spark.driver.host`; bound
+ * to `spark.driver.bindAddress` when set) and the task connects to it, identified by a random
+ * token, and writes one framed message per event. When the task cannot connect (a firewall
+ * between executors and driver), it keeps the events and returns them with its result, so the
+ * driver still logs them, at the end of the task; a warning says so.
+ */
+private[spark] object Progress {
+
+  private val log = LoggerFactory.getLogger(classOf[Cortado])
+
+  private val IterationTag = 1
+  private val TestTag = 2
+  private val LogTag = 3
+
+  /** Where a task sends its events. */
+  final case class Address(host: String, port: Int, token: String)
+
+  def write(out: DataOutputStream, event: TrainingEvent): Unit = event match {
+    case e: IterationEvent =>
+      out.writeByte(IterationTag)
+      out.writeInt(e.iteration)
+      out.writeFloat(e.loss)
+      out.writeFloat(e.learningRate)
+      out.writeDouble(e.iterationsPerSecond)
+      out.writeDouble(e.imagesPerSecond)
+      out.writeInt(e.iterations)
+    case e: TestEvent =>
+      out.writeByte(TestTag)
+      out.writeInt(e.iteration)
+      out.writeInt(e.outputs.size)
+      e.outputs.foreach { case (name, value) => out.writeUTF(name); out.writeDouble(value) }
+    case e: LogEvent =>
+      out.writeByte(LogTag)
+      val bytes = e.text.getBytes(StandardCharsets.UTF_8)
+      out.writeInt(bytes.length)
+      out.write(bytes)
+  }
+
+  /** The next event, or None at the end of the stream. */
+  def read(in: DataInputStream): Option[TrainingEvent] = {
+    val tag = in.read()
+    tag match {
+      case -1 => None
+      case IterationTag =>
+        Some(IterationEvent(in.readInt(), in.readFloat(), in.readFloat(), in.readDouble(),
+          in.readDouble(), in.readInt()))
+      case TestTag =>
+        val iteration = in.readInt()
+        val n = in.readInt()
+        if (n < 0 || n > 1000000) throw new IOException(s"bad progress message: $n outputs")
+        Some(TestEvent(iteration, Seq.fill(n)(in.readUTF() -> in.readDouble())))
+      case LogTag =>
+        val n = in.readInt()
+        if (n < 0 || n > (1 << 24)) throw new IOException(s"bad progress message: $n bytes")
+        val bytes = new Array[Byte](n)
+        in.readFully(bytes)
+        Some(LogEvent(new String(bytes, StandardCharsets.UTF_8)))
+      case other => throw new IOException(s"bad progress message tag $other")
+    }
+  }
+
+  /**
+   * The driver's end: accepts the tasks of one job, checks their token and hands each event
+   * to `deliver`. `close()` waits (up to `drainMillis`) for connected tasks to finish sending.
+   */
+  final class Server(advertised: String, bind: String, deliver: TrainingEvent => Unit)
+      extends AutoCloseable {
+    private val token = UUID.randomUUID().toString
+    private val socket = new ServerSocket()
+    socket.bind(new InetSocketAddress(InetAddress.getByName(bind), 0))
+    private val readers = new ConcurrentLinkedQueue[Thread]()
+    private val clients = new ConcurrentLinkedQueue[Socket]()
+    @volatile private var closing = false
+
+    val address: Address = Address(advertised, socket.getLocalPort, token)
+
+    // Accepts until close(): a short timeout lets it see `closing` once no connection waits.
+    socket.setSoTimeout(100)
+    private val acceptor = new Thread(() => acceptLoop(), "cortado-progress-accept")
+    acceptor.setDaemon(true)
+    acceptor.start()
+
+    private def acceptLoop(): Unit = {
+      var open = true
+      while (open) {
+        try {
+          val client = socket.accept()
+          clients.add(client)
+          val reader = new Thread(() => serve(client), "cortado-progress")
+          reader.setDaemon(true)
+          readers.add(reader)
+          reader.start()
+        } catch {
+          case _: SocketTimeoutException => open = !closing
+          case e: IOException =>
+            if (!socket.isClosed) log.warn(s"progress channel: accept failed: $e")
+            open = !socket.isClosed && !closing
+        }
+      }
+    }
+
+    private def serve(client: Socket): Unit = {
+      try {
+        val in = new DataInputStream(new BufferedInputStream(client.getInputStream))
+        if (in.readUTF() != token) {
+          log.warn(s"progress channel: a connection from ${client.getRemoteSocketAddress} " +
+            "had the wrong token; closed")
+        } else {
+          Iterator.continually(read(in)).takeWhile(_.isDefined).flatten.foreach(deliver)
+        }
+      } catch {
+        case _: EOFException =>
+        case e: IOException if !client.isClosed => log.warn(s"progress channel: $e")
+        case _: IOException =>
+      } finally client.close()
+    }
+
+    /**
+     * Stops accepting once no connection is waiting, then waits up to `drainMillis` for the
+     * connected tasks to finish sending (they close their end when done), and closes all.
+     */
+    def close(drainMillis: Long): Unit = {
+      val deadline = System.currentTimeMillis() + drainMillis
+      closing = true
+      acceptor.join(math.max(1, deadline - System.currentTimeMillis()))
+      readers.asScala.foreach(t => t.join(math.max(1, deadline - System.currentTimeMillis())))
+      socket.close()
+      clients.asScala.foreach(_.close())
+      acceptor.join()
+    }
+
+    override def close(): Unit = close(10000)
+  }
+
+  object Server {
+
+    /** A server on the driver of `conf`'s SparkContext. */
+    def start(conf: org.apache.spark.SparkConf, deliver: TrainingEvent => Unit): Server = {
+      val host = conf.getOption("spark.driver.host")
+        .getOrElse(InetAddress.getLocalHost.getHostAddress)
+      val bind = conf.getOption("spark.driver.bindAddress").getOrElse(host)
+      new Server(host, bind, deliver)
+    }
+  }
+
+  /**
+   * The task's end. Sends each event at once; after a failed connection (or a failed write)
+   * it keeps the events not sent, for the task's result.
+   */
+  final class Client(address: Option[Address], connectTimeoutMillis: Int = 5000)
+      extends AutoCloseable {
+    private val kept = ArrayBuffer.empty[TrainingEvent]
+    private var out: Option[(Socket, DataOutputStream)] = address.flatMap { a =>
+      try {
+        val s = new Socket()
+        s.connect(new InetSocketAddress(a.host, a.port), connectTimeoutMillis)
+        s.setTcpNoDelay(true)
+        val o = new DataOutputStream(new BufferedOutputStream(s.getOutputStream))
+        o.writeUTF(a.token)
+        o.flush()
+        Some((s, o))
+      } catch {
+        case e @ (_: IOException | _: SocketTimeoutException) =>
+          log.warn(s"progress channel: cannot reach the driver at ${a.host}:${a.port} ($e); " +
+            "the training log reaches the driver when the task ends")
+          None
+      }
+    }
+
+    def send(event: TrainingEvent): Unit = out match {
+      case Some((socket, o)) =>
+        try {
+          write(o, event)
+          o.flush()
+        } catch {
+          case NonFatal(e) =>
+            log.warn(s"progress channel: sending failed ($e); the rest of the training log " +
+              "reaches the driver when the task ends")
+            socket.close()
+            out = None
+            kept += event
+        }
+      case None => kept += event
+    }
+
+    /** Events that did not reach the driver. */
+    def unsent: Seq[TrainingEvent] = kept.toList
+
+    override def close(): Unit = {
+      out.foreach { case (socket, o) =>
+        try o.flush()
+        catch { case NonFatal(_) => }
+        socket.close()
+      }
+      out = None
+    }
+  }
+}

@@ -1,0 +1,144 @@
+// SPDX-License-Identifier: Apache-2.0
+package io.cortado.spark
+
+import java.io.{ByteArrayInputStream, ByteArrayOutputStream, DataInputStream, DataOutputStream}
+import java.net.ServerSocket
+import java.util.concurrent.ConcurrentLinkedQueue
+
+import scala.collection.JavaConverters._
+
+import org.apache.spark.sql.SparkSession
+import org.scalatest.funsuite.AnyFunSuite
+
+import io.cortado.CortadoConfigException
+import io.cortado.TestDirs.withTempDir
+
+object TrainWithValidationSuite {
+
+  /**
+   * Trains the tiny net of CortadoSuite with validation, recording each event with whether a
+   * Spark job was active when it arrived; returns the validation frame's rows and the events.
+   */
+  def trainAndRecord(spark: SparkSession, solverText: String)
+      : (Seq[org.apache.spark.sql.Row], Seq[(TrainingEvent, Boolean)]) =
+    withTempDir("cortado-validation") { dir =>
+      CortadoSuite.write(dir, "net.prototxt", CortadoSuite.TinyNet)
+      val solver = CortadoSuite.write(dir, "solver.prototxt", solverText)
+      val config = Config(solver, model = dir.resolve("tiny.caffemodel").toUri.toString)
+      val events = new ConcurrentLinkedQueue[(TrainingEvent, Boolean)]()
+      val cortado = new Cortado(spark)
+      cortado.addProgressListener { e =>
+        events.add(e -> spark.sparkContext.statusTracker.getActiveJobIds().nonEmpty)
+      }
+      val frame = cortado.trainWithValidation(CortadoSuite.separable(spark, 200, 7),
+        CortadoSuite.separable(spark, 40, 11), config)
+      require(frame.columns.toSeq == Seq("iteration", "accuracy", "loss"), frame.columns.toSeq)
+      (frame.collect().toSeq, events.asScala.toSeq)
+    }
+}
+
+class TrainWithValidationSuite extends AnyFunSuite with PerTest {
+  import TrainWithValidationSuite._
+
+  test("trainWithValidation tests at test_interval as Caffe does and returns the passes") {
+    val (rows, events) = trainAndRecord(ss, CortadoSuite.TinySolver)
+    // test_initialization (default true): iteration 0, then every 20 up to max_iter 100.
+    assert(rows.map(_.getInt(0)) === Seq(0, 20, 40, 60, 80, 100))
+    val accuracy = rows.map(_.getDouble(1))
+    val loss = rows.map(_.getDouble(2))
+    assert(accuracy.last >= 0.95, rows)
+    assert(loss.last < loss.head / 2, rows)
+    // The same passes reached the listener, while the job ran, in order with the iterations.
+    val tests = events.collect { case (t: TestEvent, live) => (t, live) }
+    assert(tests.map(_._1.iteration) === Seq(0, 20, 40, 60, 80, 100))
+    assert(tests.forall(_._2), "a test pass arrived after the job had ended")
+    assert(tests.map(_._1.outputs.map(_._2)) === rows.map(r => Seq(r.getDouble(1), r.getDouble(2))))
+    val iterations = events.collect { case (i: IterationEvent, live) => (i, live) }
+    assert(iterations.map(_._1.iteration) === Seq(25, 50, 75, 100))
+    assert(iterations.forall(_._2))
+    iterations.map(_._1).foreach { i =>
+      assert(i.learningRate === 0.1f)
+      assert(i.iterations === 25)
+      assert(i.iterationsPerSecond > 0)
+      assert(math.abs(i.imagesPerSecond - 8 * i.iterationsPerSecond) < 1e-6 * i.imagesPerSecond)
+      assert(i.logLines.head.startsWith("Iteration " + i.iteration + " ("), i.logLines)
+      assert(i.logLines.last === s"Iteration ${i.iteration}, lr = 0.1")
+    }
+    val ordered = events.map(_._1).collect {
+      case i: IterationEvent => ("iter", i.iteration)
+      case t: TestEvent => ("test", t.iteration)
+    }
+    assert(ordered.take(3) === Seq(("test", 0), ("test", 20), ("iter", 25)))
+    val done = events.collect { case (LogEvent(text), _) => text }
+    assert(done.last === "Optimization Done.")
+    assert(done.exists(_.matches("Trained 100 iterations in .* ms/iter, .* images/s")), done)
+  }
+
+  test("the learning rate in the log follows the solver's policy") {
+    val solver = CortadoSuite.TinySolver.replace("lr_policy: \"fixed\"",
+      "lr_policy: \"step\" gamma: 0.5 stepsize: 50")
+    val (_, events) = trainAndRecord(ss, solver)
+    val rates = events.collect { case (i: IterationEvent, _) => i.iteration -> i.learningRate }
+    // The rate of the next iteration: 0.1 before 50, 0.05 from 50, 0.025 from 100.
+    assert(rates.map(_._1) === Seq(25, 50, 75, 100))
+    rates.map(_._2).zip(Seq(0.1, 0.05, 0.05, 0.025)).foreach { case (got, want) =>
+      assert(math.abs(got - want) < 1e-7, rates)
+    }
+  }
+
+  test("validation needs test_interval and a validation frame with the TEST feed's columns") {
+    withTempDir("cortado-validation") { dir =>
+      CortadoSuite.write(dir, "net.prototxt", CortadoSuite.TinyNet)
+      val noInterval = CortadoSuite.write(dir, "solver.prototxt",
+        CortadoSuite.TinySolver.replace("test_interval: 20", "test_interval: 0"))
+      val cortado = new Cortado(ss)
+      val data = CortadoSuite.separable(ss, 40, 7)
+      val e1 = intercept[CortadoConfigException] {
+        cortado.trainWithValidation(data, data, Config(noInterval, model = s"file:$dir/m"))
+      }
+      assert(e1.getMessage.contains("solver.prototxt: validation needs test_interval"),
+        e1.getMessage)
+      val solver = CortadoSuite.write(dir, "ok.prototxt", CortadoSuite.TinySolver)
+      val e2 = intercept[CortadoConfigException] {
+        cortado.trainWithValidation(data, data.drop("features"),
+          Config(solver, model = s"file:$dir/m"))
+      }
+      assert(e2.getMessage.contains("features"), e2.getMessage)
+      assert(e2.getMessage.contains("'data'"), e2.getMessage)
+    }
+  }
+
+  test("progress events survive their encoding; a task that cannot reach the driver keeps them") {
+    val events = Seq(IterationEvent(100, 0.25f, 0.01f, 80.5, 5152.0, 100),
+      TestEvent(500, Seq("accuracy" -> 0.98, "loss" -> 0.0625)), LogEvent("Optimization Done."))
+    val bytes = new ByteArrayOutputStream()
+    val out = new DataOutputStream(bytes)
+    events.foreach(Progress.write(out, _))
+    out.flush()
+    val in = new DataInputStream(new ByteArrayInputStream(bytes.toByteArray))
+    assert(Iterator.continually(Progress.read(in)).takeWhile(_.isDefined).flatten.toSeq ===
+      events)
+    assert(events(1).logLines === Seq("Iteration 500, Testing net (#0)",
+      "    Test net output #0: accuracy = 0.98", "    Test net output #1: loss = 0.0625"))
+
+    // A port nobody listens on: the client keeps every event for the task's result.
+    val port = { val s = new ServerSocket(0); try s.getLocalPort finally s.close() }
+    val client = new Progress.Client(Some(Progress.Address("127.0.0.1", port, "t")), 1000)
+    events.foreach(client.send)
+    client.close()
+    assert(client.unsent === events)
+
+    // A server delivers what a client with its token sends, and ignores a wrong token.
+    val received = new ConcurrentLinkedQueue[TrainingEvent]()
+    val server = new Progress.Server("127.0.0.1", "127.0.0.1", e => received.add(e))
+    val stranger = new Progress.Client(Some(server.address.copy(token = "wrong")))
+    stranger.send(LogEvent("not for you"))
+    stranger.close()
+    val good = new Progress.Client(Some(server.address))
+    events.foreach(good.send)
+    good.close()
+    server.close()
+    assert(good.unsent.isEmpty)
+    assert(received.asScala.toSeq === events)
+  }
+}
