@@ -396,7 +396,7 @@ object Cortado {
    * runs them at test_interval when it has validation data; without, they would wait for data
    * that train() does not feed), while test_iter and the test nets stay valid.
    */
-  private[spark] def trainingSolverText(text: String): String =
+  private[cortado] def trainingSolverText(text: String): String =
     text.replaceAll("""\btest_(interval|initialization)\s*:\s*[^\s#]+""", "") +
       s"\ntest_interval: ${Int.MaxValue}\ntest_initialization: false\n"
 

@@ -1,0 +1,154 @@
+// SPDX-License-Identifier: Apache-2.0
+package io.cortado.bench
+
+import java.nio.charset.StandardCharsets
+import java.nio.file.{Files, Paths}
+
+import scala.util.Random
+
+import org.apache.spark.sql.Row
+import org.apache.spark.sql.types._
+
+import io.cortado.CortadoCommException
+import io.cortado.data.{BatchFeeder, RowConverter, TopSpec}
+import io.cortado.jni.{NativeFeed, NativeNet, NativeSolver}
+import io.cortado.spark.Cortado
+
+/**
+ * How fast the JVM fills a native feed layer, against how fast LeNet consumes data, in one run
+ * on one machine (bench/spark/run.sh runs it; bench/RESULTS.md has the figures).
+ *
+ *  - feed: a net of one CoSData layer shaped as LeNet's (batch 64 of 1x28x28 floats and a
+ *    label); a feeder thread pushes whole batches of already converted samples through
+ *    [[BatchFeeder]] (what a training task does after its first pass) while the main thread
+ *    runs the net's forward pass, which takes each batch off the queue.
+ *  - rows: the same, with the feeder converting Spark rows (784 uint8 pixels as binary, an int
+ *    label) with [[RowConverter]] first (what a training task does once per row).
+ *  - LeNet: Caffe's LeNet (the given CoSData net, e.g. examples/spark-fashion-mnist's) trained
+ *    by a NativeSolver fed the same way; its data consumption is iterations/s times the bytes
+ *    of a batch.
+ *
+ * Usage: FeedBench LENET_COS_NET [SECONDS] (seconds per measurement, default 5).
+ */
+object FeedBench {
+
+  private val Batch = 64
+  private val Pixels = 784
+
+  private val FeedNet =
+    s"""name: "feed"
+       |layer { name: "data" type: "CoSData" top: "data" top: "label"
+       |  cos_data_param { batch_size: $Batch
+       |    top { name: "data" type: RAW_IMAGE channels: 1 height: 28 width: 28 }
+       |    top { name: "label" type: INT channels: 1 sample_num_axes: 0 } } }
+       |""".stripMargin
+
+  private val Solver =
+    """base_lr: 0.01 momentum: 0.9 weight_decay: 0.0005 lr_policy: "inv" gamma: 0.0001
+      |power: 0.75 max_iter: 1000000 display: 0 random_seed: 1701 solver_mode: CPU
+      |test_iter: 1
+      |""".stripMargin
+
+  /** Bytes of one batch as it crosses JNI: float32 pixels and labels. */
+  private val BatchBytes = 4.0 * Batch * (Pixels + 1)
+
+  def main(args: Array[String]): Unit = {
+    if (args.isEmpty || args.length > 2) {
+      System.err.println("usage: FeedBench LENET_COS_NET [SECONDS]")
+      sys.exit(2)
+    }
+    val netFile = args(0)
+    val seconds = if (args.length > 1) args(1).toDouble else 5.0
+    val random = new Random(1)
+    val rows = Array.fill(60 * Batch) {
+      val pixels = new Array[Byte](Pixels)
+      random.nextBytes(pixels)
+      Row(pixels, random.nextInt(10))
+    }
+    val schema = StructType(Seq(StructField("data", BinaryType), StructField("label", IntegerType)))
+    val specs = Seq(TopSpec("data", "data", "data", Seq(1, 28, 28), 0.00390625f),
+      TopSpec("data", "label", "label", Seq.empty))
+    val converter = RowConverter(schema, specs)
+    val samples = rows.zipWithIndex.map { case (r, i) => converter(r, i.toLong) }
+
+    val feed = measureFeed(seconds, handle => {
+      val feeder = new BatchFeeder(handle, "TEST/data")
+      feeder.feed(Iterator.continually(samples.iterator).flatten)
+    })
+    val fromRows = measureFeed(seconds, handle => {
+      val feeder = new BatchFeeder(handle, "TEST/data")
+      var i = -1L
+      feeder.feed(Iterator.continually(rows.iterator).flatten.map { r =>
+        i += 1
+        converter(r, i)
+      })
+    })
+    val lenet = measureLenet(netFile, seconds, samples)
+
+    val consumption = lenet * BatchBytes / 1e6
+    println(f"feed (converted samples into the native queue): ${feed * BatchBytes / 1e6}%.1f MB/s " +
+      f"(${feed * Batch}%.0f samples/s)")
+    println(f"feed from Spark rows (RowConverter + queue):   ${fromRows * BatchBytes / 1e6}%.1f " +
+      f"MB/s (${fromRows * Batch}%.0f samples/s)")
+    println(f"LeNet training consumes:                       $consumption%.2f MB/s " +
+      f"($lenet%.1f iter/s, batch $Batch)")
+    println(f"ratio feed / LeNet consumption: ${feed * BatchBytes / 1e6 / consumption}%.1fx; " +
+      f"from rows: ${fromRows * BatchBytes / 1e6 / consumption}%.1fx (target: at least 10x)")
+  }
+
+  /**
+   * Batches per second through a one-layer CoSData net: `push` fills the feed on a thread while
+   * this thread runs forward passes for `seconds` (after a warm-up of 50 batches).
+   */
+  private def measureFeed(seconds: Double, push: Long => Unit): Double = {
+    val handle = NativeNet.create(FeedNet, "feed.prototxt", NativeNet.TEST, -1, 1L)
+    val pusher = new Thread(() =>
+      try push(handle)
+      catch { case _: CortadoCommException => }, "bench-feeder")
+    pusher.setDaemon(true)
+    pusher.start()
+    try {
+      (0 until 50).foreach(_ => NativeNet.forward(handle))
+      val start = System.nanoTime()
+      var batches = 0L
+      while (System.nanoTime() - start < seconds * 1e9) {
+        NativeNet.forward(handle)
+        batches += 1
+      }
+      batches / ((System.nanoTime() - start) / 1e9)
+    } finally {
+      // The feeder stops before the net goes: a push never sees a freed handle.
+      NativeFeed.abort(handle, "TEST/data", "measured")
+      pusher.join()
+      NativeNet.dispose(handle)
+    }
+  }
+
+  /** LeNet training iterations per second, fed from `samples` (after 20 warm-up iterations). */
+  private def measureLenet(netFile: String, seconds: Double,
+      samples: Array[Array[Array[Float]]]): Double = {
+    val net = new String(Files.readAllBytes(Paths.get(netFile)), StandardCharsets.UTF_8)
+    val solverText = Cortado.trainingSolverText(Solver)
+    val handle = NativeSolver.create(solverText, "bench_solver.prototxt", net, netFile, -1)
+    val pusher = new Thread(() =>
+      try new BatchFeeder(handle, "TRAIN/data").feed(Iterator.continually(samples.iterator)
+        .flatten)
+      catch { case _: CortadoCommException => }, "bench-feeder")
+    pusher.setDaemon(true)
+    pusher.start()
+    try {
+      NativeSolver.step(handle, 20)
+      val start = System.nanoTime()
+      var iterations = 0
+      while (System.nanoTime() - start < seconds * 1e9) {
+        NativeSolver.step(handle, 10)
+        iterations += 10
+      }
+      iterations / ((System.nanoTime() - start) / 1e9)
+    } finally {
+      NativeFeed.abort(handle, "TRAIN/data", "measured")
+      pusher.join()
+      NativeSolver.dispose(handle)
+    }
+  }
+}
