@@ -44,7 +44,10 @@ void DataTransformer::CheckDatum(const caffe::Datum& datum) const {
                   "only (convert the data without --encoded)",
                   owner_);
   }
-  const int channels = datum.channels(), height = datum.height(), width = datum.width();
+  CheckShape(datum.channels(), datum.height(), datum.width());
+}
+
+void DataTransformer::CheckShape(int channels, int height, int width) const {
   if (channels <= 0 || height <= 0 || width <= 0) {
     CORTADO_THROW(kInvalidArgument, "{}: datum has shape {} x {} x {}; all must be positive",
                   owner_, channels, height, width);
@@ -72,8 +75,13 @@ void DataTransformer::CheckDatum(const caffe::Datum& datum) const {
 
 std::vector<int> DataTransformer::InferShape(const caffe::Datum& datum) const {
   CheckDatum(datum);
+  return InferShape(datum.channels(), datum.height(), datum.width());
+}
+
+std::vector<int> DataTransformer::InferShape(int channels, int height, int width) const {
+  CheckShape(channels, height, width);
   const int crop = static_cast<int>(param_.crop_size());
-  return {datum.channels(), crop > 0 ? crop : datum.height(), crop > 0 ? crop : datum.width()};
+  return {channels, crop > 0 ? crop : height, crop > 0 ? crop : width};
 }
 
 void DataTransformer::Transform(const caffe::Datum& datum, float* out, Rng* rng) const {
@@ -90,7 +98,25 @@ void DataTransformer::Transform(const caffe::Datum& datum, float* out, Rng* rng)
                   owner_, channels, in_height, in_width, have, has_uint8 ? "byte" : "float",
                   expected);
   }
+  if (has_uint8) {
+    const auto* u8 = reinterpret_cast<const unsigned char*>(bytes.data());
+    Apply([u8](size_t i) { return static_cast<float>(u8[i]); }, channels, in_height, in_width, out,
+          rng);
+  } else {
+    const float* f32 = datum.float_data().data();
+    Apply([f32](size_t i) { return f32[i]; }, channels, in_height, in_width, out, rng);
+  }
+}
 
+void DataTransformer::Transform(const float* in, int channels, int height, int width, float* out,
+                                Rng* rng) const {
+  CheckShape(channels, height, width);
+  Apply([in](size_t i) { return in[i]; }, channels, height, width, out, rng);
+}
+
+template <typename Value>
+void DataTransformer::Apply(const Value& value, int channels, int in_height, int in_width,
+                            float* out, Rng* rng) const {
   const bool train = phase_ == caffe::TRAIN;
   // Draw order as Caffe: the mirror coin first, then the crop offsets (h, then w).
   const bool mirror = train && param_.mirror() && ((*rng)() % 2) != 0;
@@ -110,8 +136,6 @@ void DataTransformer::Transform(const caffe::Datum& datum, float* out, Rng* rng)
   const float scale = param_.scale();
   const bool has_mean_file = !mean_.empty();
   const int num_means = param_.mean_value_size();
-  const auto* u8 = reinterpret_cast<const unsigned char*>(bytes.data());
-  const float* f32 = datum.float_data().data();
   for (int c = 0; c < channels; ++c) {
     const float channel_mean = num_means == 0   ? 0.0f
                                : num_means == 1 ? param_.mean_value(0)
@@ -121,10 +145,9 @@ void DataTransformer::Transform(const caffe::Datum& datum, float* out, Rng* rng)
       float* out_row = out + (static_cast<size_t>(c) * height + h) * width;
       for (int w = 0; w < width; ++w) {
         const size_t in_index = in_row + w;
-        const float value = has_uint8 ? static_cast<float>(u8[in_index]) : f32[in_index];
         // The mean is taken at the source position (as Caffe), so crops see the right mean.
         const float mean = has_mean_file ? mean_[in_index] : channel_mean;
-        out_row[mirror ? width - 1 - w : w] = (value - mean) * scale;
+        out_row[mirror ? width - 1 - w : w] = (value(in_index) - mean) * scale;
       }
     }
   }

@@ -46,10 +46,20 @@ class DataTransformer {
   // its data holds C*H*W values.
   void Transform(const caffe::Datum& datum, float* out, Rng* rng) const;
 
+  // The same for a raw sample of `channels` x `height` x `width` floats (what a feeder pushes
+  // into a feed layer), as for a datum holding those values in float_data.
+  std::vector<int> InferShape(int channels, int height, int width) const;
+  void Transform(const float* in, int channels, int height, int width, float* out, Rng* rng) const;
+
   const caffe::TransformationParameter& param() const { return param_; }
 
  private:
   void CheckDatum(const caffe::Datum& datum) const;
+  void CheckShape(int channels, int height, int width) const;
+  // The transform itself; `value(i)` reads input value i (row-major C x H x W).
+  template <typename Value>
+  void Apply(const Value& value, int channels, int in_height, int in_width, float* out,
+             Rng* rng) const;
 
   caffe::TransformationParameter param_;
   caffe::Phase phase_;

@@ -15,7 +15,7 @@ FeedDataLayer::~FeedDataLayer() {
   StopPrefetch();
 }
 
-std::vector<std::vector<int>> FeedDataLayer::TopShapes() const {
+std::vector<std::vector<int>> FeedDataLayer::FeedShapes() const {
   std::vector<std::vector<int>> shapes;
   if (memory_data_) {
     const auto& p = param_.memory_data_param();
@@ -75,32 +75,75 @@ std::vector<std::vector<int>> FeedDataLayer::TopShapes() const {
   return shapes;
 }
 
+const caffe::TransformationParameter* FeedDataLayer::TransformOf(int top) const {
+  if (memory_data_)
+    return top == 0 && param_.has_transform_param() ? &param_.transform_param() : nullptr;
+  const auto& t = param_.cos_data_param().top(top);
+  return t.has_transform_param() ? &t.transform_param() : nullptr;
+}
+
 void FeedDataLayer::DataSetup(const std::vector<Tensor*>& top) {
-  std::vector<std::vector<int>> shapes = TopShapes();
+  std::vector<std::vector<int>> shapes = FeedShapes();
   std::vector<std::string> names(param_.top().begin(), param_.top().end());
-  if (param_.has_transform_param()) {
-    CORTADO_LOG_WARN("{}: transform_param is not applied; the feeder must push transformed values",
-                     Describe());
+  if (!memory_data_ && param_.has_transform_param()) {
+    CORTADO_LOG_WARN(
+        "{}: the layer's transform_param is not used; a CoSData layer takes transform_param "
+        "per cos_data_param top",
+        Describe());
   }
-  if (!memory_data_) {
-    for (int i = 0; i < param_.cos_data_param().top_size(); ++i) {
-      if (param_.cos_data_param().top(i).has_transform_param()) {
-        CORTADO_LOG_WARN(
-            "{}: top '{}': transform_param is not applied; the feeder must push "
-            "transformed values",
-            Describe(), names[static_cast<size_t>(i)]);
-      }
+  transformers_.clear();
+  sample_chw_.clear();
+  top_shapes_ = shapes;
+  for (size_t i = 0; i < shapes.size(); ++i) {
+    const caffe::TransformationParameter* transform = TransformOf(static_cast<int>(i));
+    const std::string owner = fmt::format("{}: top '{}'", Describe(), names[i]);
+    std::array<int, 3> chw = {1, 1, 1};
+    const std::vector<int>& shape = shapes[i];
+    for (size_t a = 1; a < shape.size(); ++a) chw[a - 1] = shape[a];
+    if (transform != nullptr && !memory_data_ &&
+        param_.cos_data_param().top(static_cast<int>(i)).transpose()) {
+      CORTADO_THROW(kInvalidArgument, "{}: a transposed top takes no transform_param", owner);
     }
+    std::unique_ptr<DataTransformer> transformer;
+    if (transform != nullptr) {
+      transformer = std::make_unique<DataTransformer>(*transform, phase(), owner);
+      const std::vector<int> out = transformer->InferShape(chw[0], chw[1], chw[2]);
+      if (shape.size() == 4) top_shapes_[i] = {shape[0], out[0], out[1], out[2]};
+    }
+    transformers_.push_back(std::move(transformer));
+    sample_chw_.push_back(chw);
   }
-  for (size_t i = 0; i < top.size(); ++i) top[i]->Reshape(shapes[i]);
+  for (size_t i = 0; i < top.size(); ++i) top[i]->Reshape(top_shapes_[i]);
   feed_ =
       std::make_shared<BatchFeed>(Describe(), std::move(names), std::move(shapes), kFeedCapacity);
   FeedRegistry::Get().Register(this, ctx_, phase(), name(), feed_);
   CORTADO_LOG_DEBUG("{}: feed of {} batches ready", Describe(), kFeedCapacity);
 }
 
-void FeedDataLayer::LoadBatch(int64_t /*index*/, Rng* /*rng*/, DataBatch* batch) {
-  feed_->Pop(batch);
+void FeedDataLayer::LoadBatch(int64_t /*index*/, Rng* rng, DataBatch* batch) {
+  DataBatch pushed;
+  feed_->Pop(&pushed);
+  batch->shapes = top_shapes_;
+  batch->tops.resize(pushed.tops.size());
+  for (size_t i = 0; i < pushed.tops.size(); ++i) {
+    const DataTransformer* transformer = transformers_[i].get();
+    if (transformer == nullptr) {
+      batch->tops[i].swap(pushed.tops[i]);
+      continue;
+    }
+    const auto [c, h, w] = sample_chw_[i];
+    const std::vector<int>& shape = top_shapes_[i];
+    const int samples = shape[0];
+    const size_t in_size = static_cast<size_t>(c) * h * w;
+    size_t out_size = 1;
+    for (size_t a = 1; a < shape.size(); ++a) out_size *= static_cast<size_t>(shape[a]);
+    std::vector<float>& out = batch->tops[i];
+    out.resize(out_size * static_cast<size_t>(samples));
+    for (int s = 0; s < samples; ++s) {
+      transformer->Transform(pushed.tops[i].data() + in_size * static_cast<size_t>(s), c, h, w,
+                             out.data() + out_size * static_cast<size_t>(s), rng);
+    }
+  }
 }
 
 CORTADO_REGISTER_LAYER(CoSData, FeedDataLayer);

@@ -16,8 +16,14 @@
 // MemoryData params: memory_data_param.batch_size, channels, height, width (all > 0); tops data
 // [batch_size, channels, height, width] and label [batch_size], as MemoryDataLayer.
 //
-// Pushed values are used as given: transform_param (the layer's, or a CoSData top's) is not
-// applied here; the feeder must push transformed values (Setup logs a warning when one is set).
+// transform_param (DataTransformer: scale, mean_value, mean_file, crop_size, mirror), CoSData's
+// per top and MemoryData's for its data top, is applied here, on the prefetch thread, to each
+// sample as it leaves the feed: the feeder pushes raw samples of the feed shape (the top shape
+// above; [batch, c, h, w] for MemoryData) and the top has the transformed shape (4-D tops get
+// the crop's height and width). A sample of fewer axes counts as c x h x 1 or c x 1 x 1. Random
+// crops and mirrors (TRAIN) draw from the batch's engine. A CoSData layer's own transform_param
+// is not used (CaffeOnSpark reads it per top); Setup warns when one is set. Transposed tops
+// take no transform.
 //
 // Differences from BasePrefetchingDataLayer: batches come in push order. Seek and SetShard
 // change nothing: a pushed stream has no positions, and each Spark task feeds its own data, so
@@ -28,12 +34,14 @@
 // returns with kAborted.
 #pragma once
 
+#include <array>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "data/base_data_layer.hpp"
 #include "data/batch_feed.hpp"
+#include "data/data_transformer.hpp"
 
 namespace cortado {
 
@@ -61,11 +69,17 @@ class FeedDataLayer final : public BasePrefetchingDataLayer {
   int PrefetchCount() const override { return 1; }
 
  private:
-  // Top shapes from cos_data_param or memory_data_param.
-  std::vector<std::vector<int>> TopShapes() const;
+  // Feed shapes (what the feeder pushes) from cos_data_param or memory_data_param.
+  std::vector<std::vector<int>> FeedShapes() const;
+  // The transform_param of top i, or null.
+  const caffe::TransformationParameter* TransformOf(int top) const;
 
   const bool memory_data_;
   std::shared_ptr<BatchFeed> feed_;
+  // Per top: its transformer (null: values pass as pushed), and the sample's c, h, w.
+  std::vector<std::unique_ptr<DataTransformer>> transformers_;
+  std::vector<std::array<int, 3>> sample_chw_;
+  std::vector<std::vector<int>> top_shapes_;
 };
 
 }  // namespace cortado

@@ -6,6 +6,7 @@
 #include <atomic>
 #include <chrono>
 #include <future>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -371,6 +372,96 @@ TEST(FeedDataLayerTest, SeekAndSetShardKeepPushedBatches) {
   for (int k = 0; k < 2; ++k) {
     f.layer->Forward({}, {&f.data, &f.label});
     EXPECT_EQ(f.label.cpu_data()[0], static_cast<float>(k));
+  }
+}
+
+TEST(FeedDataLayerTest, TransformParamIsAppliedToEachSampleAsItLeavesTheFeed) {
+  // A 1 x 4 x 4 image top with mean 1, scale 0.5 and a centred 2 x 2 crop (TEST), and a label
+  // top with scale 2: the feeder pushes raw 4 x 4 samples, the top is 2 x 2.
+  Context ctx(Device::Cpu(), 1);
+  caffe::LayerParameter param = testing::LayerParam(R"(
+    name: "img" type: "CoSData" top: "data" top: "label"
+    cos_data_param { batch_size: 2
+      top { name: "data" type: RAW_IMAGE channels: 1 height: 4 width: 4
+            transform_param { mean_value: 1 scale: 0.5 crop_size: 2 } }
+      top { name: "label" type: INT channels: 1 sample_num_axes: 0
+            transform_param { scale: 2 } } })");
+  param.set_phase(caffe::TEST);
+  auto layer = CreateLayer(param, &ctx);
+  Tensor data, label;
+  layer->Initialize({}, {&data, &label});
+  EXPECT_EQ(data.shape(), (std::vector<int>{2, 1, 2, 2}));
+  EXPECT_EQ(label.shape(), (std::vector<int>{2}));
+  BatchFeed& feed = *FeedRegistry::Get().Find(&ctx, "img");
+  EXPECT_EQ(feed.shapes()[0], (std::vector<int>{2, 1, 4, 4}));  // what the feeder pushes
+
+  std::vector<float> pixels(32);
+  for (size_t i = 0; i < pixels.size(); ++i) pixels[i] = static_cast<float>(i);
+  const std::vector<float> labels = {3, 4};
+  feed.Push({pixels.data(), labels.data()}, {pixels.size(), labels.size()});
+  layer->Forward({}, {&data, &label});
+  // Centre of sample 0: values 5 6 / 9 10; of sample 1: 21 22 / 25 26; (x - 1) * 0.5.
+  EXPECT_EQ(Values(data), (std::vector<float>{2, 2.5f, 4, 4.5f, 10, 10.5f, 12, 12.5f}));
+  EXPECT_EQ(Values(label), (std::vector<float>{6, 8}));
+}
+
+TEST(FeedDataLayerTest, TrainingCropsAndMirrorsAreRandomAndWithinTheSample) {
+  // MemoryData (its transform_param applies to the data top): 3 x 3 samples cropped to 2 x 2 at
+  // a random offset, mirrored at random. Every output must be one of the 8 crops or mirrors of
+  // its sample, and over 50 batches more than one of them must occur.
+  Context ctx(Device::Cpu(), 7);
+  caffe::LayerParameter param = testing::LayerParam(R"(
+    name: "mem" type: "MemoryData" top: "data" top: "label"
+    source_class: "com.yahoo.ml.caffe.LMDB"
+    memory_data_param { batch_size: 1 channels: 1 height: 3 width: 3 }
+    transform_param { crop_size: 2 mirror: true })");
+  param.set_phase(caffe::TRAIN);
+  auto layer = CreateLayer(param, &ctx);
+  Tensor data, label;
+  layer->Initialize({}, {&data, &label});
+  ASSERT_EQ(data.shape(), (std::vector<int>{1, 1, 2, 2}));
+  BatchFeed& feed = *FeedRegistry::Get().Find(&ctx, "mem");
+  const std::vector<float> sample = {0, 1, 2, 3, 4, 5, 6, 7, 8};
+  const float zero = 0;
+  std::set<std::vector<float>> possible, seen;
+  for (int h = 0; h < 2; ++h) {
+    for (int w = 0; w < 2; ++w) {
+      const float a = sample[h * 3 + w], b = sample[h * 3 + w + 1];
+      const float c = sample[(h + 1) * 3 + w], d = sample[(h + 1) * 3 + w + 1];
+      possible.insert({a, b, c, d});
+      possible.insert({b, a, d, c});
+    }
+  }
+  std::thread pusher([&] {
+    for (int k = 0; k < 50; ++k) feed.Push({sample.data(), &zero}, {sample.size(), 1});
+  });
+  for (int k = 0; k < 50; ++k) {
+    layer->Forward({}, {&data, &label});
+    const std::vector<float> out = Values(data);
+    EXPECT_EQ(possible.count(out), 1u) << "batch " << k << ": " << fmt::format("{}", out[0]);
+    seen.insert(out);
+  }
+  pusher.join();
+  EXPECT_GT(seen.size(), 2u);
+}
+
+TEST(FeedDataLayerTest, ATransformThatCannotFitTheSampleNamesTheTop) {
+  Context ctx(Device::Cpu(), 1);
+  auto layer = CreateLayer(testing::LayerParam(R"(
+    name: "img" type: "CoSData" top: "data"
+    cos_data_param { batch_size: 2
+      top { name: "data" type: RAW_IMAGE channels: 1 height: 4 width: 4
+            transform_param { crop_size: 5 } } })"),
+                           &ctx);
+  Tensor data;
+  try {
+    layer->Initialize({}, {&data});
+    FAIL() << "a crop larger than the sample was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("layer 'img' (CoSData): top 'data': crop_size 5 is "
+                                         "larger than the datum (1 x 4 x 4)"),
+              std::string::npos)
+        << e.what();
   }
 }
 

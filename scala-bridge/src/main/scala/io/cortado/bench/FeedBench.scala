@@ -18,8 +18,8 @@ import io.cortado.spark.Cortado
  * How fast the JVM fills a native feed layer, against how fast LeNet consumes data, in one run
  * on one machine (bench/spark/run.sh runs it; bench/RESULTS.md has the figures).
  *
- *  - feed: a net of one CoSData layer shaped as LeNet's (batch 64 of 1x28x28 floats and a
- *    label); a feeder thread pushes whole batches of already converted samples through
+ *  - feed: a net of one CoSData layer shaped as LeNet's (batch 64 of 1x28x28 floats, scaled
+ *    by its transform_param, and a label); a feeder thread pushes whole batches of already converted samples through
  *    [[BatchFeeder]] (what a training task does after its first pass) while the main thread
  *    runs the net's forward pass, which takes each batch off the queue.
  *  - rows: the same, with the feeder converting Spark rows (784 uint8 pixels as binary, an int
@@ -39,7 +39,8 @@ object FeedBench {
     s"""name: "feed"
        |layer { name: "data" type: "CoSData" top: "data" top: "label"
        |  cos_data_param { batch_size: $Batch
-       |    top { name: "data" type: RAW_IMAGE channels: 1 height: 28 width: 28 }
+       |    top { name: "data" type: RAW_IMAGE channels: 1 height: 28 width: 28
+       |      transform_param { scale: 0.00390625 } }
        |    top { name: "label" type: INT channels: 1 sample_num_axes: 0 } } }
        |""".stripMargin
 
@@ -66,7 +67,7 @@ object FeedBench {
       Row(pixels, random.nextInt(10))
     }
     val schema = StructType(Seq(StructField("data", BinaryType), StructField("label", IntegerType)))
-    val specs = Seq(TopSpec("data", "data", "data", Seq(1, 28, 28), 0.00390625f),
+    val specs = Seq(TopSpec("data", "data", "data", Seq(1, 28, 28)),
       TopSpec("data", "label", "label", Seq.empty))
     val converter = RowConverter(schema, specs)
     val samples = rows.zipWithIndex.map { case (r, i) => converter(r, i.toLong) }

@@ -421,7 +421,7 @@ object Cortado {
     else !layer.messages("exclude").exists(_.get("phase").contains(phase))
   }
 
-  /** Column, sample shape and transform of each top of the feed layer `name`. */
+  /** Column and sample shape (as pushed, before the layer's transform) of each top of `name`. */
   private def topSpecs(net: Prototxt, phase: String, name: String,
       shapes: Seq[(String, Seq[Int])], source: String): Seq[TopSpec] = {
     val layer = net.messages("layer").find(l => l.get("name").contains(name) && inPhase(l, phase))
@@ -433,22 +433,8 @@ object Cortado {
         throw new CortadoConfigException(
           s"$source: layer '$name' top '$top': transposed tops cannot be fed from a DataFrame yet")
       }
-      val transform =
-        if (cos.isDefined) cosTop.flatMap(_.message("transform_param"))
-        else if (i == 0) layer.message("transform_param")
-        else None
-      transform.foreach { t =>
-        val unsupported = Seq("crop_size", "mirror", "mean_file", "force_color", "force_gray")
-          .filter(f => t.get(f).exists(v => v != "0" && v != "false"))
-        if (unsupported.nonEmpty) {
-          throw new CortadoConfigException(
-            s"$source: layer '$name' top '$top': transform_param ${unsupported.mkString(", ")} " +
-              "is not supported for DataFrame data (scale and mean_value are)")
-        }
-      }
-      TopSpec(name, top, cosTop.flatMap(_.get("name")).getOrElse(top), shape.tail,
-        transform.map(_.float("scale", 1f)).getOrElse(1f),
-        transform.map(_.all("mean_value").map(_.toFloat)).getOrElse(Seq.empty))
+      // transform_param is applied by the native layer: the rows hold raw samples.
+      TopSpec(name, top, cosTop.flatMap(_.get("name")).getOrElse(top), shape.tail)
     }
   }
 

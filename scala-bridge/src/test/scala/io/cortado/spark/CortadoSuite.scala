@@ -203,4 +203,28 @@ class CortadoSuite extends AnyFunSuite with PerTest {
       assert(rows(2) === Seq(2f, 2f, 2f, 2f))
     }
   }
+
+  test("transform_param crops natively: the column holds whole images, the top the crop") {
+    withTempDir("cortado-api") { dir =>
+      // 4 x 4 images; TEST crops the centre 2 x 2 (mirror applies in TRAIN only).
+      val net =
+        """layer { name: "data" type: "CoSData" top: "pixels"
+          |  source_class: "com.yahoo.ml.caffe.DataFrameSource"
+          |  cos_data_param { batch_size: 1
+          |    top { name: "image" type: RAW_IMAGE channels: 1 height: 4 width: 4
+          |          transform_param { crop_size: 2 mirror: true mean_value: 1 } } } }
+          |layer { name: "ip" type: "InnerProduct" bottom: "pixels" top: "ip"
+          |  inner_product_param { num_output: 1 } }
+          |""".stripMargin
+      write(dir, "net.prototxt", net)
+      val solver = write(dir, "solver.prototxt", "net: \"net.prototxt\"\nbase_lr: 0.1\n")
+      val model = write(dir, "empty.caffemodel", "")
+      val df = ss.createDataFrame(Seq((7L, Array.tabulate[Byte](16)(_.toByte))))
+        .toDF("id", "image")
+      val rows = new Cortado(ss).features(df, Seq("pixels"), Config(solver, model = model))
+        .collect()
+      assert(rows.map(_.getLong(0)).toSeq === Seq(7L))
+      assert(rows.head.getSeq[Float](1) === Seq(4f, 5f, 8f, 9f))
+    }
+  }
 }
