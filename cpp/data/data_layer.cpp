@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "core/logging.hpp"
+#include "data/datum_db.hpp"
 
 namespace cortado {
 
@@ -55,27 +56,7 @@ void DataLayer::DataSetup(const std::vector<Tensor*>& top) {
 
 void DataLayer::ParseRecord(std::string_view value, const std::string& key,
                             caffe::Datum* datum) const {
-  if (!datum->ParseFromArray(value.data(), static_cast<int>(value.size()))) {
-    CORTADO_THROW(kIo, "{}: record '{}' of LMDB database '{}' is not a valid Datum ({} bytes)",
-                  Describe(), key, reader_->path(), value.size());
-  }
-  if (!datum_shape_.empty() &&
-      (datum->channels() != datum_shape_[0] || datum->height() != datum_shape_[1] ||
-       datum->width() != datum_shape_[2])) {
-    CORTADO_THROW(kIo,
-                  "{}: record '{}' of LMDB database '{}' is {} x {} x {}, but the first record "
-                  "is {} x {} x {}",
-                  Describe(), key, reader_->path(), datum->channels(), datum->height(),
-                  datum->width(), datum_shape_[0], datum_shape_[1], datum_shape_[2]);
-  }
-  const size_t expected = static_cast<size_t>(datum->channels()) * datum->height() * datum->width();
-  const size_t have =
-      datum->data().empty() ? static_cast<size_t>(datum->float_data_size()) : datum->data().size();
-  if (!datum->encoded() && have != expected) {
-    CORTADO_THROW(
-        kIo, "{}: record '{}' of LMDB database '{}' holds {} values for shape {} x {} x {}",
-        Describe(), key, reader_->path(), have, datum->channels(), datum->height(), datum->width());
-  }
+  ParseDatumRecord(value, key, reader_->path(), Describe(), datum_shape_, datum);
 }
 
 void DataLayer::LoadBatch(int64_t index, Rng* rng, DataBatch* batch) {

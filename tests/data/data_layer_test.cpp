@@ -193,6 +193,26 @@ TEST(DataLayerTest, RecordOfAnotherShapeIsAnError) {
   EXPECT_THROW(layer->Forward({}, {&data, &label}), Error);
 }
 
+TEST(DataLayerTest, EncodedRecordIsUnimplementedAndNamesTheKey) {
+  TempDir dir;
+  const std::string db = dir / "db";
+  caffe::Datum encoded = ByteDatum(3, 1, 1, 0, 0);
+  encoded.set_encoded(true);
+  testing::WriteLmdb(db, {{"cat.jpg", encoded.SerializeAsString()}});
+  Context ctx(Device::Cpu(), 1701);
+  auto layer = MakeLayer(&ctx, db, 2);
+  Tensor data, label;
+  try {
+    layer->Initialize({}, {&data, &label});
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kUnimplemented);
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("layer 'mnist'"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("record 'cat.jpg' of LMDB database '" + db + "'"), std::string::npos) << msg;
+  }
+}
+
 TEST(DataLayerTest, LevelDbIsUnimplemented) {
   TempDir dir;
   const std::string db = WriteDb(dir, 2);

@@ -29,9 +29,11 @@ import io.cortado.cli.Options
  *    every row of the TEST data to `-output` in `-outputFormat` (json or parquet); it replaces
  *    `-test`, as in CaffeOnSpark.
  *
- * The data of a phase is the DataFrame named by its CoSData layer's `cos_data_param.source`
- * (see [[DataSource]]); LMDB sources are not read through Spark. Exit status: 0 on success, 2
- * for a bad command line (the usage is printed), 1 when the work fails.
+ * The data of a phase is what its feed layer names (see [[DataSource]]): the DataFrame of a
+ * CoSData layer's `cos_data_param.source`, or the LMDB database of a MemoryData (or CoSData)
+ * layer with `source_class: "com.yahoo.ml.caffe.LMDB"` (`memory_data_param.source`), read in
+ * parallel by the executors from a local path (see [[LmdbSource]]). Exit status: 0 on success,
+ * 2 for a bad command line (the usage is printed), 1 when the work fails.
  */
 object CortadoOnSpark {
 
@@ -42,7 +44,11 @@ object CortadoOnSpark {
   val Notes: String =
     """Data: each phase reads the DataFrame named by its CoSData layer's cos_data_param.source
       |(format: cos_data_param.dataframe_format, default parquet; source_class DataFrameSource,
-      |ImageDataFrame or none). LMDB sources are not read through Spark: convert them to Parquet.
+      |ImageDataFrame or none), or the LMDB database of a MemoryData layer with source_class
+      |"com.yahoo.ml.caffe.LMDB" (memory_data_param.source; also cos_data_param.source on a
+      |CoSData layer). An LMDB path is local (file:/... or a plain path) and must exist on every
+      |executor; HDFS is refused. Data layers (LMDB, LevelDB) are not read: use such a MemoryData
+      |layer, or `cortado train`.
       |Training runs as one task on one device: -devices must be 1; -clusterSize, -connection and
       |-persistent are accepted and do not change it; -resize is accepted and ignored (image
       |columns must already have the layer's shape).""".stripMargin

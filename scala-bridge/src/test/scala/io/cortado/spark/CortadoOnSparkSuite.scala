@@ -159,7 +159,7 @@ class CortadoOnSparkSuite extends AnyFunSuite with PerTest {
       val text = err.toString("UTF-8")
       assert(code === CortadoOnSpark.UsageExit)
       assert(text.contains(message), text)
-      assert(text.contains(Options.Usage) && text.contains("LMDB sources are not read"), text)
+      assert(text.contains(Options.Usage) && text.contains("memory_data_param.source"), text)
       assert(out.size() === 0)
     }
 
@@ -174,7 +174,7 @@ class CortadoOnSparkSuite extends AnyFunSuite with PerTest {
       printed.contains("Usage: spark-submit"), printed)
   }
 
-  test("LMDB and missing sources fail with exit 1 and say what is supported") {
+  test("Data layers and missing sources fail with exit 1 and say what is supported") {
     withTempDir("cortado-main") { dir =>
       val lmdbNet = write(dir, "lmdb.prototxt",
         """layer { name: "mnist" type: "Data" top: "data" top: "label"
@@ -184,15 +184,17 @@ class CortadoOnSparkSuite extends AnyFunSuite with PerTest {
       val r = cos("-train", "-conf", lmdb, "-model", uri(dir, "m"))
       assert(r.code === CortadoOnSpark.FailureExit)
       assert(r.err.contains("the TRAIN net has no CoSData layer") &&
-        r.err.contains("reads mnist_train_lmdb: LMDB (and LevelDB) sources cannot be read " +
-          "through Spark"), r.err)
+        r.err.contains("reads mnist_train_lmdb: Data layers (LMDB or LevelDB) are not read " +
+          "through Spark: name the LMDB database in a MemoryData layer with source_class: " +
+          "\"com.yahoo.ml.caffe.LMDB\""), r.err)
 
       val classNet = write(dir, "class.prototxt",
         cosLayer("TRAIN", 8, "mnist_lmdb").replace("DataFrameSource", "LMDB") + Body)
       val byClass = write(dir, "class_solver.prototxt", s"""net: "$classNet"\nbase_lr: 0.1\n""")
       val c = cos("-train", "-conf", byClass, "-model", uri(dir, "m"))
       assert(c.code === CortadoOnSpark.FailureExit)
-      assert(c.err.contains("source_class com.yahoo.ml.caffe.LMDB: LMDB"), c.err)
+      assert(c.err.contains("class.prototxt: layer 'data' (CoSData): LMDB database '" +
+        new File("mnist_lmdb").getAbsolutePath + "' does not exist"), c.err)
 
       val noSource = write(dir, "nosource.prototxt",
         cosLayer("TEST", 8, "").replace("source: \"\"", "") + Body)
@@ -227,7 +229,7 @@ class CortadoOnSparkSuite extends AnyFunSuite with PerTest {
       val solver = write(dir, "solver.prototxt",
         s"""net: "$net"\nbase_lr: 0.1\nlr_policy: "fixed"\nmax_iter: 5\n""")
       val spec = DataSource.of(solver, "TRAIN", ss.sparkContext.hadoopConfiguration)
-      assert(spec === DataSource("data", source, "json", "com.yahoo.ml.caffe.DataFrameSource"))
+      assert(spec === DataFrameSource("data", source, "json", "com.yahoo.ml.caffe.DataFrameSource"))
       val r = cos("-train", "-conf", solver, "-model", uri(dir, "m.caffemodel"))
       assert(r.code === 0, r.err)
       assert(Files.size(dir.resolve("m.caffemodel")) > 0)
