@@ -394,11 +394,12 @@ object Cortado {
   /**
    * The solver text a training task uses: the solver itself never runs the test nets (the task
    * runs them at test_interval when it has validation data; without, they would wait for data
-   * that train() does not feed), while test_iter and the test nets stay valid.
+   * that train() does not feed), while test_iter and the test nets stay valid; nor does it log
+   * its own display lines: the task reports progress to the driver (see [[Progress]]).
    */
   private[cortado] def trainingSolverText(text: String): String =
-    text.replaceAll("""\btest_(interval|initialization)\s*:\s*[^\s#]+""", "") +
-      s"\ntest_interval: ${Int.MaxValue}\ntest_initialization: false\n"
+    text.replaceAll("""\b(test_interval|test_initialization|display)\s*:\s*[^\s#]+""", "") +
+      s"\ntest_interval: ${Int.MaxValue}\ntest_initialization: false\ndisplay: 0\n"
 
   /** The one feed layer of `phase` in a net or solver: its name and its tops' shapes. */
   private def feedOf(handle: Long, phase: String, source: String)

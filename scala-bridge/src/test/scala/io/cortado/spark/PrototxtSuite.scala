@@ -25,10 +25,13 @@ class PrototxtSuite extends AnyFunSuite {
     assert(Prototxt.parse(net.text).messages("layer").size === 2)
   }
 
-  test("a training solver never runs its test nets") {
-    val text = Cortado.trainingSolverText("test_interval: 5 # every 5\ntest_initialization: true\n")
+  test("a training solver never runs its test nets nor logs its display lines") {
+    val text = Cortado.trainingSolverText(
+      "test_interval: 5 # every 5\ntest_initialization: true\ndisplay: 100\nmax_iter: 7\n")
     val p = Prototxt.parse(text)
     assert(p.all("test_interval") === Seq(Int.MaxValue.toString))
     assert(p.all("test_initialization") === Seq("false"))
+    assert(p.all("display") === Seq("0"))
+    assert(p.all("max_iter") === Seq("7"))
   }
 }
