@@ -31,13 +31,17 @@ spark_options=(--master 'local[2]' --driver-memory 3g
   --driver-java-options "-Dlog4j2.configurationFile=$PWD/examples/spark-fashion-mnist/log4j2.properties")
 export CORTADO_LOG_LEVEL=${CORTADO_LOG_LEVEL:-info}
 
-# Data: the LMDBs of examples/fashion-mnist and the Parquet files of examples/spark-fashion-mnist.
-lmdb=examples/fashion-mnist/data/fashion_mnist_train_lmdb
-if [[ ! -d $lmdb ]]; then
-  mkdir -p examples/fashion-mnist/data
-  "$cortado" convert_idx --images="$dataset/train-images-idx3-ubyte.gz" \
-    --labels="$dataset/train-labels-idx1-ubyte.gz" --out="$lmdb"
-fi
+# Data: the LMDBs of examples/fashion-mnist (the test one too: `cortado train` builds the test
+# net) and the Parquet files of examples/spark-fashion-mnist.
+mkdir -p examples/fashion-mnist/data
+for split in train t10k; do
+  name=$([[ $split == train ]] && echo train || echo test)
+  lmdb=examples/fashion-mnist/data/fashion_mnist_${name}_lmdb
+  if [[ ! -d $lmdb ]]; then
+    "$cortado" convert_idx --images="$dataset/$split-images-idx3-ubyte.gz" \
+      --labels="$dataset/$split-labels-idx1-ubyte.gz" --out="$lmdb"
+  fi
+done
 parquet=examples/spark-fashion-mnist/data/fashion_mnist_train.parquet
 if [[ ! -f $parquet/_SUCCESS ]]; then
   rm -rf "$parquet"
@@ -79,6 +83,12 @@ per_iter() {
          END { if (k == 0) exit 1; printf "%.3f", 1000 * s / k }'
 }
 
+# The display windows' ms/iter after the first window, for the record.
+windows() {
+  grep -o 'Iteration [0-9]* ([0-9.e+-]* iter/s, [0-9.e+-]*s/[0-9]* iters' "$1" |
+    awk '{ n = $2 + 0; split($5, t, "s/"); if (n > 100) printf " %.1f", 1000 * t[1] / t[2] }'
+}
+
 echo "== feed throughput"
 CORTADO_LOG_LEVEL=warn "$submit" "${spark_options[@]}" --class io.cortado.bench.FeedBench "$jar" \
   examples/spark-fashion-mnist/lenet_cos_train_test.prototxt "${SECONDS_PER_MEASURE:-5}" 2>/dev/null
@@ -96,4 +106,5 @@ for round in $(seq "$rounds"); do
   spark=$(per_iter "$work/spark.log")
   printf 'round %d: cortado train %s ms/iter (whole command %.1f s); Spark %s ms/iter (whole spark-submit %.1f s); Spark/CLI per iteration %.3fx\n' \
     "$round" "$cli" "$cli_wall" "$spark" "$spark_wall" "$(awk -v a="$spark" -v b="$cli" 'BEGIN { print a / b }')"
+  echo "  windows (ms/iter): cortado train$(windows "$work/cli.log"); Spark$(windows "$work/spark.log")"
 done
