@@ -38,8 +38,9 @@ final case class IterationEvent(
   def logLines: Seq[String] = Seq(
     f"Iteration $iteration ($iterationsPerSecond%.4g iter/s, " +
       f"${if (iterationsPerSecond > 0) iterations / iterationsPerSecond else 0.0}%.4gs/" +
-      f"$iterations iters, $imagesPerSecond%.1f images/s), loss = $loss",
-    s"Iteration $iteration, lr = $learningRate")
+      f"$iterations iters, $imagesPerSecond%.1f images/s), loss = " +
+      CortadoOnSpark.caffeFormat(loss.toDouble),
+    s"Iteration $iteration, lr = ${CortadoOnSpark.caffeFormat(learningRate.toDouble)}")
 }
 
 /** A test pass of the validation data at `iteration`: each test net output's mean. */

@@ -118,6 +118,9 @@ class TrainWithValidationSuite extends AnyFunSuite with PerTest {
     val in = new DataInputStream(new ByteArrayInputStream(bytes.toByteArray))
     assert(Iterator.continually(Progress.read(in)).takeWhile(_.isDefined).flatten.toSeq ===
       events)
+    assert(events(0).logLines === Seq(
+      "Iteration 100 (80.50 iter/s, 1.242s/100 iters, 5152.0 images/s), loss = 0.25",
+      "Iteration 100, lr = 0.01"))
     assert(events(1).logLines === Seq("Iteration 500, Testing net (#0)",
       "    Test net output #0: accuracy = 0.98", "    Test net output #1: loss = 0.0625"))
 
