@@ -11,6 +11,7 @@ import scala.collection.mutable.ArrayBuffer
 import scala.util.control.NonFatal
 
 import org.apache.hadoop.fs.Path
+import org.apache.spark.{TaskContext, TaskKilledException}
 import org.apache.spark.rdd.RDD
 import org.apache.spark.sql.{DataFrame, Row, SparkSession}
 import org.apache.spark.sql.functions.col
@@ -492,6 +493,54 @@ object Cortado {
       feeder.abort("training finished")
       thread.join()
     }
+
+    /** Stops the feed now: the waiting forward pass fails with `reason`. */
+    def abort(reason: String): Unit = feeder.abort(reason)
+  }
+
+  /** Spark's own reaction to a killed task, which it reports as killed rather than failed. */
+  private def killIfInterrupted(context: TaskContext): Unit =
+    if (context.isInterrupted()) {
+      throw new TaskKilledException(s"task of stage ${context.stageId()} killed")
+    }
+
+  /**
+   * Turns a Spark task kill (a cancelled job or stage, a lost speculative race) into a native
+   * abort: a daemon thread polls the task's interrupted flag and calls `abort` once, so a
+   * solver step waiting on its feed fails at once instead of training on to max_iter. Outside
+   * a Spark task it does nothing. `close` stops it; after that `abort` is never called.
+   */
+  private final class Watchdog(abort: String => Unit) extends AutoCloseable {
+    private val context = Option(TaskContext.get())
+    @volatile private var closed = false
+    @volatile var fired = false
+    private val lock = new Object
+    private val thread = context.map { ctx =>
+      val t = new Thread(() => {
+        lock.synchronized {
+          while (!closed && !ctx.isInterrupted()) lock.wait(100)
+          if (!closed) {
+            fired = true
+            abort(s"the Spark task (stage ${ctx.stageId()}, partition ${ctx.partitionId()}) " +
+              "was killed")
+          }
+        }
+      }, "cortado-watchdog")
+      t.setDaemon(true)
+      t.start()
+      t
+    }
+
+    /** Throws Spark's TaskKilledException when the task was killed. */
+    def rethrowKill(): Unit = context.foreach(killIfInterrupted)
+
+    override def close(): Unit = {
+      lock.synchronized {
+        closed = true
+        lock.notifyAll()
+      }
+      thread.foreach(_.join())
+    }
   }
 
   private def trainTask(conf: NetConf, converter: RowConverter, validation: Option[Validation],
@@ -521,6 +570,7 @@ object Cortado {
       }
       val feeders = new CyclingFeeder(handle, conf.feedLayer, trainRows.toArray) +:
         validation.toSeq.map(v => new CyclingFeeder(handle, v.feedLayer, testRows.toArray))
+      val watchdog = new Watchdog(reason => feeders.foreach(_.abort(reason)))
       val tests = ArrayBuffer.empty[TestEvent]
       lazy val testNames = NativeSolver.testOutputNames(handle).toSeq.map(_.stripPrefix("0/"))
       def test(): Unit = {
@@ -579,10 +629,16 @@ object Cortado {
         snapshots.filter(p => p.afterTrain && NativeSolver.iter(handle) % p.interval != 0)
           .foreach(snapshot)
       } catch {
+        case t: Throwable if watchdog.fired =>
+          watchdog.rethrowKill()
+          throw t
         case t: Throwable if feeders.exists(_.failure != null) =>
           feeders.flatMap(f => Option(f.failure)).foreach(t.addSuppressed)
           throw t
-      } finally feeders.foreach(_.stop())
+      } finally {
+        watchdog.close()
+        feeders.foreach(_.stop())
+      }
       if (totalIters > 0) {
         val seconds = totalNanos / 1e9
         channel.send(LogEvent(f"Trained $totalIters iterations in $seconds%.2f s of solver " +
@@ -605,7 +661,10 @@ object Cortado {
     try {
       NativeNet.loadWeights(handle, model, "model")
       val feeder = new BatchFeeder(handle, conf.feedLayer)
+      val context = Option(TaskContext.get())
       batches.foreach { batch =>
+        // A killed task (a cancelled job) stops between batches.
+        context.foreach(killIfInterrupted)
         feeder.feed(batch)
         NativeNet.forward(handle)
         use(handle)

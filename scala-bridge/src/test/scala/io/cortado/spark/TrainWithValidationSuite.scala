@@ -144,4 +144,39 @@ class TrainWithValidationSuite extends AnyFunSuite with PerTest {
     assert(good.unsent.isEmpty)
     assert(received.asScala.toSeq === events)
   }
+
+  test("cancelling the job stops the training task at once: the watchdog aborts the feed") {
+    withTempDir("cortado-cancel") { dir =>
+      CortadoSuite.write(dir, "net.prototxt", CortadoSuite.TinyNet)
+      // Without the watchdog this task would train for a million iterations.
+      val solver = CortadoSuite.write(dir, "solver.prototxt", CortadoSuite.TinySolver
+        .replace("max_iter: 100", "max_iter: 1000000").replace("display: 25", "display: 10"))
+      val cortado = new Cortado(ss)
+      val lastEvent = new java.util.concurrent.atomic.AtomicLong(0)
+      cortado.addProgressListener {
+        case _: IterationEvent =>
+          if (lastEvent.getAndSet(System.nanoTime()) == 0) ss.sparkContext.cancelAllJobs()
+        case _ =>
+      }
+      val e = intercept[org.apache.spark.SparkException] {
+        cortado.train(CortadoSuite.separable(ss, 200, 7),
+          Config(solver, model = dir.resolve("m.caffemodel").toUri.toString))
+      }
+      assert(e.getMessage.contains("cancel"), e.getMessage)
+      def cortadoThreads = Thread.getAllStackTraces.keySet.asScala
+        .map(_.getName).filter(_.startsWith("cortado-")).toSeq
+      // The task's threads (feeder, watchdog) end within seconds, and no event comes after.
+      val deadline = System.nanoTime() + 10 * 1000000000L
+      while (cortadoThreads.exists(n => n == "cortado-feeder" || n == "cortado-watchdog") &&
+        System.nanoTime() < deadline) {
+        Thread.sleep(50)
+      }
+      assert(!cortadoThreads.exists(n => n == "cortado-feeder" || n == "cortado-watchdog"),
+        cortadoThreads)
+      val last = lastEvent.get()
+      Thread.sleep(1000)
+      assert(lastEvent.get() === last, "training went on after the job was cancelled")
+      assert(!new java.io.File(dir.resolve("m.caffemodel").toString).exists())
+    }
+  }
 }
