@@ -5,7 +5,17 @@
 
 namespace cortado {
 
-void EltwiseLayer::Setup(const std::vector<Tensor*>& bottom, const std::vector<Tensor*>& /*top*/) {
+void EltwiseLayer::Setup(const std::vector<Tensor*>& bottom, const std::vector<Tensor*>& top) {
+  // In place, the forward pass would overwrite a bottom it still reads, and the backward pass
+  // the top diff it still needs for the other bottoms (Caffe gives a wrong answer).
+  for (size_t i = 0; i < bottom.size(); ++i) {
+    if (bottom[i] == top[0]) {
+      CORTADO_THROW(kInvalidArgument,
+                    "{}: cannot run in place: top '{}' is also bottom {}; give the top its own "
+                    "name",
+                    Describe(), param_.top_size() > 0 ? param_.top(0) : "", i);
+    }
+  }
   const auto& p = param_.eltwise_param();
   op_ = p.operation();
   stable_prod_grad_ = p.stable_prod_grad();

@@ -20,6 +20,11 @@ void EuclideanLossLayer::Reshape(const std::vector<Tensor*>& bottom,
                   "got {} and {}",
                   Describe(), bottom[0]->ShapeString(), bottom[1]->ShapeString());
   }
+  if (bottom[0]->shape(0) == 0) {
+    // The loss is a mean over the samples: with none it would be 0 / 0.
+    CORTADO_THROW(kInvalidArgument, "{}: inputs of shape {} hold no sample; the loss needs one",
+                  Describe(), bottom[0]->ShapeString());
+  }
   diff_.ReshapeLike(*bottom[0]);
   top[0]->Reshape(std::vector<int>{});
 }

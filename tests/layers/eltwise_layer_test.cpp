@@ -164,6 +164,22 @@ TEST(EltwiseLayerTest, WrongNumberOfCoefficientsIsAnError) {
   EXPECT_THROW(layer->Initialize({&a, &b}, {&top}), Error);
 }
 
+TEST(EltwiseLayerTest, InPlaceIsAnError) {
+  Context ctx(Device::Cpu(), 1701);
+  Tensor a({2}), b({2});
+  auto layer = CreateLayer(
+      testing::LayerParam("name: 'elt' type: 'Eltwise' bottom: 'a' bottom: 'b' top: 'b'"), &ctx);
+  try {
+    layer->Initialize({&a, &b}, {&b});
+    FAIL() << "in place accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("'elt' (Eltwise): cannot run in place: top 'b' is "
+                                         "also bottom 1"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
 TEST(EltwiseLayerTest, OneBottomIsAnError) {
   Context ctx(Device::Cpu(), 1701);
   Tensor a({2}), top;

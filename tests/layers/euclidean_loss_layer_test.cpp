@@ -120,6 +120,16 @@ TEST(EuclideanLossLayerTest, MismatchedShapesAreAnError) {
     Tensor a({2, 3}), b({3, 2}), loss;  // same count, different N
     EXPECT_THROW(layer->Initialize({&a, &b}, {&loss}), Error);
   }
+  {
+    auto layer = MakeLoss(&ctx);
+    Tensor a({0, 3}), b({0, 3}), loss;  // no sample: the mean would be 0 / 0
+    try {
+      layer->Initialize({&a, &b}, {&loss});
+      FAIL() << "an empty batch was accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("hold no sample"), std::string::npos) << e.what();
+    }
+  }
 }
 
 }  // namespace
