@@ -103,26 +103,11 @@ object FeedBench {
    */
   private def measureFeed(seconds: Double, push: Long => Unit): Double = {
     val handle = NativeNet.create(FeedNet, "feed.prototxt", NativeNet.TEST, -1, 1L)
-    val pusher = new Thread(() =>
-      try push(handle)
-      catch { case _: CortadoCommException => }, "bench-feeder")
-    pusher.setDaemon(true)
-    pusher.start()
     try {
-      (0 until 50).foreach(_ => NativeNet.forward(handle))
-      val start = System.nanoTime()
-      var batches = 0L
-      while (System.nanoTime() - start < seconds * 1e9) {
-        NativeNet.forward(handle)
-        batches += 1
+      whileFeeding(handle, "TEST/data", push) {
+        rate(seconds, 50, 1)(() => NativeNet.forward(handle))
       }
-      batches / ((System.nanoTime() - start) / 1e9)
-    } finally {
-      // The feeder stops before the net goes: a push never sees a freed handle.
-      NativeFeed.abort(handle, "TEST/data", "measured")
-      pusher.join()
-      NativeNet.dispose(handle)
-    }
+    } finally NativeNet.dispose(handle)
   }
 
   /** LeNet training iterations per second, fed from `samples` (after 20 warm-up iterations). */
@@ -131,25 +116,41 @@ object FeedBench {
     val net = new String(Files.readAllBytes(Paths.get(netFile)), StandardCharsets.UTF_8)
     val solverText = Cortado.trainingSolverText(Solver)
     val handle = NativeSolver.create(solverText, "bench_solver.prototxt", net, netFile, -1)
+    try {
+      val push: Long => Unit = h =>
+        new BatchFeeder(h, "TRAIN/data").feed(Iterator.continually(samples.iterator).flatten)
+      whileFeeding(handle, "TRAIN/data", push) {
+        rate(seconds, 2, 10)(() => NativeSolver.step(handle, 10))
+      }
+    } finally NativeSolver.dispose(handle)
+  }
+
+  /**
+   * Runs `body` while `push` fills `layer` of `handle` on its own thread; then aborts the feed
+   * and joins the thread, so a push never sees a freed handle.
+   */
+  private def whileFeeding[T](handle: Long, layer: String, push: Long => Unit)(body: => T): T = {
     val pusher = new Thread(() =>
-      try new BatchFeeder(handle, "TRAIN/data").feed(Iterator.continually(samples.iterator)
-        .flatten)
+      try push(handle)
       catch { case _: CortadoCommException => }, "bench-feeder")
     pusher.setDaemon(true)
     pusher.start()
-    try {
-      NativeSolver.step(handle, 20)
-      val start = System.nanoTime()
-      var iterations = 0
-      while (System.nanoTime() - start < seconds * 1e9) {
-        NativeSolver.step(handle, 10)
-        iterations += 10
-      }
-      iterations / ((System.nanoTime() - start) / 1e9)
-    } finally {
-      NativeFeed.abort(handle, "TRAIN/data", "measured")
+    try body
+    finally {
+      NativeFeed.abort(handle, layer, "measured")
       pusher.join()
-      NativeSolver.dispose(handle)
     }
+  }
+
+  /** `units` per second of `work` (each call doing `units`) over `seconds`, after `warmUp` calls. */
+  private def rate(seconds: Double, warmUp: Int, units: Int)(work: () => Unit): Double = {
+    (0 until warmUp).foreach(_ => work())
+    val start = System.nanoTime()
+    var done = 0L
+    while (System.nanoTime() - start < seconds * 1e9) {
+      work()
+      done += units
+    }
+    done / ((System.nanoTime() - start) / 1e9)
   }
 }

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 package io.cortado.data
 
-import java.io.{ByteArrayOutputStream, DataOutputStream}
+import java.io.ByteArrayOutputStream
 import java.nio.file.{Files, Path}
 import java.util.zip.GZIPOutputStream
 
@@ -9,23 +9,19 @@ import org.scalatest.funsuite.AnyFunSuite
 
 import io.cortado.CortadoIOException
 import io.cortado.TestDirs.withTempDir
+import io.cortado.jni.NativeLmdbSuite
 import io.cortado.spark.{Config, Cortado, CortadoSuite, PerTest}
 
 class IdxToParquetSuite extends AnyFunSuite with PerTest {
 
   /** IDX bytes of unsigned bytes with these dimensions, gzipped when `gzip`. */
   def idx(dims: Seq[Int], data: Seq[Int], gzip: Boolean = true): Array[Byte] = {
-    val bytes = new ByteArrayOutputStream
-    val out = new DataOutputStream(bytes)
-    out.write(Array[Byte](0, 0, 0x08, dims.length.toByte))
-    dims.foreach(out.writeInt)
-    data.foreach(out.writeByte)
-    out.close()
-    if (!gzip) bytes.toByteArray
+    val bytes = NativeLmdbSuite.idx(dims, data)
+    if (!gzip) bytes
     else {
       val zipped = new ByteArrayOutputStream
       val z = new GZIPOutputStream(zipped)
-      z.write(bytes.toByteArray)
+      z.write(bytes)
       z.close()
       zipped.toByteArray
     }

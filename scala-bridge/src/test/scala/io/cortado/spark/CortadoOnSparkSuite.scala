@@ -13,7 +13,20 @@ import org.scalatest.funsuite.AnyFunSuite
 import io.cortado.TestDirs.withTempDir
 import io.cortado.cli.Options
 
+object CortadoOnSparkSuite {
+
+  /** InnerProduct, SoftmaxWithLoss and (in TEST) Accuracy over the tops "data" and "label". */
+  val Body: String =
+    """layer { name: "ip" type: "InnerProduct" bottom: "data" top: "ip"
+      |  inner_product_param { num_output: 2 weight_filler { type: "gaussian" std: 0.01 } } }
+      |layer { name: "loss" type: "SoftmaxWithLoss" bottom: "ip" bottom: "label" top: "loss" }
+      |layer { name: "accuracy" type: "Accuracy" bottom: "ip" bottom: "label" top: "accuracy"
+      |  include { phase: TEST } }
+      |""".stripMargin
+}
+
 class CortadoOnSparkSuite extends AnyFunSuite with PerTest {
+  import CortadoOnSparkSuite.Body
   import CortadoSuite.write
 
   /** A CoSData layer for `phase` reading `source` (Parquet unless `format` says otherwise). */
@@ -24,14 +37,6 @@ class CortadoOnSparkSuite extends AnyFunSuite with PerTest {
       |  cos_data_param { source: "$source" batch_size: $batch $extra
       |    top { name: "features" type: FLOAT_ARRAY channels: 4 sample_num_axes: 1 }
       |    top { name: "label" type: INT channels: 1 sample_num_axes: 0 } } }
-      |""".stripMargin
-
-  val Body: String =
-    """layer { name: "ip" type: "InnerProduct" bottom: "data" top: "ip"
-      |  inner_product_param { num_output: 2 weight_filler { type: "gaussian" std: 0.01 } } }
-      |layer { name: "loss" type: "SoftmaxWithLoss" bottom: "ip" bottom: "label" top: "loss" }
-      |layer { name: "accuracy" type: "Accuracy" bottom: "ip" bottom: "label" top: "accuracy"
-      |  include { phase: TEST } }
       |""".stripMargin
 
   /** Two separable classes: label 1 near (1, 1, 0, 0), label 0 near (0, 0, 1, 1). */

@@ -16,6 +16,7 @@ import io.cortado.TestDirs.withTempDir
 import io.cortado.jni.{NativeLib, NativeLmdbSuite}
 
 class LmdbSourceSuite extends AnyFunSuite with PerTest {
+  import CortadoOnSparkSuite.Body
   import CortadoSuite.write
   import NativeLmdbSuite.{image, lmdb}
 
@@ -128,14 +129,6 @@ class LmdbSourceSuite extends AnyFunSuite with PerTest {
       |  transform_param { scale: 0.00390625 } }
       |""".stripMargin
   }
-
-  val Body: String =
-    """layer { name: "ip" type: "InnerProduct" bottom: "data" top: "ip"
-      |  inner_product_param { num_output: 2 weight_filler { type: "gaussian" std: 0.01 } } }
-      |layer { name: "loss" type: "SoftmaxWithLoss" bottom: "ip" bottom: "label" top: "loss" }
-      |layer { name: "accuracy" type: "Accuracy" bottom: "ip" bottom: "label" top: "accuracy"
-      |  include { phase: TEST } }
-      |""".stripMargin
 
   def solver(dir: Path, net: String, maxIter: Int = 100): String =
     write(dir, s"solver-${net.stripSuffix(".prototxt")}.prototxt",
