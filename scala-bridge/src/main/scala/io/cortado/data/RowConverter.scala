@@ -8,17 +8,10 @@ import io.cortado.CortadoConfigException
 
 /**
  * What one feed-layer top reads: the DataFrame column `column`, one sample of shape `shape`
- * (the top's batch shape without the batch axis) per row, transformed as Caffe's
- * transform_param says: `(x - mean) * scale`, with `mean` empty, one value, or one per channel
- * (the first axis of `shape`). `layer` and `top` name it in messages.
+ * (the feed's batch shape without the batch axis) per row, as stored: the feed layer applies
+ * the top's transform_param itself. `layer` and `top` name it in messages.
  */
-final case class TopSpec(
-    layer: String,
-    top: String,
-    column: String,
-    shape: Seq[Int],
-    scale: Float = 1f,
-    mean: Seq[Float] = Seq.empty) {
+final case class TopSpec(layer: String, top: String, column: String, shape: Seq[Int]) {
 
   def size: Int = shape.product
 
@@ -60,20 +53,6 @@ final class RowConverter private (specs: Seq[TopSpec], kinds: Seq[DataType])
   private def converter(spec: TopSpec, kind: DataType, column: Int)
       : (Row, Long) => Array[Float] = {
     val n = spec.size
-    val scale = spec.scale
-    val mean: Array[Float] = spec.mean.toArray
-    val perChannel = if (mean.length > 1) n / mean.length else n
-    def transform(values: Array[Float]): Array[Float] = {
-      if (mean.nonEmpty || scale != 1f) {
-        var j = 0
-        while (j < n) {
-          val m = if (mean.isEmpty) 0f else mean(if (mean.length == 1) 0 else j / perChannel)
-          values(j) = (values(j) - m) * scale
-          j += 1
-        }
-      }
-      values
-    }
     def checked(row: Row, index: Long, length: Int): Unit = {
       if (row.isNullAt(column)) fail(spec, kind, s"row $index is null")
       if (length != n) fail(spec, kind, s"row $index has $length values")
@@ -85,7 +64,7 @@ final class RowConverter private (specs: Seq[TopSpec], kinds: Seq[DataType])
         val values = new Array[Float](n)
         var j = 0
         while (j < n) { values(j) = (bytes(j) & 0xff).toFloat; j += 1 }
-        transform(values)
+        values
       case ArrayType(_: NumericType, _) => (row, index) =>
         val seq = if (row.isNullAt(column)) null else row.getSeq[Any](column)
         checked(row, index, if (seq == null) -1 else seq.length)
@@ -96,10 +75,10 @@ final class RowConverter private (specs: Seq[TopSpec], kinds: Seq[DataType])
           values(j) = v.asInstanceOf[Number].floatValue
           j += 1
         }
-        transform(values)
+        values
       case _: NumericType => (row, index) =>
         if (row.isNullAt(column)) fail(spec, kind, s"row $index is null")
-        transform(Array(row.getAs[Number](column).floatValue))
+        Array(row.getAs[Number](column).floatValue)
       case _ => throw new IllegalStateException(kind.toString)
     }
   }
@@ -128,12 +107,6 @@ object RowConverter {
           if (spec.size != 1) fail(spec, field.dataType, "it holds one value per row")
         case other =>
           fail(spec, other, "supported are arrays of numbers, numbers, and binary (uint8 pixels)")
-      }
-      val mean = spec.mean.length
-      if (mean > 1 && (spec.shape.isEmpty || spec.shape.head != mean)) {
-        throw new CortadoConfigException(
-          s"${spec.describe}: transform_param has $mean mean_value entries; give one, or one " +
-            s"per channel (${spec.shape.headOption.getOrElse(1)})")
       }
       field.dataType
     }

@@ -231,7 +231,7 @@ private[spark] object Progress {
         o.flush()
         Some((s, o))
       } catch {
-        case e @ (_: IOException | _: SocketTimeoutException) =>
+        case e: IOException =>
           log.warn(s"progress channel: cannot reach the driver at ${a.host}:${a.port} ($e); " +
             "the training log reaches the driver when the task ends")
           None
