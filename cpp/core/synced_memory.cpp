@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "core/synced_memory.hpp"
 
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 
@@ -17,6 +18,9 @@ namespace {
 
 constexpr size_t kAlignment = 64;
 
+std::atomic<size_t> host_allocated{0};
+std::atomic<size_t> host_peak{0};
+
 void* AllocateHost(size_t bytes) {
   size_t rounded = (bytes + kAlignment - 1) / kAlignment * kAlignment;
   void* ptr = std::aligned_alloc(kAlignment, rounded == 0 ? kAlignment : rounded);
@@ -24,7 +28,17 @@ void* AllocateHost(size_t bytes) {
     CORTADO_THROW(kOutOfMemory, "cannot allocate {} bytes of host memory", bytes);
   }
   std::memset(ptr, 0, bytes);
+  const size_t now = host_allocated.fetch_add(bytes) + bytes;
+  size_t seen = host_peak.load();
+  while (now > seen && !host_peak.compare_exchange_weak(seen, now)) {
+  }
   return ptr;
+}
+
+void FreeHost(void* ptr, size_t bytes) {
+  if (ptr == nullptr) return;
+  std::free(ptr);
+  host_allocated.fetch_sub(bytes);
 }
 
 #if CORTADO_WITH_CUDA
@@ -43,8 +57,12 @@ void* AllocateDevice(size_t bytes, int* device) {
 
 SyncedMemory::SyncedMemory(size_t bytes, int device_id) : bytes_(bytes), device_id_(device_id) {}
 
+size_t HostAllocatedBytes() { return host_allocated.load(); }
+size_t HostPeakAllocatedBytes() { return host_peak.load(); }
+void ResetHostPeakAllocatedBytes() { host_peak.store(host_allocated.load()); }
+
 SyncedMemory::~SyncedMemory() {
-  std::free(host_);
+  FreeHost(host_, bytes_);
 #if CORTADO_WITH_CUDA
   cuda::Free(device_, bytes_);
 #endif

@@ -37,4 +37,10 @@ class SyncedMemory {
   Head head_ = Head::kUninitialized;
 };
 
+// Host memory held by all SyncedMemory buffers of the process now, and the most at any time
+// since the start (or the last reset): the host twin of cuda::AllocatedBytes.
+size_t HostAllocatedBytes();
+size_t HostPeakAllocatedBytes();
+void ResetHostPeakAllocatedBytes();
+
 }  // namespace cortado

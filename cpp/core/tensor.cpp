@@ -38,6 +38,10 @@ void Tensor::Reshape(const std::vector<int>& shape) {
         std::make_shared<SyncedMemory>(sizeof(float) * static_cast<size_t>(capacity_), device_id_);
     diff_ =
         std::make_shared<SyncedMemory>(sizeof(float) * static_cast<size_t>(capacity_), device_id_);
+  } else if (diff_->size() < sizeof(float) * static_cast<size_t>(count_)) {
+    // A diff buffer taken with UseDiffBuffer that is too small for the new shape.
+    diff_ =
+        std::make_shared<SyncedMemory>(sizeof(float) * static_cast<size_t>(capacity_), device_id_);
   }
 }
 
@@ -140,6 +144,13 @@ void Tensor::ShareDiff(const Tensor& other) {
   CORTADO_CHECK_EQ(count_, other.count(), "ShareDiff between {} and {}", ShapeString(),
                    other.ShapeString());
   diff_ = other.diff_;
+}
+
+void Tensor::UseDiffBuffer(std::shared_ptr<SyncedMemory> buffer) {
+  CORTADO_CHECK(buffer != nullptr && buffer->size() >= sizeof(float) * static_cast<size_t>(count_),
+                "diff buffer of {} bytes for a tensor of shape {}", buffer ? buffer->size() : 0,
+                ShapeString());
+  diff_ = std::move(buffer);
 }
 
 void Tensor::Update() {

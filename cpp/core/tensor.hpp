@@ -78,6 +78,10 @@ class Tensor {
   // Makes this tensor use other's data (or diff) buffer; counts must match.
   void ShareData(const Tensor& other);
   void ShareDiff(const Tensor& other);
+  // Makes this tensor keep its diff in `buffer` (at least count() floats), which other tensors
+  // may use too (Net::ShareDiffBuffers). A later Reshape beyond the buffer's size gives the
+  // tensor a diff buffer of its own again.
+  void UseDiffBuffer(std::shared_ptr<SyncedMemory> buffer);
 
   // data -= diff (the plain SGD step the solvers build on).
   void Update();

@@ -1,8 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "layers/batch_norm_layer.hpp"
 
+#include <algorithm>
 #include <cmath>
 
+#include "layers/scale_layer.hpp"
 #include "math/math.hpp"
 
 namespace cortado {
@@ -98,7 +100,8 @@ void BatchNormLayer::ForwardCpu(const std::vector<Tensor*>& bottom,
   }
   for (int c = 0; c < channels_; ++c) std_[c] = std::sqrt(variance[c] + eps_);
 
-  float* x_norm = x_norm_.mutable_cpu_data();
+  // Without Backward the top itself takes x_norm (in place too: each element is read first).
+  float* x_norm = keep_x_norm_ ? x_norm_.mutable_cpu_data() : out;
   for (int n = 0; n < num_; ++n) {
     for (int c = 0; c < channels_; ++c) {
       const int offset = (n * channels_ + c) * spatial_dim_;
@@ -108,54 +111,131 @@ void BatchNormLayer::ForwardCpu(const std::vector<Tensor*>& bottom,
       for (int i = 0; i < spatial_dim_; ++i) x_norm[offset + i] = (in[offset + i] - mean) / sd;
     }
   }
-  math::Copy(count, x_norm, out);
+  if (scale_ == nullptr) {
+    if (x_norm != out) math::Copy(count, x_norm, out);
+    return;
+  }
+  // Fused: top = relu(x_norm * s + b), each step rounded as the Scale and ReLU layers round it.
+  const Affine affine = FusedAffine();
+  const float* s = affine.scale->cpu_data();
+  const float* b = affine.bias != nullptr ? affine.bias->cpu_data() : nullptr;
+  for (int n = 0; n < num_; ++n) {
+    for (int c = 0; c < channels_; ++c) {
+      const int offset = (n * channels_ + c) * spatial_dim_;
+      const float sc = s[c];
+      const float bc = b != nullptr ? b[c] : 0.0f;
+      for (int i = offset; i < offset + spatial_dim_; ++i) {
+        float y = x_norm[i] * sc;
+        if (b != nullptr) y += bc;
+        if (relu_) y = std::max(y, 0.0f) + relu_slope_ * std::min(y, 0.0f);
+        out[i] = y;
+      }
+    }
+  }
 }
 
 void BatchNormLayer::BackwardCpu(const std::vector<Tensor*>& top,
                                  const std::vector<bool>& propagate_down,
                                  const std::vector<Tensor*>& bottom) {
-  if (!propagate_down[0]) return;
+  const Affine affine = scale_ != nullptr ? FusedAffine() : Affine{};
+  const bool param_grads = affine.scale_grad != nullptr || affine.bias_grad != nullptr;
+  if (!propagate_down[0] && !param_grads) return;
+  CORTADO_CHECK(keep_x_norm_, "{}: Backward after DropBackwardState", Describe());
   // In place, top diff and bottom diff are one buffer; every step below reads an element
   // before writing the same element.
   const float* top_diff = top[0]->cpu_diff();
-  float* diff = bottom[0]->mutable_cpu_diff();
-  if (use_global_stats_) {
-    // The statistics are constants: y = (x - mean) / std.
+  const float* y = x_norm_.cpu_data();
+  const int m = num_ * spatial_dim_;
+  // Fused, g is the gradient at the Scale's output: dy, times the ReLU's slope where the top is
+  // not positive (x > 0 exactly when relu(x) > 0 for slope >= 0). Unfused, g = dy.
+  const float* relu_out = relu_ ? top[0]->cpu_data() : nullptr;
+  auto g = [&](int i) {
+    return relu_out != nullptr && !(relu_out[i] > 0.0f) ? top_diff[i] * relu_slope_ : top_diff[i];
+  };
+  // Per channel: sum(g) and sum(g * y), needed for batch statistics and for the Scale's diffs.
+  std::vector<double> sum_g(channels_, 0.0), sum_gy(channels_, 0.0);
+  if (!use_global_stats_ || param_grads) {
     for (int n = 0; n < num_; ++n) {
       for (int c = 0; c < channels_; ++c) {
         const int offset = (n * channels_ + c) * spatial_dim_;
-        for (int i = offset; i < offset + spatial_dim_; ++i) diff[i] = top_diff[i] / std_[c];
+        if (relu_out == nullptr) {
+          sum_g[c] += math::Sum(spatial_dim_, top_diff + offset);
+          sum_gy[c] += math::Dot(spatial_dim_, top_diff + offset, y + offset);
+        } else {
+          double a = 0.0, b = 0.0;
+          for (int i = offset; i < offset + spatial_dim_; ++i) {
+            const float gi = g(i);
+            a += gi;
+            b += gi * y[i];
+          }
+          sum_g[c] += a;
+          sum_gy[c] += b;
+        }
       }
     }
-    return;
   }
-  // With batch statistics, per channel (means over the channel's m values):
-  //   dx = (dy - mean(dy) - mean(dy * y) * y) / std.
-  const float* y = x_norm_.cpu_data();
-  const int m = num_ * spatial_dim_;
-  std::vector<double> mean_dy(channels_, 0.0), mean_dyy(channels_, 0.0);
-  for (int n = 0; n < num_; ++n) {
-    for (int c = 0; c < channels_; ++c) {
-      const int offset = (n * channels_ + c) * spatial_dim_;
-      mean_dy[c] += math::Sum(spatial_dim_, top_diff + offset);
-      mean_dyy[c] += math::Dot(spatial_dim_, top_diff + offset, y + offset);
-    }
+  // The Scale's diffs (accumulated, as its own Backward does): d scale = sum(g * x_norm),
+  // d bias = sum(g).
+  if (affine.scale_grad != nullptr) {
+    float* ds = affine.scale_grad->mutable_cpu_diff();
+    for (int c = 0; c < channels_; ++c) ds[c] += static_cast<float>(sum_gy[c]);
   }
+  if (affine.bias_grad != nullptr) {
+    float* db = affine.bias_grad->mutable_cpu_diff();
+    for (int c = 0; c < channels_; ++c) db[c] += static_cast<float>(sum_g[c]);
+  }
+  if (!propagate_down[0]) return;
+  float* diff = bottom[0]->mutable_cpu_diff();
+  const float* s = affine.scale != nullptr ? affine.scale->cpu_data() : nullptr;
   for (int c = 0; c < channels_; ++c) {
-    mean_dy[c] /= m;
-    mean_dyy[c] /= m;
-  }
-  for (int n = 0; n < num_; ++n) {
-    for (int c = 0; c < channels_; ++c) {
+    // dy at the normalised output is s * g: with the statistics constant, dx = s * g / std;
+    // with batch statistics (means over the channel's m values)
+    //   dx = (s * g - mean(s * g) - mean(s * g * y) * y) / std.
+    const float sc = s != nullptr ? s[c] : 1.0f;
+    const float a = use_global_stats_ ? 0.0f : static_cast<float>(sc * sum_g[c] / m);
+    const float b = use_global_stats_ ? 0.0f : static_cast<float>(sc * sum_gy[c] / m);
+    const float sd = std_[c];
+    for (int n = 0; n < num_; ++n) {
       const int offset = (n * channels_ + c) * spatial_dim_;
-      const float a = static_cast<float>(mean_dy[c]);
-      const float b = static_cast<float>(mean_dyy[c]);
-      const float sd = std_[c];
-      for (int i = offset; i < offset + spatial_dim_; ++i) {
-        diff[i] = (top_diff[i] - a - b * y[i]) / sd;
+      if (use_global_stats_) {
+        for (int i = offset; i < offset + spatial_dim_; ++i) diff[i] = g(i) * sc / sd;
+      } else {
+        for (int i = offset; i < offset + spatial_dim_; ++i) {
+          diff[i] = (g(i) * sc - a - b * y[i]) / sd;
+        }
       }
     }
   }
+}
+
+void BatchNormLayer::FuseScale(Layer* scale, bool scale_backward, bool relu, float relu_slope) {
+  auto* layer = dynamic_cast<ScaleLayer*>(scale);
+  CORTADO_CHECK(layer != nullptr && layer->ScalesChannels(), "{}: cannot fuse {}", Describe(),
+                scale == nullptr ? "nothing" : scale->name());
+  CORTADO_CHECK(relu_slope >= 0.0f);
+  scale_ = scale;
+  scale_backward_ = scale_backward;
+  relu_ = relu;
+  relu_slope_ = relu_slope;
+}
+
+BatchNormLayer::Affine BatchNormLayer::FusedAffine() const {
+  // Looked up on every pass: a net sharing trained layers may have replaced the Scale's blobs.
+  const auto* layer = static_cast<const ScaleLayer*>(scale_);
+  auto& blobs = scale_->blobs();
+  if (blobs[0]->count() != channels_) {
+    CORTADO_THROW(kInvalidArgument, "{}: fused layer '{}' has {} scale values for {} channels",
+                  Describe(), scale_->name(), blobs[0]->count(), channels_);
+  }
+  Affine affine;
+  affine.scale = blobs[0].get();
+  const int bias = layer->bias_index();
+  if (bias >= 0) affine.bias = blobs[bias].get();
+  if (scale_backward_) {
+    if (scale_->param_propagate_down(0)) affine.scale_grad = blobs[0].get();
+    if (bias >= 0 && scale_->param_propagate_down(bias)) affine.bias_grad = blobs[bias].get();
+  }
+  return affine;
 }
 
 CORTADO_REGISTER_LAYER(BatchNorm, BatchNormLayer);

@@ -7,6 +7,9 @@
 // order, no atomics: results repeat bit for bit. The mean and variance come from one read: sums
 // of x - k and (x - k)^2 with k the channel's first value, which keeps the single-pass variance
 // free of cancellation. Loads and stores are float4 where the spatial size allows. No host reads.
+// Fused with a Scale (and ReLU), the normalising pass also writes relu(x_norm * s + b) (rounded
+// step by step, as scale_layer.cu and relu_layer.cu do), and the backward passes take the ReLU's
+// mask and the Scale's factor into g and add the Scale's diffs from the same partial sums.
 #include <cstdint>
 
 #include "core/cuda.hpp"
@@ -48,8 +51,10 @@ __device__ double2 CombineParts(const double2* parts, int count) {
 
 // Block (c, part): over its chunk of channel c, either (kGradient) the sums of a and a * b, or
 // the sums of a - k and (a - k)^2 with k the channel's first value (stored in shift[c]).
+// kGradient with relu_out: a is dy masked by the ReLU, a * (relu_out > 0 ? 1 : slope).
 template <int V, bool kGradient>
-__global__ void ChannelPartials(ChannelLayout layout, const float* a, const float* b, float* shift,
+__global__ void ChannelPartials(ChannelLayout layout, const float* a, const float* b,
+                                const float* relu_out, float slope, float* shift,
                                 double2* partials) {
   const int c = blockIdx.x / layout.parts;
   const int part = blockIdx.x - c * layout.parts;
@@ -64,9 +69,18 @@ __global__ void ChannelPartials(ChannelLayout layout, const float* a, const floa
     const Pack<V> x = Load<V>(a, at);
     if constexpr (kGradient) {
       const Pack<V> y = Load<V>(b, at);
-      for (int i = 0; i < V; ++i) {
-        s1[i] += x.v[i];
-        s2[i] += x.v[i] * y.v[i];
+      if (relu_out != nullptr) {
+        const Pack<V> r = Load<V>(relu_out, at);
+        for (int i = 0; i < V; ++i) {
+          const float g = r.v[i] > 0.0f ? x.v[i] : x.v[i] * slope;
+          s1[i] += g;
+          s2[i] += g * y.v[i];
+        }
+      } else {
+        for (int i = 0; i < V; ++i) {
+          s1[i] += x.v[i];
+          s2[i] += x.v[i] * y.v[i];
+        }
       }
     } else {
       for (int i = 0; i < V; ++i) {
@@ -92,11 +106,13 @@ __global__ void ChannelPartials(ChannelLayout layout, const float* a, const floa
 // first. With partials: the channel's batch mean and variance, its std, and (part 0) mean, std
 // and the running sums mean_sum = f * mean_sum + mean, var_sum = f * var_sum + m / (m - 1) *
 // var, norm = f * norm + 1. Without: mean and std as stored. Then x_norm = top = (x - mean) /
-// std (divided, as the CPU code, to round alike); may be in place.
+// std (divided, as the CPU code, to round alike); may be in place. Fused (scale given): top =
+// x_norm * s[c] (+ b[c]), then the ReLU of slope relu_slope when relu.
 template <int V>
 __global__ void Normalize(ChannelLayout layout, const float* x, const double2* partials,
                           const float* shift, float fraction, float bias_correction, float eps,
                           float* mean, float* std_dev, float* mean_sum, float* var_sum, float* norm,
+                          const float* scale, const float* bias, bool relu, float relu_slope,
                           float* x_norm, float* top) {
   const int block = gridDim.x - 1 - blockIdx.x;
   const int c = block / layout.parts;
@@ -135,6 +151,16 @@ __global__ void Normalize(ChannelLayout layout, const float* x, const double2* p
     Pack<V> v = Load<V>(x, at);
     for (int i = 0; i < V; ++i) v.v[i] = (v.v[i] - mu) / sd;
     Store<V>(x_norm, at, v);
+    if (scale != nullptr) {
+      const float s = scale[c];
+      const float b = bias != nullptr ? bias[c] : 0.0f;
+      for (int i = 0; i < V; ++i) {
+        float t = __fmul_rn(v.v[i], s);
+        if (bias != nullptr) t = __fadd_rn(t, b);
+        if (relu) t = fmaxf(t, 0.0f) + relu_slope * fminf(t, 0.0f);
+        v.v[i] = t;
+      }
+    }
     Store<V>(top, at, v);
   }
 }
@@ -149,13 +175,18 @@ __global__ void GlobalStatistics(int channels, const float* mean_sum, const floa
   }
 }
 
-// Reverse block order as Normalize. With partials (batch statistics): a = mean(dy), b =
-// mean(dy * y) from the partials ((part 0) stored in mean_dy, mean_dyy), dx = (dy - a - b * y)
-// / std. Without (stored statistics, constants): dx = dy / std. May be in place (dx == dy).
+// Reverse block order as Normalize. h = dy, masked by the ReLU when relu_out is given; g = s[c] *
+// h when scale is given (fused), else h. With partials, their sums A = sum(h) and B = sum(h * y)
+// go (part 0) to mean_dy = A / m and mean_dyy = B / m and into the Scale's diffs (scale_grad +=
+// B, bias_grad += A, each when given). dx (when given): with batch statistics (subtract) dx = (g -
+// s * A / m - s * B / m * y) / std, else (stored statistics, constants) dx = g / std. May be in
+// place (dx == dy).
 template <int V>
 __global__ void BatchBackward(ChannelLayout layout, const float* dy, const float* y,
-                              const double2* partials, const float* std_dev, float* mean_dy,
-                              float* mean_dyy, float* dx) {
+                              const float* relu_out, float slope, const float* scale,
+                              const double2* partials, bool subtract, const float* std_dev,
+                              float* mean_dy, float* mean_dyy, float* scale_grad, float* bias_grad,
+                              float* dx) {
   const int block = gridDim.x - 1 - blockIdx.x;
   const int c = block / layout.parts;
   const int part = block - c * layout.parts;
@@ -165,34 +196,41 @@ __global__ void BatchBackward(ChannelLayout layout, const float* dy, const float
         CombineParts(partials + static_cast<int64_t>(c) * layout.parts, layout.parts);
     if (threadIdx.x == 0) {
       const double m = static_cast<double>(layout.units) * V;
-      means[0] = static_cast<float>(sums.x / m);
-      means[1] = static_cast<float>(sums.y / m);
+      const double s = scale != nullptr ? scale[c] : 1.0;
+      means[0] = static_cast<float>(s * sums.x / m);
+      means[1] = static_cast<float>(s * sums.y / m);
       if (part == 0) {
-        mean_dy[c] = means[0];
-        mean_dyy[c] = means[1];
+        mean_dy[c] = static_cast<float>(sums.x / m);
+        mean_dyy[c] = static_cast<float>(sums.y / m);
+        if (scale_grad != nullptr) scale_grad[c] += static_cast<float>(sums.y);
+        if (bias_grad != nullptr) bias_grad[c] += static_cast<float>(sums.x);
       }
     }
     __syncthreads();
   }
+  if (dx == nullptr) return;
   const float sd = std_dev[c];
+  const float s = scale != nullptr ? scale[c] : 1.0f;
+  const float a = subtract ? means[0] : 0.0f, b = subtract ? means[1] : 0.0f;
   const uint32_t begin = static_cast<uint32_t>(part) * layout.chunk_units;
   const uint32_t end = min(begin + layout.chunk_units, layout.units);
-  if (partials != nullptr) {
-    const float a = means[0], b = means[1];
-    for (uint32_t q = begin + threadIdx.x; q < end; q += blockDim.x) {
-      const int64_t at = layout.At(q, c);
-      Pack<V> g = Load<V>(dy, at);
+  for (uint32_t q = begin + threadIdx.x; q < end; q += blockDim.x) {
+    const int64_t at = layout.At(q, c);
+    Pack<V> g = Load<V>(dy, at);
+    if (relu_out != nullptr) {
+      const Pack<V> r = Load<V>(relu_out, at);
+      for (int i = 0; i < V; ++i) g.v[i] = r.v[i] > 0.0f ? g.v[i] : g.v[i] * slope;
+    }
+    if (scale != nullptr) {
+      for (int i = 0; i < V; ++i) g.v[i] *= s;
+    }
+    if (subtract) {
       const Pack<V> v = Load<V>(y, at);
       for (int i = 0; i < V; ++i) g.v[i] = (g.v[i] - a - b * v.v[i]) / sd;
-      Store<V>(dx, at, g);
-    }
-  } else {
-    for (uint32_t q = begin + threadIdx.x; q < end; q += blockDim.x) {
-      const int64_t at = layout.At(q, c);
-      Pack<V> g = Load<V>(dy, at);
+    } else {
       for (int i = 0; i < V; ++i) g.v[i] = g.v[i] / sd;
-      Store<V>(dx, at, g);
     }
+    Store<V>(dx, at, g);
   }
 }
 
@@ -212,11 +250,19 @@ double2* Partials(Context& ctx, const ChannelLayout& layout, float** shift) {
   return partials;
 }
 
+// The fused Scale and ReLU, as the GPU passes take them.
+struct FusedOps {
+  const float* scale = nullptr;
+  const float* bias = nullptr;
+  bool relu = false;
+  float relu_slope = 0.0f;
+};
+
 template <int V>
 void LaunchForward(Context& ctx, int num, int channels, int spatial, bool batch_statistics,
                    const float* x, float fraction, float bias_correction, float eps, float* mean,
-                   float* std_dev, float* mean_sum, float* var_sum, float* norm, float* x_norm,
-                   float* top) {
+                   float* std_dev, float* mean_sum, float* var_sum, float* norm,
+                   const FusedOps& fused, float* x_norm, float* top) {
   const ChannelLayout layout = MakeLayout(num, channels, spatial, V);
   const int blocks = channels * layout.parts;
   if (blocks == 0) return;
@@ -226,32 +272,35 @@ void LaunchForward(Context& ctx, int num, int channels, int spatial, bool batch_
   if (batch_statistics) {
     partials = Partials(ctx, layout, &shift);
     ChannelPartials<V, false>
-        <<<blocks, cuda::kThreads, 0, stream>>>(layout, x, nullptr, shift, partials);
+        <<<blocks, cuda::kThreads, 0, stream>>>(layout, x, nullptr, nullptr, 0.0f, shift, partials);
     CORTADO_CUDA_CHECK_LAUNCH();
   }
-  Normalize<V><<<blocks, cuda::kThreads, 0, stream>>>(layout, x, partials, shift, fraction,
-                                                      bias_correction, eps, mean, std_dev, mean_sum,
-                                                      var_sum, norm, x_norm, top);
+  Normalize<V><<<blocks, cuda::kThreads, 0, stream>>>(
+      layout, x, partials, shift, fraction, bias_correction, eps, mean, std_dev, mean_sum, var_sum,
+      norm, fused.scale, fused.bias, fused.relu, fused.relu_slope, x_norm, top);
   CORTADO_CUDA_CHECK_LAUNCH();
 }
 
+// Partial sums are taken when batch statistics need them or the Scale's diffs are wanted.
 template <int V>
 void LaunchBackward(Context& ctx, int num, int channels, int spatial, bool batch_statistics,
-                    const float* dy, const float* y, const float* std_dev, float* mean_dy,
-                    float* mean_dyy, float* dx) {
+                    bool sums, const float* dy, const float* y, const float* relu_out, float slope,
+                    const float* scale, const float* std_dev, float* mean_dy, float* mean_dyy,
+                    float* scale_grad, float* bias_grad, float* dx) {
   const ChannelLayout layout = MakeLayout(num, channels, spatial, V);
   const int blocks = channels * layout.parts;
   if (blocks == 0) return;
   const cudaStream_t stream = cuda::Stream(ctx);
   double2* partials = nullptr;
-  if (batch_statistics) {
+  if (sums) {
     partials = Partials(ctx, layout, nullptr);
     ChannelPartials<V, true>
-        <<<blocks, cuda::kThreads, 0, stream>>>(layout, dy, y, nullptr, partials);
+        <<<blocks, cuda::kThreads, 0, stream>>>(layout, dy, y, relu_out, slope, nullptr, partials);
     CORTADO_CUDA_CHECK_LAUNCH();
   }
-  BatchBackward<V><<<blocks, cuda::kThreads, 0, stream>>>(layout, dy, y, partials, std_dev, mean_dy,
-                                                          mean_dyy, dx);
+  BatchBackward<V><<<blocks, cuda::kThreads, 0, stream>>>(
+      layout, dy, y, relu_out, slope, scale, partials, batch_statistics, std_dev, mean_dy, mean_dyy,
+      scale_grad, bias_grad, dx);
   CORTADO_CUDA_CHECK_LAUNCH();
 }
 
@@ -263,8 +312,8 @@ void BatchNormLayer::ForwardGpu(const std::vector<Tensor*>& bottom,
   float* mean = gpu_stats_.mutable_gpu_data();
   float* std_dev = mean + channels_;
   const float* x = bottom[0]->gpu_data();
-  float* x_norm = x_norm_.mutable_gpu_data();
   float* out = top[0]->mutable_gpu_data();
+  float* x_norm = keep_x_norm_ ? x_norm_.mutable_gpu_data() : out;
   float *mean_sum = nullptr, *var_sum = nullptr, *norm = nullptr;
   float bias_correction = 1.0f;
   if (use_global_stats_) {
@@ -279,26 +328,46 @@ void BatchNormLayer::ForwardGpu(const std::vector<Tensor*>& bottom,
     var_sum = blobs_[1]->mutable_gpu_data();
     norm = blobs_[2]->mutable_gpu_data();
   }
+  FusedOps fused;
+  if (scale_ != nullptr) {
+    const Affine affine = FusedAffine();
+    fused.scale = affine.scale->gpu_data();
+    fused.bias = affine.bias != nullptr ? affine.bias->gpu_data() : nullptr;
+    fused.relu = relu_;
+    fused.relu_slope = relu_slope_;
+  }
   const bool vector = spatial_dim_ % 4 == 0 && Aligned16(x) && Aligned16(x_norm) && Aligned16(out);
   (vector ? LaunchForward<4> : LaunchForward<1>)(*ctx_, num_, channels_, spatial_dim_,
                                                  !use_global_stats_, x, moving_average_fraction_,
                                                  bias_correction, eps_, mean, std_dev, mean_sum,
-                                                 var_sum, norm, x_norm, out);
+                                                 var_sum, norm, fused, x_norm, out);
 }
 
 void BatchNormLayer::BackwardGpu(const std::vector<Tensor*>& top,
                                  const std::vector<bool>& propagate_down,
                                  const std::vector<Tensor*>& bottom) {
-  if (!propagate_down[0]) return;
+  const Affine affine = scale_ != nullptr ? FusedAffine() : Affine{};
+  float* scale_grad =
+      affine.scale_grad != nullptr ? affine.scale_grad->mutable_gpu_diff() : nullptr;
+  float* bias_grad = affine.bias_grad != nullptr ? affine.bias_grad->mutable_gpu_diff() : nullptr;
+  const bool param_grads = scale_grad != nullptr || bias_grad != nullptr;
+  if (!propagate_down[0] && !param_grads) return;
+  CORTADO_CHECK(keep_x_norm_, "{}: Backward after DropBackwardState", Describe());
   const float* dy = top[0]->gpu_diff();
-  float* dx = bottom[0]->mutable_gpu_diff();
+  float* dx = propagate_down[0] ? bottom[0]->mutable_gpu_diff() : nullptr;
+  const float* relu_out = relu_ ? top[0]->gpu_data() : nullptr;
+  const float* scale = affine.scale != nullptr ? affine.scale->gpu_data() : nullptr;
   float* stats = gpu_stats_.mutable_gpu_data();
   const float* std_dev = stats + channels_;
   const float* y = x_norm_.gpu_data();
-  const bool vector = spatial_dim_ % 4 == 0 && Aligned16(dy) && Aligned16(y) && Aligned16(dx);
+  const bool vector = spatial_dim_ % 4 == 0 && Aligned16(dy) && Aligned16(y) &&
+                      (dx == nullptr || Aligned16(dx)) &&
+                      (relu_out == nullptr || Aligned16(relu_out));
   (vector ? LaunchBackward<4>
-          : LaunchBackward<1>)(*ctx_, num_, channels_, spatial_dim_, !use_global_stats_, dy, y,
-                               std_dev, stats + 2 * channels_, stats + 3 * channels_, dx);
+          : LaunchBackward<1>)(*ctx_, num_, channels_, spatial_dim_, !use_global_stats_,
+                               !use_global_stats_ || param_grads, dy, y, relu_out, relu_slope_,
+                               scale, std_dev, stats + 2 * channels_, stats + 3 * channels_,
+                               scale_grad, bias_grad, dx);
 }
 
 }  // namespace cortado

@@ -11,6 +11,14 @@
 // blobs[1] = f * blobs[1] + m / (m - 1) * batch variance, m = count / C. They are not learned:
 // param_propagate_down is false and every ParamSpec gets lr_mult 0 (a nonzero one is an error).
 // Bottom: one, N x C x ... (at least 2 axes). Top: one of the same shape; may be in-place.
+//
+// Fusion: a Net computes an in-place per-channel Scale that directly follows an in-place
+// BatchNorm on the same blob (and an in-place ReLU with negative_slope >= 0 after it) in the
+// BatchNorm's own passes, as top = relu(x_norm * scale + bias): one pass over the tensor
+// instead of three forward, two instead of five backward, and no saved copy of the Scale's
+// input. The Scale and ReLU layers stay in the net (their weights, names and blobs are as
+// before) but do nothing themselves. The results equal the separate layers' up to float
+// rounding of the per-channel sums.
 #pragma once
 
 #include "layers/layer.hpp"
@@ -25,6 +33,15 @@ class BatchNormLayer final : public Layer {
   int ExactNumTopBlobs() const override { return 1; }
   void Setup(const std::vector<Tensor*>& bottom, const std::vector<Tensor*>& top) override;
   void Reshape(const std::vector<Tensor*>& bottom, const std::vector<Tensor*>& top) override;
+
+  // Makes this layer's passes compute `scale` (a ScaleLayer whose ScalesChannels() holds, in
+  // place on this layer's top) and, with `relu`, a ReLU of slope `relu_slope` (>= 0) after it.
+  // `scale_backward`: whether the Scale layer needs backward (its param diffs are accumulated
+  // then, each as its param_propagate_down says). The caller marks the two layers fused.
+  void FuseScale(Layer* scale, bool scale_backward, bool relu, float relu_slope);
+  // For a net that never runs this layer backward (test nets): Forward then writes the top
+  // directly and keeps no normalised copy, and Backward is an error.
+  void DropBackwardState() { keep_x_norm_ = false; }
 
  protected:
   void ForwardCpu(const std::vector<Tensor*>& bottom, const std::vector<Tensor*>& top) override;
@@ -42,9 +59,25 @@ class BatchNormLayer final : public Layer {
   std::vector<float> mean_;  // per channel, of the last forward
   std::vector<float> std_;   // per channel: sqrt(var + eps) of the last forward
   Tensor x_norm_;            // the normalised output, kept for Backward (top may be in-place)
+  bool keep_x_norm_ = true;  // false: DropBackwardState
   // GPU passes: per channel on the device, rows [0] mean and [1] std of the last forward,
   // [2] mean(dy) and [3] mean(dy * y) of the last backward.
   Tensor gpu_stats_;
+
+  // Fusion (FuseScale): the Scale layer computed here, or null.
+  Layer* scale_ = nullptr;
+  bool scale_backward_ = false;
+  bool relu_ = false;
+  float relu_slope_ = 0.0f;
+  // The fused Scale's blobs: scale (and bias, or null), and their diffs when Backward should
+  // accumulate them (else null).
+  struct Affine {
+    const Tensor* scale = nullptr;
+    const Tensor* bias = nullptr;
+    Tensor* scale_grad = nullptr;
+    Tensor* bias_grad = nullptr;
+  };
+  Affine FusedAffine() const;
 };
 
 }  // namespace cortado

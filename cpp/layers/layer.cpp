@@ -75,6 +75,7 @@ void Layer::set_param_propagate_down(int index, bool value) {
 }
 
 float Layer::Forward(const std::vector<Tensor*>& bottom, const std::vector<Tensor*>& top) {
+  if (fused_into_ != nullptr) return 0.0f;  // the net fuses only layers without loss weights
   if (ctx_->device().is_cuda()) {
     ForwardGpu(bottom, top);
   } else {
@@ -94,6 +95,7 @@ float Layer::Forward(const std::vector<Tensor*>& bottom, const std::vector<Tenso
 
 void Layer::Backward(const std::vector<Tensor*>& top, const std::vector<bool>& propagate_down,
                      const std::vector<Tensor*>& bottom) {
+  if (fused_into_ != nullptr) return;
   if (ctx_->device().is_cuda()) {
     BackwardGpu(top, propagate_down, bottom);
   } else {

@@ -90,6 +90,11 @@ class Layer {
   }
   void set_param_propagate_down(int index, bool value);
 
+  // Set by the Net when another layer's passes compute this layer too (it fuses BatchNorm with
+  // the Scale and ReLU that follow it in place): Forward and Backward then do nothing.
+  const Layer* fused_into() const { return fused_into_; }
+  void set_fused_into(const Layer* host) { fused_into_ = host; }
+
  protected:
   virtual void ForwardCpu(const std::vector<Tensor*>& bottom, const std::vector<Tensor*>& top) = 0;
   virtual void BackwardCpu(const std::vector<Tensor*>& top, const std::vector<bool>& propagate_down,
@@ -111,6 +116,8 @@ class Layer {
  private:
   void CheckBlobCounts(const std::vector<Tensor*>& bottom, const std::vector<Tensor*>& top) const;
   void SetLossWeights(const std::vector<Tensor*>& top);
+
+  const Layer* fused_into_ = nullptr;
 };
 
 using LayerRegistry = Registry<Layer, const caffe::LayerParameter&, Context*>;

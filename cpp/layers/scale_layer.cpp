@@ -78,6 +78,8 @@ void ScaleLayer::Reshape(const std::vector<Tensor*>& bottom, const std::vector<T
     CORTADO_THROW(kInvalidArgument, "{}: bias of shape {} does not match scale of shape {}",
                   Describe(), blobs_[bias_index_]->ShapeString(), scale.ShapeString());
   }
+  learned_ = bottom.size() == 1;
+  axis_ = axis;
   outer_dim_ = in.count(0, axis);
   scale_dim_ = scale.count();
   inner_dim_ = in.count(axis + scale.num_axes());

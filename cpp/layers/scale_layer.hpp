@@ -27,6 +27,12 @@ class ScaleLayer final : public Layer {
   void Setup(const std::vector<Tensor*>& bottom, const std::vector<Tensor*>& top) override;
   void Reshape(const std::vector<Tensor*>& bottom, const std::vector<Tensor*>& top) override;
 
+  // Whether this is a learned scale of one value per channel (axis 1, one axis): the form a
+  // BatchNorm layer can compute in its own passes (BatchNormLayer::FuseScale).
+  bool ScalesChannels() const { return learned_ && axis_ == 1 && blobs_[0]->num_axes() == 1; }
+  // Index of the bias in blobs(), or -1 without bias_term.
+  int bias_index() const { return bias_index_; }
+
  protected:
   void ForwardCpu(const std::vector<Tensor*>& bottom, const std::vector<Tensor*>& top) override;
   void BackwardCpu(const std::vector<Tensor*>& top, const std::vector<bool>& propagate_down,
@@ -34,11 +40,13 @@ class ScaleLayer final : public Layer {
   CORTADO_GPU_PASSES;
 
  private:
-  int bias_index_ = -1;  // index of the bias in blobs_, or -1 without bias_term
-  int outer_dim_ = 0;    // product of bottom[0]'s dimensions before the scale axes
-  int scale_dim_ = 0;    // number of scale values
-  int inner_dim_ = 0;    // product of bottom[0]'s dimensions after the scale axes
-  Tensor saved_input_;   // in-place only: bottom[0]'s data before Forward, for Backward
+  int bias_index_ = -1;   // index of the bias in blobs_, or -1 without bias_term
+  bool learned_ = false;  // s is blobs_[0] (one bottom), not bottom[1]
+  int axis_ = 0;          // bottom[0]'s first axis that s lines up with (after Reshape)
+  int outer_dim_ = 0;     // product of bottom[0]'s dimensions before the scale axes
+  int scale_dim_ = 0;     // number of scale values
+  int inner_dim_ = 0;     // product of bottom[0]'s dimensions after the scale axes
+  Tensor saved_input_;    // in-place only: bottom[0]'s data before Forward, for Backward
 };
 
 }  // namespace cortado

@@ -2,12 +2,15 @@
 #include "net/net.hpp"
 
 #include <algorithm>
+#include <cstdlib>
 #include <set>
 
 #include "core/error.hpp"
 #include "core/logging.hpp"
 #include "io/hdf5_io.hpp"
 #include "io/proto_io.hpp"
+#include "layers/batch_norm_layer.hpp"
+#include "layers/scale_layer.hpp"
 #include "math/on_device.hpp"
 #include "net/insert_splits.hpp"
 
@@ -221,6 +224,12 @@ void Net::Init(const caffe::NetParameter& in_param) {
       }
     }
   }
+  const char* fuse = std::getenv("CORTADO_FUSE");
+  if (fuse == nullptr || std::string(fuse) != "0") {
+    const int fused = FuseBatchNormChains();
+    if (fused > 0) CORTADO_LOG_DEBUG("net '{}': fused {} BatchNorm + Scale chains", name_, fused);
+  }
+  DropUnneededBackwardState();
   // Blobs produced and never consumed are the net's outputs.
   for (const auto& [blob_name, blob_id] : available) {
     output_blobs_.push_back(blobs_[blob_id].get());
@@ -229,6 +238,54 @@ void Net::Init(const caffe::NetParameter& in_param) {
   CORTADO_LOG_DEBUG("net '{}' ({}) built: {} layers, {} blobs, {} learnable params", name_,
                     caffe::Phase_Name(phase_), layers_.size(), blobs_.size(),
                     learnable_params_.size());
+}
+
+int Net::FuseBatchNormChains() {
+  const int num_layers = static_cast<int>(layers_.size());
+  // Layer i works in place on `blob`, with no explicit propagate_down and no loss weight.
+  auto in_place_on = [&](int i, int blob, const char* type) {
+    return i < num_layers && std::string(layers_[i]->type()) == type &&
+           bottom_ids_[i].size() == 1 && top_ids_[i].size() == 1 && bottom_ids_[i][0] == blob &&
+           top_ids_[i][0] == blob && layers_[i]->layer_param().propagate_down_size() == 0 &&
+           layers_[i]->loss(0) == 0.0f && layers_[i]->fused_into() == nullptr;
+  };
+  int fused = 0;
+  for (int i = 0; i < num_layers; ++i) {
+    if (top_ids_[i].size() != 1) continue;
+    const int blob = top_ids_[i][0];
+    if (!in_place_on(i, blob, "BatchNorm") || !in_place_on(i + 1, blob, "Scale")) continue;
+    auto* scale = dynamic_cast<ScaleLayer*>(layers_[i + 1].get());
+    if (scale == nullptr || !scale->ScalesChannels()) continue;
+    const bool relu = in_place_on(i + 2, blob, "ReLU") &&
+                      layers_[i + 2]->layer_param().relu_param().negative_slope() >= 0.0f;
+    auto* bn = static_cast<BatchNormLayer*>(layers_[i].get());
+    bn->FuseScale(scale, layer_need_backward_[i + 1], relu,
+                  relu ? layers_[i + 2]->layer_param().relu_param().negative_slope() : 0.0f);
+    scale->set_fused_into(bn);
+    bool need_backward = layer_need_backward_[i] || layer_need_backward_[i + 1];
+    if (relu) {
+      layers_[i + 2]->set_fused_into(bn);
+      need_backward = need_backward || layer_need_backward_[i + 2];
+    }
+    layer_need_backward_[i] = need_backward;
+    ++fused;
+  }
+  return fused;
+}
+
+void Net::DropUnneededBackwardState() {
+  // A BatchNorm that never runs backward need not keep its normalised copy.
+  for (size_t i = 0; i < layers_.size(); ++i) {
+    if (!layer_need_backward_[i] && std::string(layers_[i]->type()) == "BatchNorm") {
+      static_cast<BatchNormLayer*>(layers_[i].get())->DropBackwardState();
+    }
+  }
+}
+
+void Net::SetForwardOnly() {
+  std::fill(layer_need_backward_.begin(), layer_need_backward_.end(), false);
+  for (auto& need : bottom_need_backward_) std::fill(need.begin(), need.end(), false);
+  DropUnneededBackwardState();
 }
 
 void Net::AppendTop(const caffe::NetParameter& param, int layer_id, int top_id,
@@ -391,6 +448,112 @@ void Net::Reshape() {
   for (size_t i = 0; i < layers_.size(); ++i) {
     layers_[i]->Reshape(bottom_vecs_[i], top_vecs_[i]);
   }
+}
+
+size_t Net::ShareDiffBuffers() {
+  const int num_layers = static_cast<int>(layers_.size());
+  // Blobs that already share one diff (Flatten, Reshape and the like alias their top's diff to
+  // their bottom's) are planned as one.
+  std::map<const SyncedMemory*, int> group_of_diff;
+  std::vector<std::vector<Tensor*>> groups;
+  std::vector<int> group(blobs_.size());
+  for (size_t blob = 0; blob < blobs_.size(); ++blob) {
+    const SyncedMemory* diff = blobs_[blob]->diff().get();
+    auto [it, added] = group_of_diff.emplace(diff, static_cast<int>(groups.size()));
+    if (added) groups.emplace_back();
+    group[blob] = it->second;
+    groups[it->second].push_back(blobs_[blob].get());
+  }
+  const int num_groups = static_cast<int>(groups.size());
+  // For each group, the highest and lowest index of the backward-running layers that touch its
+  // diff (as a top, or as a bottom), and whether all touches at the highest one overwrite it
+  // without reading it (a bottom it propagates to, and not one of its tops).
+  std::vector<int> first(num_groups, -1), last(num_groups, num_layers);
+  std::vector<bool> first_writes(num_groups, false);
+  for (int i = num_layers - 1; i >= 0; --i) {
+    if (!layer_need_backward_[i]) continue;
+    auto touch = [&](int g, bool writes) {
+      if (first[g] < 0) {
+        first[g] = i;
+        first_writes[g] = writes;
+      } else if (first[g] == i) {
+        first_writes[g] = first_writes[g] && writes;
+      }
+      last[g] = i;
+    };
+    const auto& tops = top_ids_[i];
+    for (int blob : tops) touch(group[blob], false);
+    for (size_t b = 0; b < bottom_ids_[i].size(); ++b) {
+      const int blob = bottom_ids_[i][b];
+      const bool in_place = std::find(tops.begin(), tops.end(), blob) != tops.end();
+      touch(group[blob], bottom_need_backward_[i][b] && !in_place);
+    }
+  }
+  // Never the net's inputs and outputs (their diffs are what a caller reads) nor losses (their
+  // diffs hold the loss weights).
+  std::vector<bool> excluded(num_groups, false);
+  const std::set<const Tensor*> inputs(input_blobs_.begin(), input_blobs_.end());
+  for (size_t blob = 0; blob < blobs_.size(); ++blob) {
+    if (inputs.count(blobs_[blob].get())) excluded[group[blob]] = true;
+    if (blob < blob_loss_weights_.size() && blob_loss_weights_[blob] != 0.0f) {
+      excluded[group[blob]] = true;
+    }
+  }
+  for (int blob : output_blob_indices_) excluded[group[blob]] = true;
+  std::vector<int> order;
+  std::vector<size_t> group_bytes(num_groups, 0);
+  for (int g = 0; g < num_groups; ++g) {
+    for (const Tensor* t : groups[g]) {
+      group_bytes[g] = std::max(group_bytes[g], sizeof(float) * static_cast<size_t>(t->count()));
+    }
+    if (first[g] >= 0 && first_writes[g] && last[g] < first[g] && !excluded[g] &&
+        group_bytes[g] > 0) {
+      order.push_back(g);
+    }
+  }
+  // Backward runs from the last layer down, so groups whose gradient starts later come first.
+  std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return first[a] > first[b]; });
+  struct Buffer {
+    size_t bytes = 0;
+    int free_below = 0;  // the layer its last group's gradient is read at for the last time
+    std::vector<int> groups;
+  };
+  std::vector<Buffer> buffers;
+  size_t separate = 0;
+  for (int g : order) {
+    const size_t bytes = group_bytes[g];
+    separate += bytes;
+    // A buffer is free once its last group's gradient has been read for the last time, strictly
+    // above the layer that writes this one. Take the smallest free one that fits, else grow the
+    // largest free one, else start a new one.
+    Buffer* best = nullptr;
+    for (Buffer& buffer : buffers) {
+      if (buffer.free_below <= first[g]) continue;
+      const bool fits = buffer.bytes >= bytes;
+      if (best == nullptr || (fits && (best->bytes < bytes || buffer.bytes < best->bytes)) ||
+          (!fits && best->bytes < bytes && buffer.bytes > best->bytes)) {
+        best = &buffer;
+      }
+    }
+    if (best == nullptr) {
+      buffers.emplace_back();
+      best = &buffers.back();
+    }
+    best->bytes = std::max(best->bytes, bytes);
+    best->free_below = last[g];
+    best->groups.push_back(g);
+  }
+  size_t shared = 0;
+  for (Buffer& buffer : buffers) {
+    auto memory = std::make_shared<SyncedMemory>(buffer.bytes);
+    for (int g : buffer.groups) {
+      for (Tensor* t : groups[g]) t->UseDiffBuffer(memory);
+    }
+    shared += buffer.bytes;
+  }
+  CORTADO_LOG_DEBUG("net '{}': {} blob gradients in {} shared buffers ({} MiB instead of {} MiB)",
+                    name_, order.size(), buffers.size(), shared >> 20, separate >> 20);
+  return separate - shared;
 }
 
 void Net::ClearParamDiffs() {

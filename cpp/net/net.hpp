@@ -6,6 +6,11 @@
 // bottoms, tops named like a bottom are computed in place, parameters named alike are shared,
 // and backward runs only where it can reach a loss. Errors name the layer, its type and the
 // shapes of its bottoms. A Net is used by one thread at a time.
+//
+// Then, unless the environment sets CORTADO_FUSE=0, each in-place BatchNorm followed in place
+// by a per-channel Scale (and a ReLU) is fused: the BatchNorm layer computes all of them and the
+// others do nothing (BatchNormLayer::FuseScale). A partial ForwardFromTo that ends between
+// fused layers therefore runs the whole group.
 #pragma once
 
 #include <map>
@@ -40,6 +45,17 @@ class Net {
   float ForwardBackward();
   // Re-runs every layer's Reshape (after the inputs changed shape).
   void Reshape();
+  // The training memory plan: blobs whose gradients are never alive at the same time during
+  // Backward keep them in one buffer. A blob's gradient lives from the backward pass of the layer
+  // that writes it (its consumer) to that of the last layer that reads it (its producer); only
+  // blobs whose first toucher in Backward overwrites the diff take part, never losses, inputs or
+  // parameters. After Backward, the diffs of the blobs that take part hold what a later layer
+  // wrote, not their own gradient. Returns the diff bytes saved at the current shapes; a later
+  // Reshape that grows a blob gives it a buffer of its own again.
+  size_t ShareDiffBuffers();
+  // For nets that only ever run Forward (test nets): Backward then does nothing, and layers drop
+  // what they keep only for it (BatchNorm's normalised copy).
+  void SetForwardOnly();
   // Zeroes the diffs of the learnable parameters.
   void ClearParamDiffs();
   // data -= diff for every learnable parameter.
@@ -109,6 +125,10 @@ class Net {
                     std::map<std::string, int>* available);
   void AppendParam(const caffe::NetParameter& param, int layer_id, int param_id);
   std::string DescribeLayer(int layer_id) const;
+  // Fuses BatchNorm + Scale (+ ReLU) chains (see the top of this file); returns how many.
+  int FuseBatchNormChains();
+  // Tells layers that never run backward to keep nothing for it.
+  void DropUnneededBackwardState();
 
   Context* ctx_;
   std::string name_;

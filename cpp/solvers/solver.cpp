@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <random>
@@ -167,6 +168,14 @@ void Solver::InitTrainNet() {
   state.MergeFrom(param_.train_state());
   *net_param.mutable_state() = state;
   net_ = std::make_unique<Net>(net_param, ctx_);
+  // The memory plan: activations' gradients that are never alive together share buffers.
+  // CORTADO_SHARE_DIFFS=0 keeps one per blob (every blob's diff readable after Backward).
+  const char* share = std::getenv("CORTADO_SHARE_DIFFS");
+  if (share == nullptr || std::string(share) != "0") {
+    const size_t saved = net_->ShareDiffBuffers();
+    CORTADO_LOG_INFO("Training net: gradient buffers shared between blobs save {:.1f} MiB",
+                     saved / 1048576.0);
+  }
 }
 
 void Solver::InitTestNets() {
@@ -225,6 +234,7 @@ void Solver::InitTestNets() {
     *net_params[i].mutable_state() = state;
     CORTADO_LOG_INFO("Creating test net (#{}) specified by {}", i, sources[i]);
     test_nets_.push_back(std::make_unique<Net>(net_params[i], ctx_));
+    test_nets_.back()->SetForwardOnly();
   }
   test_scores_.resize(num_instances);
 }

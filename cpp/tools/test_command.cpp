@@ -39,6 +39,7 @@ int TestCommand(int argc, char** argv) {
   if (ctx.device().is_cuda()) CORTADO_LOG_INFO("Use GPU with device ID {}", ctx.device().id);
   Net net(flags.Get("model"), caffe::TEST, &ctx, flags.GetInt("level"),
           SplitList(flags.Get("stage")));
+  net.SetForwardOnly();
   for (const auto& path : SplitList(flags.Get("weights"))) CopyWeightsFromFile(path, &net);
   CORTADO_LOG_INFO("Running for {} iterations.", iterations);
 

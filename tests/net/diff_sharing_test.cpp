@@ -1,0 +1,208 @@
+// SPDX-License-Identifier: Apache-2.0
+// The training memory plan (Net::ShareDiffBuffers): with gradient buffers shared between blobs,
+// a net computes bit for bit the same parameter gradients, input gradient and loss as without,
+// over nets that exercise every kind of diff use (branches through Split, Concat, Slice and
+// Eltwise; in-place chains; layers that alias their top's diff to their bottom's; losses with
+// labels; layers that do not propagate); and it does save memory. A Solver plans its training
+// net unless CORTADO_SHARE_DIFFS=0.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <set>
+#include <string>
+
+#include "io/proto_io.hpp"
+#include "math/math.hpp"
+#include "net/net.hpp"
+#include "solvers/solver.hpp"
+
+namespace cortado {
+namespace {
+
+caffe::NetParameter ParseNet(const std::string& text) {
+  caffe::NetParameter param;
+  io::ReadProtoFromTextString(text, "<test>", &param);
+  return param;
+}
+
+// Two branches off one input that meet again, with most of the layer kinds a training net has.
+const char kBranchyNet[] = R"(
+  name: "branchy" force_backward: true
+  layer { name: "in" type: "Input" top: "x" top: "label" top: "ip1_target"
+          input_param { shape { dim: 4 dim: 3 dim: 8 dim: 8 } shape { dim: 4 }
+                        shape { dim: 4 dim: 12 } } }
+  layer { name: "conv1" type: "Convolution" bottom: "x" top: "c1"
+          convolution_param { num_output: 6 kernel_size: 3 pad: 1
+                              weight_filler { type: "gaussian" std: 0.3 }
+                              bias_filler { type: "gaussian" std: 0.1 } } }
+  layer { name: "bn1" type: "BatchNorm" bottom: "c1" top: "c1" }
+  layer { name: "sc1" type: "Scale" bottom: "c1" top: "c1" scale_param { bias_term: true } }
+  layer { name: "relu1" type: "ReLU" bottom: "c1" top: "c1" }
+  layer { name: "slice" type: "Slice" bottom: "c1" top: "s1" top: "s2"
+          slice_param { axis: 1 slice_point: 2 } }
+  layer { name: "conv2" type: "Convolution" bottom: "s1" top: "c2"
+          convolution_param { num_output: 4 kernel_size: 3 pad: 1
+                              weight_filler { type: "gaussian" std: 0.3 } } }
+  layer { name: "tanh" type: "TanH" bottom: "c2" top: "c2" }
+  layer { name: "conv3" type: "Convolution" bottom: "s2" top: "c3"
+          convolution_param { num_output: 4 kernel_size: 1
+                              weight_filler { type: "gaussian" std: 0.3 } } }
+  layer { name: "prelu" type: "PReLU" bottom: "c3" top: "p3" }
+  layer { name: "sum" type: "Eltwise" bottom: "c2" bottom: "p3" top: "e" }
+  layer { name: "concat" type: "Concat" bottom: "e" bottom: "c1" top: "cat" }
+  layer { name: "pool" type: "Pooling" bottom: "cat" top: "pool"
+          pooling_param { pool: MAX kernel_size: 2 stride: 2 } }
+  layer { name: "lrn" type: "LRN" bottom: "pool" top: "norm" lrn_param { local_size: 3 } }
+  layer { name: "sig" type: "Sigmoid" bottom: "norm" top: "sig" }
+  layer { name: "flat" type: "Flatten" bottom: "sig" top: "flat" }
+  layer { name: "ip1" type: "InnerProduct" bottom: "flat" top: "ip1"
+          inner_product_param { num_output: 12 weight_filler { type: "gaussian" std: 0.1 }
+                                bias_filler { type: "gaussian" std: 0.1 } } }
+  layer { name: "reshape" type: "Reshape" bottom: "ip1" top: "r"
+          reshape_param { shape { dim: 0 dim: 3 dim: 4 } } }
+  layer { name: "ip2" type: "InnerProduct" bottom: "r" top: "scores"
+          inner_product_param { num_output: 5 weight_filler { type: "gaussian" std: 0.1 } } }
+  layer { name: "loss" type: "SoftmaxWithLoss" bottom: "scores" bottom: "label" top: "loss" }
+  layer { name: "aux" type: "EuclideanLoss" bottom: "ip1" bottom: "ip1_target" top: "aux"
+          loss_weight: 0.5 propagate_down: true propagate_down: false }
+)";
+
+void FillInputs(Net* net) {
+  Rng rng(99);
+  Tensor* x = net->blob_by_name("x");
+  math::RngGaussian(x->count(), 0.0f, 1.0f, rng, x->mutable_cpu_data());
+  Tensor* label = net->blob_by_name("label");
+  for (int i = 0; i < label->count(); ++i) label->mutable_cpu_data()[i] = static_cast<float>(i % 5);
+  if (net->has_blob("ip1_target")) {
+    Tensor* t = net->blob_by_name("ip1_target");
+    math::RngGaussian(t->count(), 0.0f, 1.0f, rng, t->mutable_cpu_data());
+  }
+}
+
+int DistinctDiffBuffers(const Net& net) {
+  std::set<const SyncedMemory*> buffers;
+  for (const auto& blob : net.blobs()) buffers.insert(blob->diff().get());
+  return static_cast<int>(buffers.size());
+}
+
+void ExpectSameGradients(const std::string& text) {
+  caffe::NetParameter param = ParseNet(text);
+  param.mutable_state()->set_phase(caffe::TRAIN);
+  Context ctx_a(Device::Cpu(), 5);
+  Context ctx_b(Device::Cpu(), 5);
+  Net plain(param, &ctx_a);
+  Net shared(param, &ctx_b);
+  caffe::NetParameter weights;
+  plain.ToProto(&weights);
+  shared.CopyTrainedLayersFrom(weights);
+  const int before = DistinctDiffBuffers(shared);
+  const size_t saved = shared.ShareDiffBuffers();
+  EXPECT_GT(saved, 0u);
+  EXPECT_LT(DistinctDiffBuffers(shared), before);
+  FillInputs(&plain);
+  FillInputs(&shared);
+  for (int iteration = 0; iteration < 2; ++iteration) {
+    const float expected = plain.ForwardBackward();
+    const float loss = shared.ForwardBackward();
+    EXPECT_EQ(loss, expected) << "iteration " << iteration;
+    for (size_t k = 0; k < plain.learnable_params().size(); ++k) {
+      const Tensor& e = *plain.learnable_params()[k];
+      const Tensor& a = *shared.learnable_params()[k];
+      for (int i = 0; i < e.count(); ++i) {
+        ASSERT_EQ(e.cpu_diff()[i], a.cpu_diff()[i])
+            << plain.param_display_names()[k] << " element " << i << ", iteration " << iteration;
+      }
+    }
+    const Tensor& ex = *plain.blob_by_name("x");
+    const Tensor& ax = *shared.blob_by_name("x");
+    for (int i = 0; i < ex.count(); ++i) {
+      ASSERT_EQ(ex.cpu_diff()[i], ax.cpu_diff()[i]) << "input gradient element " << i;
+    }
+  }
+}
+
+TEST(DiffSharingTest, BranchyNetHasTheSameGradients) { ExpectSameGradients(kBranchyNet); }
+
+// A residual stage: Split, Eltwise and fused BatchNorm chains, as ResNet has them.
+TEST(DiffSharingTest, ResidualBlocksHaveTheSameGradients) {
+  std::string text = R"(
+    name: "residual"
+    layer { name: "in" type: "Input" top: "x" top: "label"
+            input_param { shape { dim: 2 dim: 4 dim: 6 dim: 6 } shape { dim: 2 } } }
+  )";
+  std::string from = "x";
+  for (int block = 0; block < 3; ++block) {
+    const std::string b = "b" + std::to_string(block);
+    for (int k = 0; k < 2; ++k) {
+      const std::string bottom = k == 0 ? from : b + "c0";
+      text += fmt::format(R"(
+        layer {{ name: "{0}c{1}" type: "Convolution" bottom: "{2}" top: "{0}c{1}"
+                convolution_param {{ num_output: 4 kernel_size: 3 pad: 1 bias_term: false
+                                    weight_filler {{ type: "msra" }} }} }}
+        layer {{ name: "{0}bn{1}" type: "BatchNorm" bottom: "{0}c{1}" top: "{0}c{1}" }}
+        layer {{ name: "{0}sc{1}" type: "Scale" bottom: "{0}c{1}" top: "{0}c{1}"
+                scale_param {{ bias_term: true }} }}
+      )",
+                          b, k, bottom);
+      if (k == 0) {
+        text += fmt::format(
+            R"(layer {{ name: "{0}relu0" type: "ReLU" bottom: "{0}c0" top: "{0}c0" }})", b);
+      }
+    }
+    text += fmt::format(R"(
+      layer {{ name: "{0}sum" type: "Eltwise" bottom: "{1}" bottom: "{0}c1" top: "{0}" }}
+      layer {{ name: "{0}relu" type: "ReLU" bottom: "{0}" top: "{0}" }}
+    )",
+                        b, from);
+    from = b;
+  }
+  text += fmt::format(R"(
+    layer {{ name: "pool" type: "Pooling" bottom: "{}" top: "pool"
+            pooling_param {{ pool: AVE global_pooling: true }} }}
+    layer {{ name: "fc" type: "InnerProduct" bottom: "pool" top: "fc"
+            inner_product_param {{ num_output: 3 weight_filler {{ type: "xavier" }} }} }}
+    layer {{ name: "loss" type: "SoftmaxWithLoss" bottom: "fc" bottom: "label" top: "loss" }}
+  )",
+                      from);
+  ExpectSameGradients(text);
+}
+
+TEST(DiffSharingTest, GrowingABlobGivesItItsOwnBuffer) {
+  caffe::NetParameter param = ParseNet(kBranchyNet);
+  param.mutable_state()->set_phase(caffe::TRAIN);
+  Context ctx(Device::Cpu(), 5);
+  Net net(param, &ctx);
+  net.ShareDiffBuffers();
+  const int before = DistinctDiffBuffers(net);
+  // A larger batch: every planned blob outgrows its buffer and gets its own again.
+  net.blob_by_name("x")->Reshape({8, 3, 8, 8});
+  net.blob_by_name("label")->Reshape({8});
+  net.blob_by_name("ip1_target")->Reshape({8, 12});
+  net.Reshape();
+  EXPECT_GT(DistinctDiffBuffers(net), before);
+  for (const auto& blob : net.blobs()) {
+    EXPECT_GE(blob->diff()->size(), sizeof(float) * blob->count());
+  }
+  FillInputs(&net);
+  EXPECT_TRUE(std::isfinite(net.ForwardBackward()));
+}
+
+TEST(DiffSharingTest, SolverPlansItsTrainingNetUnlessTurnedOff) {
+  caffe::SolverParameter param;
+  *param.mutable_net_param() = ParseNet(kBranchyNet);
+  param.set_base_lr(0.01f);
+  param.set_lr_policy("fixed");
+  param.set_max_iter(1);
+  param.set_random_seed(3);
+  Context ctx(Device::Cpu(), 3);
+  auto solver = CreateSolver(param, &ctx);
+  const int planned = DistinctDiffBuffers(*solver->net());
+  ::setenv("CORTADO_SHARE_DIFFS", "0", 1);
+  auto unplanned = CreateSolver(param, &ctx);
+  ::unsetenv("CORTADO_SHARE_DIFFS");
+  EXPECT_LT(planned, DistinctDiffBuffers(*unplanned->net()));
+}
+
+}  // namespace
+}  // namespace cortado

@@ -1,0 +1,307 @@
+// SPDX-License-Identifier: Apache-2.0
+// BatchNorm + Scale (+ ReLU) fusion: a net that fuses the chain computes what the same net
+// computes with the layers run one by one (CORTADO_FUSE=0): the same loss, tops, running
+// statistics, input gradient and parameter gradients, in TRAIN and TEST, with and without the
+// Scale's bias, with a leaky ReLU, with a frozen Scale; and on the GPU against the CPU. Chains
+// that cannot be fused (not in place, a ReLU of negative slope, a Scale over other axes) are
+// left as they are.
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "core/synced_memory.hpp"
+#include "io/proto_io.hpp"
+#include "math/math.hpp"
+#include "net/net.hpp"
+#include "support/gpu_check.hpp"
+
+namespace cortado {
+namespace {
+
+// Sets an environment variable for one scope.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value) : name_(name) {
+    if (const char* old = std::getenv(name)) old_ = old;
+    ::setenv(name, value, 1);
+  }
+  ~ScopedEnv() {
+    if (old_) {
+      ::setenv(name_.c_str(), old_->c_str(), 1);
+    } else {
+      ::unsetenv(name_.c_str());
+    }
+  }
+
+ private:
+  std::string name_;
+  std::optional<std::string> old_;
+};
+
+struct ChainOptions {
+  std::string phase = "TRAIN";
+  std::string scale_param = "scale_param { bias_term: true }";
+  std::string scale_spec;  // param { ... } entries of the Scale layer
+  std::string relu = "layer { name: \"relu\" type: \"ReLU\" bottom: \"c\" top: \"c\" }";
+  int height = 4;
+  int width = 5;
+  bool force_backward = true;
+};
+
+// Input -> Convolution -> BatchNorm -> Scale -> ReLU (all in place on "c") -> InnerProduct ->
+// EuclideanLoss, with force_backward (unless unset) so the input gets a gradient too.
+caffe::NetParameter ChainNet(const ChainOptions& o) {
+  const std::string text = fmt::format(R"(
+    name: "chain" force_backward: {}
+    state {{ phase: {} }}
+    layer {{ name: "in" type: "Input" top: "x" top: "target"
+            input_param {{ shape {{ dim: 3 dim: 2 dim: {} dim: {} }} shape {{ dim: 3 dim: 2 }} }} }}
+    layer {{ name: "conv" type: "Convolution" bottom: "x" top: "c"
+            convolution_param {{ num_output: 4 kernel_size: 3 pad: 1
+                                weight_filler {{ type: "gaussian" std: 0.5 }}
+                                bias_filler {{ type: "gaussian" std: 0.5 }} }} }}
+    layer {{ name: "bn" type: "BatchNorm" bottom: "c" top: "c" }}
+    layer {{ name: "scale" type: "Scale" bottom: "c" top: "c" {} {} }}
+    {}
+    layer {{ name: "ip" type: "InnerProduct" bottom: "c" top: "out"
+            inner_product_param {{ num_output: 2 weight_filler {{ type: "gaussian" std: 0.3 }} }} }}
+    layer {{ name: "loss" type: "EuclideanLoss" bottom: "out" bottom: "target" top: "loss" }}
+  )",
+                                       o.force_backward, o.phase, o.height, o.width, o.scale_spec,
+                                       o.scale_param, o.relu);
+  caffe::NetParameter param;
+  io::ReadProtoFromTextString(text, "<chain>", &param);
+  return param;
+}
+
+std::unique_ptr<Net> Build(const caffe::NetParameter& param, Context* ctx, bool fuse) {
+  ScopedEnv env("CORTADO_FUSE", fuse ? "1" : "0");
+  return std::make_unique<Net>(param, ctx);
+}
+
+// Random, non-trivial values in the inputs and in the Scale's parameters (so a wrong scale or
+// bias path shows), and the stored statistics of a trained net (for TEST).
+void Prepare(Net* net) {
+  Rng rng(4242);
+  for (const char* name : {"x", "target"}) {
+    Tensor* t = net->blob_by_name(name);
+    math::RngGaussian(t->count(), 0.0f, 1.0f, rng, t->mutable_cpu_data());
+  }
+  for (auto& blob : net->layer_by_name("scale")->blobs()) {
+    math::RngUniform(blob->count(), 0.5f, 1.5f, rng, blob->mutable_cpu_data());
+  }
+  auto& stats = net->layer_by_name("bn")->blobs();
+  math::RngUniform(stats[0]->count(), -0.5f, 0.5f, rng, stats[0]->mutable_cpu_data());
+  math::RngUniform(stats[1]->count(), 0.5f, 2.0f, rng, stats[1]->mutable_cpu_data());
+  stats[2]->mutable_cpu_data()[0] = 1.0f;
+}
+
+void ExpectClose(const Tensor& expected, const Tensor& actual, bool diff, float tolerance,
+                 const std::string& what) {
+  ASSERT_EQ(expected.shape(), actual.shape()) << what;
+  const float* e = diff ? expected.cpu_diff() : expected.cpu_data();
+  const float* a = diff ? actual.cpu_diff() : actual.cpu_data();
+  testing::detail::ExpectClose(e, a, expected.count(), tolerance, what);
+}
+
+// Runs ForwardBackward on both nets from the same weights and inputs, twice (so the running
+// statistics accumulate), and compares everything a user can observe.
+void ExpectSameAsUnfused(const ChainOptions& o, Device fused_device = Device::Cpu(),
+                         float tolerance = 2e-5f) {
+  const caffe::NetParameter param = ChainNet(o);
+  Context cpu(Device::Cpu(), 1701);
+  Context dev(fused_device, 1701);
+  auto reference = Build(param, &cpu, false);
+  auto fused = Build(param, &dev, true);
+  EXPECT_EQ(reference->layer_by_name("scale")->fused_into(), nullptr);
+  Prepare(reference.get());
+  caffe::NetParameter weights;
+  reference->ToProto(&weights);
+  fused->CopyTrainedLayersFrom(weights);
+  Prepare(fused.get());
+  for (int iteration = 0; iteration < 2; ++iteration) {
+    const std::string at = fmt::format(" (iteration {})", iteration);
+    const float expected_loss = reference->ForwardBackward();
+    const float loss = fused->ForwardBackward();
+    EXPECT_NEAR(loss, expected_loss, tolerance * std::max(1.0f, std::fabs(expected_loss))) << at;
+    ExpectClose(*reference->blob_by_name("c"), *fused->blob_by_name("c"), false, tolerance,
+                "top of the chain" + at);
+    ExpectClose(*reference->blob_by_name("out"), *fused->blob_by_name("out"), false, tolerance,
+                "net output" + at);
+    ExpectClose(*reference->blob_by_name("x"), *fused->blob_by_name("x"), true, tolerance,
+                "input gradient" + at);
+    ExpectClose(*reference->blob_by_name("c"), *fused->blob_by_name("c"), true, tolerance,
+                "gradient at the chain's input" + at);
+    for (size_t k = 0; k < reference->learnable_params().size(); ++k) {
+      ExpectClose(*reference->learnable_params()[k], *fused->learnable_params()[k], true, tolerance,
+                  "diff of " + reference->param_display_names()[k] + at);
+    }
+    auto& expected_stats = reference->layer_by_name("bn")->blobs();
+    auto& stats = fused->layer_by_name("bn")->blobs();
+    for (size_t k = 0; k < stats.size(); ++k) {
+      ExpectClose(*expected_stats[k], *stats[k], false, tolerance,
+                  fmt::format("BatchNorm statistics blob {}{}", k, at));
+    }
+  }
+}
+
+bool Fused(const ChainOptions& o, const char* layer) {
+  Context ctx(Device::Cpu(), 1701);
+  auto net = Build(ChainNet(o), &ctx, true);
+  return net->layer_by_name(layer)->fused_into() == net->layer_by_name("bn");
+}
+
+TEST(BatchNormFusionTest, FusesScaleAndReluInPlace) {
+  ChainOptions o;
+  EXPECT_TRUE(Fused(o, "scale"));
+  EXPECT_TRUE(Fused(o, "relu"));
+  Context ctx(Device::Cpu(), 1701);
+  auto net = Build(ChainNet(o), &ctx, false);
+  EXPECT_EQ(net->layer_by_name("scale")->fused_into(), nullptr) << "CORTADO_FUSE=0 is ignored";
+}
+
+TEST(BatchNormFusionTest, TrainMatchesSeparateLayers) { ExpectSameAsUnfused({}); }
+
+TEST(BatchNormFusionTest, TestPhaseMatchesSeparateLayers) {
+  ChainOptions o;
+  o.phase = "TEST";  // stored statistics
+  ExpectSameAsUnfused(o);
+}
+
+TEST(BatchNormFusionTest, WithoutBiasMatches) {
+  ChainOptions o;
+  o.scale_param = "";
+  ExpectSameAsUnfused(o);
+}
+
+TEST(BatchNormFusionTest, LeakyReluMatches) {
+  ChainOptions o;
+  o.relu = R"(layer { name: "relu" type: "ReLU" bottom: "c" top: "c"
+                      relu_param { negative_slope: 0.1 } })";
+  EXPECT_TRUE(Fused(o, "relu"));
+  ExpectSameAsUnfused(o);
+}
+
+TEST(BatchNormFusionTest, WithoutReluMatches) {
+  ChainOptions o;
+  o.relu = "";
+  EXPECT_TRUE(Fused(o, "scale"));
+  ExpectSameAsUnfused(o);
+}
+
+TEST(BatchNormFusionTest, FrozenScaleGetsNoGradient) {
+  ChainOptions o;
+  o.scale_spec = "param { lr_mult: 0 } param { lr_mult: 0 }";
+  o.force_backward = false;  // which would give every parameter a gradient, as in Caffe
+  ExpectSameAsUnfused(o);
+  Context ctx(Device::Cpu(), 1701);
+  auto net = Build(ChainNet(o), &ctx, true);
+  Prepare(net.get());
+  net->ForwardBackward();
+  for (auto& blob : net->layer_by_name("scale")->blobs()) {
+    EXPECT_EQ(math::Asum(blob->count(), blob->cpu_diff()), 0.0f);
+  }
+}
+
+TEST(BatchNormFusionTest, OddSpatialSizeMatches) {
+  ChainOptions o;
+  o.height = 3;
+  o.width = 3;
+  ExpectSameAsUnfused(o);
+}
+
+TEST(BatchNormFusionTest, LeavesOtherChainsAlone) {
+  ChainOptions negative;
+  negative.relu = R"(layer { name: "relu" type: "ReLU" bottom: "c" top: "c"
+                             relu_param { negative_slope: -0.5 } })";
+  EXPECT_TRUE(Fused(negative, "scale"));
+  EXPECT_FALSE(Fused(negative, "relu")) << "a negative slope loses the sign in place";
+  ExpectSameAsUnfused(negative);
+
+  ChainOptions per_position;  // a Scale over C x H x W, not per channel
+  per_position.scale_param = "scale_param { num_axes: 3 bias_term: true }";
+  EXPECT_FALSE(Fused(per_position, "scale"));
+  EXPECT_FALSE(Fused(per_position, "relu"));
+
+  // A BatchNorm whose top is a new blob: its output is observable, so nothing is fused.
+  caffe::NetParameter param = ChainNet({});
+  for (auto& layer : *param.mutable_layer()) {
+    if (layer.name() == "bn") layer.set_top(0, "n");
+    if (layer.name() == "scale" || layer.name() == "relu") {
+      layer.set_bottom(0, "n");
+      layer.set_top(0, "n");
+    }
+    if (layer.name() == "ip") layer.set_bottom(0, "n");
+  }
+  Context ctx(Device::Cpu(), 1701);
+  Net net(param, &ctx);
+  EXPECT_EQ(net.layer_by_name("scale")->fused_into(), nullptr);
+}
+
+TEST(BatchNormFusionTest, ForwardOnlyNetKeepsNoNormalisedCopy) {
+  ChainOptions o;
+  o.phase = "TEST";
+  const caffe::NetParameter param = ChainNet(o);
+  Context ctx(Device::Cpu(), 1701);
+  auto reference = Build(param, &ctx, false);
+  auto fused = Build(param, &ctx, true);
+  fused->SetForwardOnly();
+  Prepare(reference.get());
+  Prepare(fused.get());
+  caffe::NetParameter weights;
+  reference->ToProto(&weights);
+  fused->CopyTrainedLayersFrom(weights);
+  const size_t before_reference = HostAllocatedBytes();
+  reference->Forward();
+  const size_t reference_bytes = HostAllocatedBytes() - before_reference;
+  const size_t before_fused = HostAllocatedBytes();
+  fused->Forward();
+  const size_t fused_bytes = HostAllocatedBytes() - before_fused;
+  // The separate layers keep BatchNorm's x_norm and the Scale's input: two copies of "c".
+  const size_t copy = sizeof(float) * fused->blob_by_name("c")->count();
+  EXPECT_EQ(reference_bytes - fused_bytes, 2 * copy);
+  ExpectClose(*reference->blob_by_name("out"), *fused->blob_by_name("out"), false, 2e-5f,
+              "net output");
+  fused->Backward();  // does nothing now
+  EXPECT_EQ(math::Asum(fused->blob_by_name("x")->count(), fused->blob_by_name("x")->cpu_diff()),
+            0.0f);
+}
+
+TEST(BatchNormFusionGpuTest, TrainMatchesCpu) {
+  CORTADO_REQUIRE_GPU();
+  ExpectSameAsUnfused({}, Device::Cuda(0), 1e-4f);
+}
+
+TEST(BatchNormFusionGpuTest, TestPhaseMatchesCpu) {
+  CORTADO_REQUIRE_GPU();
+  ChainOptions o;
+  o.phase = "TEST";
+  ExpectSameAsUnfused(o, Device::Cuda(0), 1e-4f);
+}
+
+TEST(BatchNormFusionGpuTest, LeakyWithoutBiasOddSizeMatchesCpu) {
+  CORTADO_REQUIRE_GPU();
+  ChainOptions o;
+  o.scale_param = "";
+  o.relu = R"(layer { name: "relu" type: "ReLU" bottom: "c" top: "c"
+                      relu_param { negative_slope: 0.1 } })";
+  o.height = 3;
+  o.width = 3;
+  ExpectSameAsUnfused(o, Device::Cuda(0), 1e-4f);
+}
+
+TEST(BatchNormFusionGpuTest, FrozenScaleMatchesCpu) {
+  CORTADO_REQUIRE_GPU();
+  ChainOptions o;
+  o.scale_spec = "param { lr_mult: 0 } param { lr_mult: 0 }";
+  o.force_backward = false;
+  ExpectSameAsUnfused(o, Device::Cuda(0), 1e-4f);
+}
+
+}  // namespace
+}  // namespace cortado
