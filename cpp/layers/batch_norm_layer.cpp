@@ -8,6 +8,13 @@
 #include "math/math.hpp"
 
 namespace cortado {
+namespace {
+
+// Below this many elements a parallel region costs more than it saves. Each channel is one
+// thread's work, so the sums (and the results) do not depend on the thread count.
+constexpr int kParallelThreshold = 1 << 15;
+
+}  // namespace
 
 void BatchNormLayer::Setup(const std::vector<Tensor*>& bottom,
                            const std::vector<Tensor*>& /*top*/) {
@@ -70,15 +77,14 @@ void BatchNormLayer::ForwardCpu(const std::vector<Tensor*>& bottom,
     math::Scale(channels_, factor, blobs_[1]->cpu_data(), variance.data());
   } else {
     // Two passes (mean, then the mean of squared deviations), like Caffe.
+#pragma omp parallel for if (count > kParallelThreshold) schedule(static)
     for (int c = 0; c < channels_; ++c) {
       double sum = 0.0;
       for (int n = 0; n < num_; ++n) {
         sum += math::Sum(spatial_dim_, in + (n * channels_ + c) * spatial_dim_);
       }
       mean_[c] = static_cast<float>(sum / m);
-    }
-    for (int c = 0; c < channels_; ++c) {
-      double sum = 0.0;
+      sum = 0.0;
       for (int n = 0; n < num_; ++n) {
         const float* x = in + (n * channels_ + c) * spatial_dim_;
         for (int i = 0; i < spatial_dim_; ++i) {
@@ -102,8 +108,9 @@ void BatchNormLayer::ForwardCpu(const std::vector<Tensor*>& bottom,
 
   // Without Backward the top itself takes x_norm (in place too: each element is read first).
   float* x_norm = keep_x_norm_ ? x_norm_.mutable_cpu_data() : out;
-  for (int n = 0; n < num_; ++n) {
-    for (int c = 0; c < channels_; ++c) {
+#pragma omp parallel for if (count > kParallelThreshold) schedule(static)
+  for (int c = 0; c < channels_; ++c) {
+    for (int n = 0; n < num_; ++n) {
       const int offset = (n * channels_ + c) * spatial_dim_;
       const float mean = mean_[c];
       const float sd = std_[c];
@@ -119,8 +126,9 @@ void BatchNormLayer::ForwardCpu(const std::vector<Tensor*>& bottom,
   const Affine affine = FusedAffine();
   const float* s = affine.scale->cpu_data();
   const float* b = affine.bias != nullptr ? affine.bias->cpu_data() : nullptr;
-  for (int n = 0; n < num_; ++n) {
-    for (int c = 0; c < channels_; ++c) {
+#pragma omp parallel for if (count > kParallelThreshold) schedule(static)
+  for (int c = 0; c < channels_; ++c) {
+    for (int n = 0; n < num_; ++n) {
       const int offset = (n * channels_ + c) * spatial_dim_;
       const float sc = s[c];
       const float bc = b != nullptr ? b[c] : 0.0f;
@@ -154,9 +162,11 @@ void BatchNormLayer::BackwardCpu(const std::vector<Tensor*>& top,
   };
   // Per channel: sum(g) and sum(g * y), needed for batch statistics and for the Scale's diffs.
   std::vector<double> sum_g(channels_, 0.0), sum_gy(channels_, 0.0);
+  const int count = bottom[0]->count();
   if (!use_global_stats_ || param_grads) {
-    for (int n = 0; n < num_; ++n) {
-      for (int c = 0; c < channels_; ++c) {
+#pragma omp parallel for if (count > kParallelThreshold) schedule(static)
+    for (int c = 0; c < channels_; ++c) {
+      for (int n = 0; n < num_; ++n) {
         const int offset = (n * channels_ + c) * spatial_dim_;
         if (relu_out == nullptr) {
           sum_g[c] += math::Sum(spatial_dim_, top_diff + offset);
@@ -187,6 +197,7 @@ void BatchNormLayer::BackwardCpu(const std::vector<Tensor*>& top,
   if (!propagate_down[0]) return;
   float* diff = bottom[0]->mutable_cpu_diff();
   const float* s = affine.scale != nullptr ? affine.scale->cpu_data() : nullptr;
+#pragma omp parallel for if (count > kParallelThreshold) schedule(static)
   for (int c = 0; c < channels_; ++c) {
     // dy at the normalised output is s * g: with the statistics constant, dx = s * g / std;
     // with batch statistics (means over the channel's m values)
