@@ -13,5 +13,5 @@ echo "# fuse share_diffs: result"
 for setting in "0 0" "1 0" "1 1"; do
   read -r fuse share <<<"$setting"
   printf '%s %s: ' "$fuse" "$share"
-  CORTADO_FUSE=$fuse CORTADO_SHARE_DIFFS=$share "$bin" "$model" "$batch"
+  CORTADO_FUSE=$fuse CORTADO_SHARE_BUFFERS=$share "$bin" "$model" "$batch"
 done

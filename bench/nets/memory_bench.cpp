@@ -3,7 +3,7 @@
 // iteration (forward, backward, update) and prints the most host memory its tensors held, with
 // what the net's blobs and parameters account for. Tensors are laid out alike on the host and on
 // a GPU, so this is also what a GPU run allocates for them (a GPU run adds cuDNN's workspace).
-// CORTADO_FUSE=0 and CORTADO_SHARE_DIFFS=0 turn off the two memory savings, for comparison
+// CORTADO_FUSE=0 and CORTADO_SHARE_BUFFERS=0 turn off the two memory savings, for comparison
 // (bench/nets/memory.sh runs all three).
 //
 //   cortado_memory_bench MODEL.prototxt [batch]

@@ -38,10 +38,15 @@ void Tensor::Reshape(const std::vector<int>& shape) {
         std::make_shared<SyncedMemory>(sizeof(float) * static_cast<size_t>(capacity_), device_id_);
     diff_ =
         std::make_shared<SyncedMemory>(sizeof(float) * static_cast<size_t>(capacity_), device_id_);
-  } else if (diff_->size() < sizeof(float) * static_cast<size_t>(count_)) {
-    // A diff buffer taken with UseDiffBuffer that is too small for the new shape.
-    diff_ =
-        std::make_shared<SyncedMemory>(sizeof(float) * static_cast<size_t>(capacity_), device_id_);
+  } else {
+    // A buffer taken with UseDataBuffer or UseDiffBuffer that is too small for the new shape.
+    const size_t bytes = sizeof(float) * static_cast<size_t>(capacity_);
+    if (data_->size() < sizeof(float) * static_cast<size_t>(count_)) {
+      data_ = std::make_shared<SyncedMemory>(bytes, device_id_);
+    }
+    if (diff_->size() < sizeof(float) * static_cast<size_t>(count_)) {
+      diff_ = std::make_shared<SyncedMemory>(bytes, device_id_);
+    }
   }
 }
 
@@ -144,6 +149,13 @@ void Tensor::ShareDiff(const Tensor& other) {
   CORTADO_CHECK_EQ(count_, other.count(), "ShareDiff between {} and {}", ShapeString(),
                    other.ShapeString());
   diff_ = other.diff_;
+}
+
+void Tensor::UseDataBuffer(std::shared_ptr<SyncedMemory> buffer) {
+  CORTADO_CHECK(buffer != nullptr && buffer->size() >= sizeof(float) * static_cast<size_t>(count_),
+                "data buffer of {} bytes for a tensor of shape {}", buffer ? buffer->size() : 0,
+                ShapeString());
+  data_ = std::move(buffer);
 }
 
 void Tensor::UseDiffBuffer(std::shared_ptr<SyncedMemory> buffer) {

@@ -82,6 +82,8 @@ class Tensor {
   // may use too (Net::ShareDiffBuffers). A later Reshape beyond the buffer's size gives the
   // tensor a diff buffer of its own again.
   void UseDiffBuffer(std::shared_ptr<SyncedMemory> buffer);
+  // The same for the data (Net::ShareDataBuffers).
+  void UseDataBuffer(std::shared_ptr<SyncedMemory> buffer);
 
   // data -= diff (the plain SGD step the solvers build on).
   void Update();

@@ -41,6 +41,8 @@ class BaseConvolutionLayer : public Layer {
   // bias) blobs, or checks the shapes of blobs that are already there.
   void Setup(const std::vector<Tensor*>& bottom, const std::vector<Tensor*>& top) override;
   void Reshape(const std::vector<Tensor*>& bottom, const std::vector<Tensor*>& top) override;
+  // The gradients need the input and the top's diff, never the output.
+  bool BackwardReadsTopData(int /*index*/) const override { return false; }
 
  protected:
   // True for deconvolution: the conv input is the top and the conv output the bottom.

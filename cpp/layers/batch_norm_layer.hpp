@@ -42,6 +42,9 @@ class BatchNormLayer final : public Layer {
   // For a net that never runs this layer backward (test nets): Forward then writes the top
   // directly and keeps no normalised copy, and Backward is an error.
   void DropBackwardState() { keep_x_norm_ = false; }
+  // Backward works from its own normalised copy, and reads the top only for a fused ReLU's mask.
+  bool BackwardReadsBottomData(int /*index*/) const override { return false; }
+  bool BackwardReadsTopData(int /*index*/) const override { return relu_; }
 
  protected:
   void ForwardCpu(const std::vector<Tensor*>& bottom, const std::vector<Tensor*>& top) override;

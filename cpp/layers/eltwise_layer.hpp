@@ -21,6 +21,13 @@ class EltwiseLayer final : public Layer {
   int ExactNumTopBlobs() const override { return 1; }
   void Setup(const std::vector<Tensor*>& bottom, const std::vector<Tensor*>& top) override;
   void Reshape(const std::vector<Tensor*>& bottom, const std::vector<Tensor*>& top) override;
+  // A sum's gradient is the coefficients alone.
+  bool BackwardReadsBottomData(int /*index*/) const override {
+    return op_ != caffe::EltwiseParameter::SUM;
+  }
+  bool BackwardReadsTopData(int /*index*/) const override {
+    return op_ != caffe::EltwiseParameter::SUM;
+  }
 
  protected:
   void ForwardCpu(const std::vector<Tensor*>& bottom, const std::vector<Tensor*>& top) override;

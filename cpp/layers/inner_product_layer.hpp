@@ -30,6 +30,7 @@ class InnerProductLayer final : public Layer {
 
   void Setup(const std::vector<Tensor*>& bottom, const std::vector<Tensor*>& top) override;
   void Reshape(const std::vector<Tensor*>& bottom, const std::vector<Tensor*>& top) override;
+  bool BackwardReadsTopData(int /*index*/) const override { return false; }
 
  protected:
   void ForwardCpu(const std::vector<Tensor*>& bottom, const std::vector<Tensor*>& top) override;

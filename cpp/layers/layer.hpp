@@ -73,6 +73,10 @@ class Layer {
   virtual bool AutoTopBlobs() const { return false; }
   // Whether force_backward may set propagate_down for this bottom (false for labels).
   virtual bool AllowForceBackward(int /*bottom_index*/) const { return true; }
+  // Whether Backward reads this bottom's (top's) data. The net's memory plan lets blobs whose
+  // data no Backward reads share buffers once Forward is past them; true is always safe.
+  virtual bool BackwardReadsBottomData(int /*bottom_index*/) const { return true; }
+  virtual bool BackwardReadsTopData(int /*top_index*/) const { return true; }
 
   // Data layers: position the sample stream so the next Forward yields batch `batch_index`
   // (counted from the start of training), so a resumed run sees the data an uninterrupted run

@@ -16,6 +16,8 @@ class SplitLayer final : public Layer {
   int ExactNumBottomBlobs() const override { return 1; }
   int MinTopBlobs() const override { return 1; }
   void Reshape(const std::vector<Tensor*>& bottom, const std::vector<Tensor*>& top) override;
+  bool BackwardReadsBottomData(int /*index*/) const override { return false; }
+  bool BackwardReadsTopData(int /*index*/) const override { return false; }
 
  protected:
   void ForwardCpu(const std::vector<Tensor*>&, const std::vector<Tensor*>&) override {}

@@ -26,6 +26,88 @@ std::string ShapesOf(const std::vector<Tensor*>& tensors, const std::vector<std:
   return out.empty() ? "none" : out;
 }
 
+// Blobs that already share one buffer (a Split's tops share their bottom's data; Flatten,
+// Reshape and the like alias their top's data and diff to their bottom's) are planned as one
+// group. `buffer_of` picks the data or the diff buffer.
+struct BufferGroups {
+  std::vector<int> of_blob;                   // group of each blob
+  std::vector<std::vector<Tensor*>> tensors;  // blobs of each group
+  std::vector<size_t> bytes;                  // the largest blob of each group
+};
+
+template <typename BufferOf>
+BufferGroups GroupBlobs(const std::vector<std::shared_ptr<Tensor>>& blobs, BufferOf buffer_of) {
+  BufferGroups groups;
+  std::map<const SyncedMemory*, int> group_of_buffer;
+  for (const auto& blob : blobs) {
+    const auto [it, added] =
+        group_of_buffer.emplace(buffer_of(*blob), static_cast<int>(groups.tensors.size()));
+    if (added) {
+      groups.tensors.emplace_back();
+      groups.bytes.push_back(0);
+    }
+    groups.of_blob.push_back(it->second);
+    groups.tensors[it->second].push_back(blob.get());
+    groups.bytes[it->second] =
+        std::max(groups.bytes[it->second], sizeof(float) * static_cast<size_t>(blob->count()));
+  }
+  return groups;
+}
+
+// A group's use of its buffer: from step `start` to step `end` (inclusive) of a pass.
+struct Lifetime {
+  int group;
+  int start;
+  int end;
+};
+
+// Packs lifetimes into as few bytes of buffers as a greedy pass finds: in order of start, each
+// takes a buffer whose last user ended strictly before it starts (two groups never meet in one
+// layer's step), the smallest that fits, else the largest free one grown, else a new one.
+// Gives each group of `groups` that has a lifetime its buffer and returns the bytes saved.
+size_t PackBuffers(std::vector<Lifetime> lifetimes, const BufferGroups& groups,
+                   void (Tensor::*use)(std::shared_ptr<SyncedMemory>), size_t* planned_bytes) {
+  std::stable_sort(lifetimes.begin(), lifetimes.end(),
+                   [](const Lifetime& a, const Lifetime& b) { return a.start < b.start; });
+  struct Buffer {
+    size_t bytes = 0;
+    int busy_until = 0;
+    std::vector<int> groups;
+  };
+  std::vector<Buffer> buffers;
+  size_t separate = 0;
+  for (const Lifetime& life : lifetimes) {
+    const size_t bytes = groups.bytes[life.group];
+    separate += bytes;
+    Buffer* best = nullptr;
+    for (Buffer& buffer : buffers) {
+      if (buffer.busy_until >= life.start) continue;
+      const bool fits = buffer.bytes >= bytes;
+      if (best == nullptr || (fits && (best->bytes < bytes || buffer.bytes < best->bytes)) ||
+          (!fits && best->bytes < bytes && buffer.bytes > best->bytes)) {
+        best = &buffer;
+      }
+    }
+    if (best == nullptr) {
+      buffers.emplace_back();
+      best = &buffers.back();
+    }
+    best->bytes = std::max(best->bytes, bytes);
+    best->busy_until = life.end;
+    best->groups.push_back(life.group);
+  }
+  size_t shared = 0;
+  for (const Buffer& buffer : buffers) {
+    auto memory = std::make_shared<SyncedMemory>(buffer.bytes);
+    for (int g : buffer.groups) {
+      for (Tensor* t : groups.tensors[g]) (t->*use)(memory);
+    }
+    shared += buffer.bytes;
+  }
+  *planned_bytes = separate;
+  return separate - shared;
+}
+
 }  // namespace
 
 Net::Net(const caffe::NetParameter& param, Context* ctx) : ctx_(ctx) {
@@ -450,21 +532,31 @@ void Net::Reshape() {
   }
 }
 
+std::vector<bool> Net::BlobsOutsideThePlan(const std::vector<int>& group_of_blob,
+                                           int num_groups) const {
+  // The net's inputs and outputs (what callers read and write), losses (their diffs hold the
+  // loss weights) and the tops of layers without bottoms (data layers, filled from outside).
+  std::vector<bool> excluded(num_groups, false);
+  const std::set<const Tensor*> inputs(input_blobs_.begin(), input_blobs_.end());
+  for (size_t blob = 0; blob < blobs_.size(); ++blob) {
+    if (inputs.count(blobs_[blob].get()) || blobs_[blob]->count() == 0 ||
+        (blob < blob_loss_weights_.size() && blob_loss_weights_[blob] != 0.0f)) {
+      excluded[group_of_blob[blob]] = true;
+    }
+  }
+  for (int blob : output_blob_indices_) excluded[group_of_blob[blob]] = true;
+  for (size_t i = 0; i < layers_.size(); ++i) {
+    if (bottom_ids_[i].empty()) {
+      for (int blob : top_ids_[i]) excluded[group_of_blob[blob]] = true;
+    }
+  }
+  return excluded;
+}
+
 size_t Net::ShareDiffBuffers() {
   const int num_layers = static_cast<int>(layers_.size());
-  // Blobs that already share one diff (Flatten, Reshape and the like alias their top's diff to
-  // their bottom's) are planned as one.
-  std::map<const SyncedMemory*, int> group_of_diff;
-  std::vector<std::vector<Tensor*>> groups;
-  std::vector<int> group(blobs_.size());
-  for (size_t blob = 0; blob < blobs_.size(); ++blob) {
-    const SyncedMemory* diff = blobs_[blob]->diff().get();
-    auto [it, added] = group_of_diff.emplace(diff, static_cast<int>(groups.size()));
-    if (added) groups.emplace_back();
-    group[blob] = it->second;
-    groups[it->second].push_back(blobs_[blob].get());
-  }
-  const int num_groups = static_cast<int>(groups.size());
+  const BufferGroups groups = GroupBlobs(blobs_, [](const Tensor& t) { return t.diff().get(); });
+  const int num_groups = static_cast<int>(groups.tensors.size());
   // For each group, the highest and lowest index of the backward-running layers that touch its
   // diff (as a top, or as a bottom), and whether all touches at the highest one overwrite it
   // without reading it (a bottom it propagates to, and not one of its tops).
@@ -482,78 +574,73 @@ size_t Net::ShareDiffBuffers() {
       last[g] = i;
     };
     const auto& tops = top_ids_[i];
-    for (int blob : tops) touch(group[blob], false);
+    for (int blob : tops) touch(groups.of_blob[blob], false);
     for (size_t b = 0; b < bottom_ids_[i].size(); ++b) {
       const int blob = bottom_ids_[i][b];
       const bool in_place = std::find(tops.begin(), tops.end(), blob) != tops.end();
-      touch(group[blob], bottom_need_backward_[i][b] && !in_place);
+      touch(groups.of_blob[blob], bottom_need_backward_[i][b] && !in_place);
     }
   }
-  // Never the net's inputs and outputs (their diffs are what a caller reads) nor losses (their
-  // diffs hold the loss weights).
-  std::vector<bool> excluded(num_groups, false);
-  const std::set<const Tensor*> inputs(input_blobs_.begin(), input_blobs_.end());
-  for (size_t blob = 0; blob < blobs_.size(); ++blob) {
-    if (inputs.count(blobs_[blob].get())) excluded[group[blob]] = true;
-    if (blob < blob_loss_weights_.size() && blob_loss_weights_[blob] != 0.0f) {
-      excluded[group[blob]] = true;
-    }
-  }
-  for (int blob : output_blob_indices_) excluded[group[blob]] = true;
-  std::vector<int> order;
-  std::vector<size_t> group_bytes(num_groups, 0);
+  const std::vector<bool> excluded = BlobsOutsideThePlan(groups.of_blob, num_groups);
+  // Backward runs from the last layer down: step num_layers - 1 - i is layer i's.
+  std::vector<Lifetime> lifetimes;
   for (int g = 0; g < num_groups; ++g) {
-    for (const Tensor* t : groups[g]) {
-      group_bytes[g] = std::max(group_bytes[g], sizeof(float) * static_cast<size_t>(t->count()));
-    }
-    if (first[g] >= 0 && first_writes[g] && last[g] < first[g] && !excluded[g] &&
-        group_bytes[g] > 0) {
-      order.push_back(g);
+    if (first[g] >= 0 && first_writes[g] && last[g] < first[g] && !excluded[g]) {
+      lifetimes.push_back({g, num_layers - 1 - first[g], num_layers - 1 - last[g]});
     }
   }
-  // Backward runs from the last layer down, so groups whose gradient starts later come first.
-  std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return first[a] > first[b]; });
-  struct Buffer {
-    size_t bytes = 0;
-    int free_below = 0;  // the layer its last group's gradient is read at for the last time
-    std::vector<int> groups;
-  };
-  std::vector<Buffer> buffers;
-  size_t separate = 0;
-  for (int g : order) {
-    const size_t bytes = group_bytes[g];
-    separate += bytes;
-    // A buffer is free once its last group's gradient has been read for the last time, strictly
-    // above the layer that writes this one. Take the smallest free one that fits, else grow the
-    // largest free one, else start a new one.
-    Buffer* best = nullptr;
-    for (Buffer& buffer : buffers) {
-      if (buffer.free_below <= first[g]) continue;
-      const bool fits = buffer.bytes >= bytes;
-      if (best == nullptr || (fits && (best->bytes < bytes || buffer.bytes < best->bytes)) ||
-          (!fits && best->bytes < bytes && buffer.bytes > best->bytes)) {
-        best = &buffer;
+  size_t planned = 0;
+  const size_t saved = PackBuffers(lifetimes, groups, &Tensor::UseDiffBuffer, &planned);
+  CORTADO_LOG_DEBUG("net '{}': {} gradients in {} MiB instead of {} MiB", name_, lifetimes.size(),
+                    (planned - saved) >> 20, planned >> 20);
+  return saved;
+}
+
+size_t Net::ShareDataBuffers() {
+  const int num_layers = static_cast<int>(layers_.size());
+  const BufferGroups groups = GroupBlobs(blobs_, [](const Tensor& t) { return t.data().get(); });
+  const int num_groups = static_cast<int>(groups.tensors.size());
+  // For each group: the first and last layer whose Forward touches its data, whether the first
+  // one only writes it (a top, not also a bottom), and whether some Backward reads it. Fused
+  // layers do nothing themselves and are skipped.
+  std::vector<int> first(num_groups, -1), last(num_groups, -1);
+  std::vector<bool> first_writes(num_groups, false), backward_reads(num_groups, false);
+  for (int i = 0; i < num_layers; ++i) {
+    const Layer& layer = *layers_[i];
+    if (layer.fused_into() != nullptr) continue;
+    auto touch = [&](int g, bool writes, bool read_by_backward) {
+      if (first[g] < 0) {
+        first[g] = i;
+        first_writes[g] = writes;
+      } else if (first[g] == i) {
+        first_writes[g] = first_writes[g] && writes;
       }
+      last[g] = i;
+      backward_reads[g] = backward_reads[g] || (layer_need_backward_[i] && read_by_backward);
+    };
+    const auto& bottoms = bottom_ids_[i];
+    for (size_t b = 0; b < bottoms.size(); ++b) {
+      touch(groups.of_blob[bottoms[b]], false, layer.BackwardReadsBottomData(static_cast<int>(b)));
     }
-    if (best == nullptr) {
-      buffers.emplace_back();
-      best = &buffers.back();
+    for (size_t t = 0; t < top_ids_[i].size(); ++t) {
+      const int blob = top_ids_[i][t];
+      const bool in_place = std::find(bottoms.begin(), bottoms.end(), blob) != bottoms.end();
+      touch(groups.of_blob[blob], !in_place, layer.BackwardReadsTopData(static_cast<int>(t)));
     }
-    best->bytes = std::max(best->bytes, bytes);
-    best->free_below = last[g];
-    best->groups.push_back(g);
   }
-  size_t shared = 0;
-  for (Buffer& buffer : buffers) {
-    auto memory = std::make_shared<SyncedMemory>(buffer.bytes);
-    for (int g : buffer.groups) {
-      for (Tensor* t : groups[g]) t->UseDiffBuffer(memory);
+  const std::vector<bool> excluded = BlobsOutsideThePlan(groups.of_blob, num_groups);
+  // Only data that Backward never reads can give its buffer away once Forward is past it.
+  std::vector<Lifetime> lifetimes;
+  for (int g = 0; g < num_groups; ++g) {
+    if (first[g] >= 0 && first_writes[g] && !backward_reads[g] && !excluded[g]) {
+      lifetimes.push_back({g, first[g], last[g]});
     }
-    shared += buffer.bytes;
   }
-  CORTADO_LOG_DEBUG("net '{}': {} blob gradients in {} shared buffers ({} MiB instead of {} MiB)",
-                    name_, order.size(), buffers.size(), shared >> 20, separate >> 20);
-  return separate - shared;
+  size_t planned = 0;
+  const size_t saved = PackBuffers(lifetimes, groups, &Tensor::UseDataBuffer, &planned);
+  CORTADO_LOG_DEBUG("net '{}': {} blobs' data in {} MiB instead of {} MiB", name_, lifetimes.size(),
+                    (planned - saved) >> 20, planned >> 20);
+  return saved;
 }
 
 void Net::ClearParamDiffs() {

@@ -45,14 +45,21 @@ class Net {
   float ForwardBackward();
   // Re-runs every layer's Reshape (after the inputs changed shape).
   void Reshape();
-  // The training memory plan: blobs whose gradients are never alive at the same time during
-  // Backward keep them in one buffer. A blob's gradient lives from the backward pass of the layer
-  // that writes it (its consumer) to that of the last layer that reads it (its producer); only
-  // blobs whose first toucher in Backward overwrites the diff take part, never losses, inputs or
-  // parameters. After Backward, the diffs of the blobs that take part hold what a later layer
-  // wrote, not their own gradient. Returns the diff bytes saved at the current shapes; a later
-  // Reshape that grows a blob gives it a buffer of its own again.
+  // The training memory plan, in two parts. Both return the bytes saved at the current shapes;
+  // a later Reshape that grows a blob gives it buffers of its own again. Neither touches the
+  // net's inputs, outputs, losses, data layers' tops or parameters.
+  //
+  // ShareDiffBuffers: blobs whose gradients are never alive at the same time during Backward
+  // keep them in one buffer. A gradient lives from the backward pass of the layer that writes it
+  // (its consumer) to that of the last layer that reads it (its producer); only blobs whose first
+  // toucher in Backward overwrites the diff take part. After Backward, their diffs hold what a
+  // later layer wrote, not their own gradient.
   size_t ShareDiffBuffers();
+  // ShareDataBuffers: a blob whose data no Backward reads (Layer::BackwardReadsBottomData and
+  // BackwardReadsTopData) is alive only from the Forward of its producer to that of its last
+  // consumer; such blobs share buffers when those spans do not meet. After Forward, their data
+  // holds what a later layer wrote.
+  size_t ShareDataBuffers();
   // For nets that only ever run Forward (test nets): Backward then does nothing, and layers drop
   // what they keep only for it (BatchNorm's normalised copy).
   void SetForwardOnly();
@@ -129,6 +136,9 @@ class Net {
   int FuseBatchNormChains();
   // Tells layers that never run backward to keep nothing for it.
   void DropUnneededBackwardState();
+  // For each buffer group (see net.cpp), whether the memory plans must leave it alone.
+  std::vector<bool> BlobsOutsideThePlan(const std::vector<int>& group_of_blob,
+                                        int num_groups) const;
 
   Context* ctx_;
   std::string name_;

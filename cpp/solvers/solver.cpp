@@ -168,13 +168,17 @@ void Solver::InitTrainNet() {
   state.MergeFrom(param_.train_state());
   *net_param.mutable_state() = state;
   net_ = std::make_unique<Net>(net_param, ctx_);
-  // The memory plan: activations' gradients that are never alive together share buffers.
-  // CORTADO_SHARE_DIFFS=0 keeps one per blob (every blob's diff readable after Backward).
-  const char* share = std::getenv("CORTADO_SHARE_DIFFS");
+  // The memory plan: blobs whose gradients, or whose data, are never alive together share
+  // buffers. CORTADO_SHARE_BUFFERS=0 keeps one of each per blob (every blob's data and diff
+  // readable after a step).
+  const char* share = std::getenv("CORTADO_SHARE_BUFFERS");
   if (share == nullptr || std::string(share) != "0") {
-    const size_t saved = net_->ShareDiffBuffers();
-    CORTADO_LOG_INFO("Training net: gradient buffers shared between blobs save {:.1f} MiB",
-                     saved / 1048576.0);
+    const size_t diffs = net_->ShareDiffBuffers();
+    const size_t data = net_->ShareDataBuffers();
+    CORTADO_LOG_INFO(
+        "Training net: buffers shared between blobs save {:.1f} MiB of gradients "
+        "and {:.1f} MiB of data",
+        diffs / 1048576.0, data / 1048576.0);
   }
 }
 
