@@ -126,8 +126,7 @@ int64_t ConvertIdx(const IdxConvertOptions& options) {
   if (out.filename().empty()) out = out.parent_path();  // "dir/" names "dir"
   std::error_code ec;
   if (fs::exists(out, ec) && !options.overwrite) {
-    CORTADO_THROW(kInvalidArgument, "output '{}' already exists (pass --overwrite to replace it)",
-                  out.string());
+    CORTADO_THROW(kInvalidArgument, "output '{}' already exists and is not replaced", out.string());
   }
 
   const IdxImages images = ReadIdxImages(options.images);

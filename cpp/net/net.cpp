@@ -553,6 +553,11 @@ std::vector<bool> Net::BlobsOutsideThePlan(const std::vector<int>& group_of_blob
   return excluded;
 }
 
+bool Net::BufferSharingWanted() {
+  const char* share = std::getenv("CORTADO_SHARE_BUFFERS");
+  return share == nullptr || std::string(share) != "0";
+}
+
 size_t Net::ShareDiffBuffers() {
   const int num_layers = static_cast<int>(layers_.size());
   const BufferGroups groups = GroupBlobs(blobs_, [](const Tensor& t) { return t.diff().get(); });

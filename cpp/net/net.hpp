@@ -60,6 +60,9 @@ class Net {
   // consumer; such blobs share buffers when those spans do not meet. After Forward, their data
   // holds what a later layer wrote.
   size_t ShareDataBuffers();
+  // Whether callers should plan: false when the environment sets CORTADO_SHARE_BUFFERS=0 (one
+  // buffer of each kind per blob, every blob's data and diff readable after a step).
+  static bool BufferSharingWanted();
   // For nets that only ever run Forward (test nets): Backward then does nothing, and layers drop
   // what they keep only for it (BatchNorm's normalised copy).
   void SetForwardOnly();

@@ -169,10 +169,8 @@ void Solver::InitTrainNet() {
   *net_param.mutable_state() = state;
   net_ = std::make_unique<Net>(net_param, ctx_);
   // The memory plan: blobs whose gradients, or whose data, are never alive together share
-  // buffers. CORTADO_SHARE_BUFFERS=0 keeps one of each per blob (every blob's data and diff
-  // readable after a step).
-  const char* share = std::getenv("CORTADO_SHARE_BUFFERS");
-  if (share == nullptr || std::string(share) != "0") {
+  // buffers.
+  if (Net::BufferSharingWanted()) {
     const size_t diffs = net_->ShareDiffBuffers();
     const size_t data = net_->ShareDataBuffers();
     CORTADO_LOG_INFO(
@@ -238,7 +236,9 @@ void Solver::InitTestNets() {
     *net_params[i].mutable_state() = state;
     CORTADO_LOG_INFO("Creating test net (#{}) specified by {}", i, sources[i]);
     test_nets_.push_back(std::make_unique<Net>(net_params[i], ctx_));
+    // Test nets only run forward: a blob's data is alive from its producer to its last consumer.
     test_nets_.back()->SetForwardOnly();
+    if (Net::BufferSharingWanted()) test_nets_.back()->ShareDataBuffers();
   }
   test_scores_.resize(num_instances);
 }

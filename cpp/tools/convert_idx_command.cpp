@@ -2,6 +2,7 @@
 // `cortado convert_idx`: Caffe's convert_mnist_data. Converts IDX image and label files (MNIST,
 // Fashion-MNIST; plain or .gz) into an LMDB of caffe::Datum; the work is in data/idx_convert.
 #include <cstdio>
+#include <filesystem>
 
 #include "core/error.hpp"
 #include "data/idx_convert.hpp"
@@ -33,6 +34,11 @@ int ConvertIdxCommand(int argc, char** argv) {
   options.shuffle = flags.GetBool("shuffle");
   options.seed = static_cast<uint32_t>(flags.GetInt("seed"));
   options.overwrite = flags.GetBool("overwrite");
+  std::error_code ec;
+  if (!options.overwrite && std::filesystem::exists(options.out, ec)) {
+    CORTADO_THROW(kInvalidArgument, "output '{}' already exists (pass --overwrite to replace it)",
+                  options.out);
+  }
   const int64_t written = ConvertIdx(options);
   std::printf("Wrote %lld records to %s\n", static_cast<long long>(written), options.out.c_str());
   return 0;

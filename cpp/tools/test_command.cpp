@@ -40,6 +40,7 @@ int TestCommand(int argc, char** argv) {
   Net net(flags.Get("model"), caffe::TEST, &ctx, flags.GetInt("level"),
           SplitList(flags.Get("stage")));
   net.SetForwardOnly();
+  if (Net::BufferSharingWanted()) net.ShareDataBuffers();
   for (const auto& path : SplitList(flags.Get("weights"))) CopyWeightsFromFile(path, &net);
   CORTADO_LOG_INFO("Running for {} iterations.", iterations);
 

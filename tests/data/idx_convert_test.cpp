@@ -216,7 +216,7 @@ TEST(IdxConvertTest, ExistingOutputNeedsOverwrite) {
   options.out = dir / "db";
   std::filesystem::create_directories(options.out);
   Write(dir, "db/stale", "old");
-  ExpectErrorMentions(options, "--overwrite");
+  ExpectErrorMentions(options, "already exists");
   options.overwrite = true;
   EXPECT_EQ(ConvertIdx(options), 3);
   CheckTinyDb(options.out);
@@ -251,7 +251,7 @@ TEST(IdxConvertTest, CommandLineTool) {
   CheckTinyDb(out);
   result = cli_testing::RunCli(args);  // the output exists now
   EXPECT_NE(result.exit_code, 0) << result.output;
-  EXPECT_TRUE(result.Contains("already exists")) << result.output;
+  EXPECT_TRUE(result.Contains("already exists (pass --overwrite")) << result.output;
   std::vector<std::string> overwrite = args;
   overwrite.push_back("--overwrite");
   result = cli_testing::RunCli(overwrite);

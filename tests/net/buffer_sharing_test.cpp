@@ -184,6 +184,37 @@ TEST(BufferSharingTest, ResidualBlocksHaveTheSameGradients) {
   ExpectSameGradients(ResidualNet(), true);
 }
 
+TEST(BufferSharingTest, ForwardOnlyNetsShareAllButTheirOutputs) {
+  for (const std::string& text : {std::string(kBranchyNet), ResidualNet()}) {
+    caffe::NetParameter param = ParseNet(text);
+    param.set_force_backward(false);
+    param.mutable_state()->set_phase(caffe::TEST);
+    Context ctx_a(Device::Cpu(), 5);
+    Context ctx_b(Device::Cpu(), 5);
+    Net plain(param, &ctx_a);
+    Net shared(param, &ctx_b);
+    caffe::NetParameter weights;
+    plain.ToProto(&weights);
+    shared.CopyTrainedLayersFrom(weights);
+    shared.SetForwardOnly();
+    const int before = DistinctDataBuffers(shared);
+    EXPECT_GT(shared.ShareDataBuffers(), 0u) << param.name();
+    EXPECT_LT(DistinctDataBuffers(shared), before) << param.name();
+    FillInputs(&plain);
+    FillInputs(&shared);
+    for (int iteration = 0; iteration < 2; ++iteration) {
+      EXPECT_EQ(shared.Forward(), plain.Forward()) << param.name();
+      for (size_t k = 0; k < plain.output_blobs().size(); ++k) {
+        const Tensor& e = *plain.output_blobs()[k];
+        const Tensor& a = *shared.output_blobs()[k];
+        for (int i = 0; i < e.count(); ++i) {
+          ASSERT_EQ(e.cpu_data()[i], a.cpu_data()[i]) << param.name() << " output " << k;
+        }
+      }
+    }
+  }
+}
+
 TEST(BufferSharingTest, GrowingABlobGivesItItsOwnBuffer) {
   caffe::NetParameter param = ParseNet(kBranchyNet);
   param.mutable_state()->set_phase(caffe::TRAIN);
