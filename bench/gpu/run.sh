@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: Apache-2.0
-# GPU training throughput, Cortado beside PyTorch on the same GPU in the same run. Run from the
+# GPU training throughput, Cortado beside PyTorch on the same GPU in the same run, then
+# ResNet-50 with the BatchNorm fusion and the shared buffers each turned off. Run from the
 # repository root on a machine with a GPU, PyTorch (with torchvision) and a CUDA build:
 #   bash bench/gpu/run.sh [path/to/cortado_gpu_bench]
 set -euo pipefail
@@ -19,4 +20,13 @@ for net in lenet cifar10_quick caffenet resnet50; do
   ratio=$(python3 -c "print(f'{$our_rate / $their_rate:.2f}')")
   printf '%-16s %6s %12s %12s %8s %12s %12s\n' "$net" "$batch" "$our_rate" "$their_rate" \
     "$ratio" "$our_mem" "$their_mem"
+done
+# ResNet-50 again with BatchNorm fusion and then the shared buffers off, Cortado alone: what
+# each is worth on this GPU (compare with the resnet50 row above).
+for setting in "CORTADO_FUSE=0" "CORTADO_SHARE_BUFFERS=0"; do
+  ours=$(env "$setting" "$bench" bench/models/resnet50_train.prototxt 50 10)
+  echo "# $setting: $ours" >&2
+  read -r _ _ batch _ _ _ our_rate _ our_mem _ <<<"$ours"
+  printf '%-16s %6s %12s %12s %8s %12s %12s\n' "resnet50 ${setting#CORTADO_}" "$batch" \
+    "$our_rate" - - "$our_mem" -
 done
