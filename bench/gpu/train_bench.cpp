@@ -11,9 +11,9 @@
 #include <cstdlib>
 #include <string>
 
+#include "bench_util.hpp"
 #include "core/cuda.hpp"
 #include "core/logging.hpp"
-#include "io/proto_io.hpp"
 #include "math/gpu.hpp"
 #include "solvers/solver.hpp"
 
@@ -31,17 +31,7 @@ int Run(int argc, char** argv) {
   const int gpu = argc > 4 ? std::atoi(argv[4]) : 0;
   SetLogLevel("warn");
 
-  caffe::SolverParameter param;
-  *param.mutable_net_param() = io::ReadNetParameterFromTextFile(model);
-  param.set_type("SGD");
-  param.set_base_lr(0.001f);
-  param.set_lr_policy("fixed");
-  param.set_momentum(0.9f);
-  param.set_weight_decay(0.0005f);
-  param.set_max_iter(1 << 30);
-  param.set_display(0);
-  param.set_snapshot_after_train(false);
-  param.set_random_seed(1);
+  caffe::SolverParameter param = bench::SgdSolver(model);
   param.set_solver_mode(caffe::SolverParameter::GPU);
 
   Context ctx(Device::Cuda(gpu), 1);
@@ -74,10 +64,5 @@ int Run(int argc, char** argv) {
 }  // namespace cortado
 
 int main(int argc, char** argv) {
-  try {
-    return cortado::Run(argc, argv);
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "cortado_gpu_bench: %s\n", e.what());
-    return 1;
-  }
+  return cortado::bench::Main("cortado_gpu_bench", [&] { return cortado::Run(argc, argv); });
 }

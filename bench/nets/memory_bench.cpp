@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
-// Memory of one training iteration: builds an SGD solver for a net on the CPU, runs one
+// Memory of one training iteration: builds an SGD solver (momentum, weight decay) for a net on
+// the CPU, runs one
 // iteration (forward, backward, update) and prints the most host memory its tensors held, with
 // what the net's blobs and parameters account for. Tensors are laid out alike on the host and on
 // a GPU, so this is also what a GPU run allocates for them (a GPU run adds cuDNN's workspace).
@@ -15,9 +16,9 @@
 #include <set>
 #include <string>
 
+#include "bench_util.hpp"
 #include "core/logging.hpp"
 #include "core/synced_memory.hpp"
-#include "io/proto_io.hpp"
 #include "math/math.hpp"
 #include "solvers/solver.hpp"
 
@@ -32,8 +33,7 @@ int Run(int argc, char** argv) {
     return 2;
   }
   SetLogLevel("warn");
-  caffe::SolverParameter param;
-  *param.mutable_net_param() = io::ReadNetParameterFromTextFile(argv[1]);
+  caffe::SolverParameter param = bench::SgdSolver(argv[1]);
   if (argc > 2) {
     // A smaller (or larger) batch: the first dimension of every Input shape.
     const int batch = std::atoi(argv[2]);
@@ -42,15 +42,6 @@ int Run(int argc, char** argv) {
       for (auto& shape : *layer.mutable_input_param()->mutable_shape()) shape.set_dim(0, batch);
     }
   }
-  param.set_type("SGD");
-  param.set_base_lr(0.001f);
-  param.set_lr_policy("fixed");
-  param.set_momentum(0.9f);
-  param.set_max_iter(1 << 30);
-  param.set_display(0);
-  param.set_snapshot_after_train(false);
-  param.set_random_seed(1);
-
   Context ctx(Device::Cpu(), 1);
   std::unique_ptr<Solver> solver = CreateSolver(param, &ctx);
   Net* net = solver->net();
@@ -91,10 +82,5 @@ int Run(int argc, char** argv) {
 }  // namespace cortado
 
 int main(int argc, char** argv) {
-  try {
-    return cortado::Run(argc, argv);
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "cortado_memory_bench: %s\n", e.what());
-    return 1;
-  }
+  return cortado::bench::Main("cortado_memory_bench", [&] { return cortado::Run(argc, argv); });
 }

@@ -54,6 +54,24 @@ BufferGroups GroupBlobs(const std::vector<std::shared_ptr<Tensor>>& blobs, Buffe
   return groups;
 }
 
+// Which layers of a pass touch each group's buffer: the first and last (layer indices, in the
+// pass's order) and whether every touch by the first one only writes it.
+struct Touches {
+  explicit Touches(int num_groups)
+      : first(num_groups, -1), last(num_groups, -1), first_writes(num_groups, false) {}
+  void Touch(int group, int layer, bool writes) {
+    if (first[group] < 0) {
+      first[group] = layer;
+      first_writes[group] = writes;
+    } else if (first[group] == layer) {
+      first_writes[group] = first_writes[group] && writes;
+    }
+    last[group] = layer;
+  }
+  std::vector<int> first, last;
+  std::vector<bool> first_writes;
+};
+
 // A group's use of its buffer: from step `start` to step `end` (inclusive) of a pass.
 struct Lifetime {
   int group;
@@ -64,9 +82,11 @@ struct Lifetime {
 // Packs lifetimes into as few bytes of buffers as a greedy pass finds: in order of start, each
 // takes a buffer whose last user ended strictly before it starts (two groups never meet in one
 // layer's step), the smallest that fits, else the largest free one grown, else a new one.
-// Gives each group of `groups` that has a lifetime its buffer and returns the bytes saved.
+// Gives each group of `groups` that has a lifetime its buffer and returns the bytes saved;
+// `what` ("gradients") names them in the debug log of net `net`.
 size_t PackBuffers(std::vector<Lifetime> lifetimes, const BufferGroups& groups,
-                   void (Tensor::*use)(std::shared_ptr<SyncedMemory>), size_t* planned_bytes) {
+                   void (Tensor::*use)(std::shared_ptr<SyncedMemory>), const std::string& net,
+                   const char* what) {
   std::stable_sort(lifetimes.begin(), lifetimes.end(),
                    [](const Lifetime& a, const Lifetime& b) { return a.start < b.start; });
   struct Buffer {
@@ -104,7 +124,8 @@ size_t PackBuffers(std::vector<Lifetime> lifetimes, const BufferGroups& groups,
     }
     shared += buffer.bytes;
   }
-  *planned_bytes = separate;
+  CORTADO_LOG_DEBUG("net '{}': {} blobs' {} in {} MiB instead of {} MiB", net, lifetimes.size(),
+                    what, shared >> 20, separate >> 20);
   return separate - shared;
 }
 
@@ -565,40 +586,28 @@ size_t Net::ShareDiffBuffers() {
   // For each group, the highest and lowest index of the backward-running layers that touch its
   // diff (as a top, or as a bottom), and whether all touches at the highest one overwrite it
   // without reading it (a bottom it propagates to, and not one of its tops).
-  std::vector<int> first(num_groups, -1), last(num_groups, num_layers);
-  std::vector<bool> first_writes(num_groups, false);
+  Touches touches(num_groups);
   for (int i = num_layers - 1; i >= 0; --i) {
     if (!layer_need_backward_[i]) continue;
-    auto touch = [&](int g, bool writes) {
-      if (first[g] < 0) {
-        first[g] = i;
-        first_writes[g] = writes;
-      } else if (first[g] == i) {
-        first_writes[g] = first_writes[g] && writes;
-      }
-      last[g] = i;
-    };
     const auto& tops = top_ids_[i];
-    for (int blob : tops) touch(groups.of_blob[blob], false);
+    for (int blob : tops) touches.Touch(groups.of_blob[blob], i, false);
     for (size_t b = 0; b < bottom_ids_[i].size(); ++b) {
       const int blob = bottom_ids_[i][b];
       const bool in_place = std::find(tops.begin(), tops.end(), blob) != tops.end();
-      touch(groups.of_blob[blob], bottom_need_backward_[i][b] && !in_place);
+      touches.Touch(groups.of_blob[blob], i, bottom_need_backward_[i][b] && !in_place);
     }
   }
+  const std::vector<int>& first = touches.first;
+  const std::vector<int>& last = touches.last;
   const std::vector<bool> excluded = BlobsOutsideThePlan(groups.of_blob, num_groups);
   // Backward runs from the last layer down: step num_layers - 1 - i is layer i's.
   std::vector<Lifetime> lifetimes;
   for (int g = 0; g < num_groups; ++g) {
-    if (first[g] >= 0 && first_writes[g] && last[g] < first[g] && !excluded[g]) {
+    if (first[g] >= 0 && touches.first_writes[g] && last[g] < first[g] && !excluded[g]) {
       lifetimes.push_back({g, num_layers - 1 - first[g], num_layers - 1 - last[g]});
     }
   }
-  size_t planned = 0;
-  const size_t saved = PackBuffers(lifetimes, groups, &Tensor::UseDiffBuffer, &planned);
-  CORTADO_LOG_DEBUG("net '{}': {} gradients in {} MiB instead of {} MiB", name_, lifetimes.size(),
-                    (planned - saved) >> 20, planned >> 20);
-  return saved;
+  return PackBuffers(lifetimes, groups, &Tensor::UseDiffBuffer, name_, "gradients");
 }
 
 size_t Net::ShareDataBuffers() {
@@ -608,19 +617,13 @@ size_t Net::ShareDataBuffers() {
   // For each group: the first and last layer whose Forward touches its data, whether the first
   // one only writes it (a top, not also a bottom), and whether some Backward reads it. Fused
   // layers do nothing themselves and are skipped.
-  std::vector<int> first(num_groups, -1), last(num_groups, -1);
-  std::vector<bool> first_writes(num_groups, false), backward_reads(num_groups, false);
+  Touches touches(num_groups);
+  std::vector<bool> backward_reads(num_groups, false);
   for (int i = 0; i < num_layers; ++i) {
     const Layer& layer = *layers_[i];
     if (layer.fused_into() != nullptr) continue;
     auto touch = [&](int g, bool writes, bool read_by_backward) {
-      if (first[g] < 0) {
-        first[g] = i;
-        first_writes[g] = writes;
-      } else if (first[g] == i) {
-        first_writes[g] = first_writes[g] && writes;
-      }
-      last[g] = i;
+      touches.Touch(g, i, writes);
       backward_reads[g] = backward_reads[g] || (layer_need_backward_[i] && read_by_backward);
     };
     const auto& bottoms = bottom_ids_[i];
@@ -637,15 +640,11 @@ size_t Net::ShareDataBuffers() {
   // Only data that Backward never reads can give its buffer away once Forward is past it.
   std::vector<Lifetime> lifetimes;
   for (int g = 0; g < num_groups; ++g) {
-    if (first[g] >= 0 && first_writes[g] && !backward_reads[g] && !excluded[g]) {
-      lifetimes.push_back({g, first[g], last[g]});
+    if (touches.first[g] >= 0 && touches.first_writes[g] && !backward_reads[g] && !excluded[g]) {
+      lifetimes.push_back({g, touches.first[g], touches.last[g]});
     }
   }
-  size_t planned = 0;
-  const size_t saved = PackBuffers(lifetimes, groups, &Tensor::UseDataBuffer, &planned);
-  CORTADO_LOG_DEBUG("net '{}': {} blobs' data in {} MiB instead of {} MiB", name_, lifetimes.size(),
-                    (planned - saved) >> 20, planned >> 20);
-  return saved;
+  return PackBuffers(lifetimes, groups, &Tensor::UseDataBuffer, name_, "data");
 }
 
 void Net::ClearParamDiffs() {

@@ -20,6 +20,7 @@
 #include "io/proto_io.hpp"
 #include "layers/layer.hpp"
 #include "net/net.hpp"
+#include "support/gradient_checker.hpp"
 
 namespace cortado::io {
 namespace {
@@ -66,11 +67,7 @@ class LogCapture {
   spdlog::level::level_enum old_level_;
 };
 
-caffe::NetParameter ParseNet(const std::string& text) {
-  caffe::NetParameter param;
-  ReadProtoFromTextString(text, "<test>", &param);
-  return param;
-}
+using testing::NetParam;
 
 void ExpectSameNet(const caffe::NetParameter& actual, const caffe::NetParameter& expected) {
   std::string diff;
@@ -298,7 +295,7 @@ TEST(UpgradeTest, V1LeNetPrototxtBecomesCurrentFormat) {
 
   EXPECT_EQ(net.layers_size(), 0);
   ASSERT_EQ(net.layer_size(), 11);
-  ExpectSameNet(net, ParseNet(kLeNetCurrent));
+  ExpectSameNet(net, NetParam(kLeNetCurrent));
   // The points the full comparison covers, spelled out.
   EXPECT_EQ(net.layer(2).type(), "Convolution");
   EXPECT_EQ(net.layer(2).param(0).lr_mult(), 1.0f);
@@ -435,7 +432,7 @@ TEST(UpgradeTest, V1BinaryCaffemodelLoadsWithWeights) {
     GTEST_SKIP() << "InnerProduct is not built yet; the weight-loading half runs once it is";
   }
   Context ctx(Device::Cpu(), 1701);
-  Net target(ParseNet(R"(
+  Net target(NetParam(R"(
     layer { name: "data" type: "Input" top: "data" input_param { shape { dim: 1 dim: 3 } } }
     layer { name: "ip" type: "InnerProduct" bottom: "data" top: "ip"
             inner_product_param { num_output: 2 } }
@@ -469,7 +466,7 @@ TEST(UpgradeTest, V1LayerWithoutKnownTypeIsAParseError) {
 }
 
 TEST(UpgradeTest, MixedLayerAndLayersIsAParseError) {
-  caffe::NetParameter net = ParseNet(R"(
+  caffe::NetParameter net = NetParam(R"(
     layer { name: "new" type: "ReLU" bottom: "x" top: "x" }
     layers { name: "old" type: RELU bottom: "x" top: "x" }
   )");
@@ -557,14 +554,14 @@ TEST(UpgradeTest, V0NetFoldsPaddingAndMovesParameters) {
   file.Write(kV0Net);
   LogCapture log;
   caffe::NetParameter net = ReadNetParameterFromTextFile(file.path());
-  ExpectSameNet(net, ParseNet(kV0NetCurrent));
+  ExpectSameNet(net, NetParam(kV0NetCurrent));
   // V0 -> V1, V1 -> current and the input fields: one line each, naming the file.
   EXPECT_EQ(log.CountLines(file.path()), 3) << log.text();
   EXPECT_EQ(log.CountLines("folded 2 padding layer(s)"), 1) << log.text();
 }
 
 TEST(UpgradeTest, V0FieldOnWrongTypeIsIgnoredWithWarning) {
-  caffe::NetParameter net = ParseNet(R"(
+  caffe::NetParameter net = NetParam(R"(
     layers { layer { name: "r" type: "relu" num_output: 3 kernelsize: 2 } bottom: "x" top: "x" }
     input: "x"
   )");
@@ -577,14 +574,14 @@ TEST(UpgradeTest, V0FieldOnWrongTypeIsIgnoredWithWarning) {
 }
 
 TEST(UpgradeTest, V0ErrorsNameFileAndLayer) {
-  caffe::NetParameter unknown = ParseNet(R"(
+  caffe::NetParameter unknown = NetParam(R"(
     input: "x"
     layers { layer { name: "fancy1" type: "fancy" } bottom: "x" top: "y" }
   )");
   ExpectError(ErrorCode::kParse, {"v0.prototxt", "'fancy1'", "'fancy'"},
               [&] { UpgradeNetAsNeeded("v0.prototxt", &unknown); });
 
-  caffe::NetParameter pad_into_relu = ParseNet(R"(
+  caffe::NetParameter pad_into_relu = NetParam(R"(
     input: "x"
     layers { layer { name: "pad" type: "padding" pad: 1 } bottom: "x" top: "p" }
     layers { layer { name: "act" type: "relu" } bottom: "p" top: "y" }
@@ -592,7 +589,7 @@ TEST(UpgradeTest, V0ErrorsNameFileAndLayer) {
   ExpectError(ErrorCode::kParse, {"v0.prototxt", "'pad'", "'act'", "relu"},
               [&] { UpgradeNetAsNeeded("v0.prototxt", &pad_into_relu); });
 
-  caffe::NetParameter dangling = ParseNet(R"(
+  caffe::NetParameter dangling = NetParam(R"(
     layers { layer { name: "c" type: "conv" num_output: 1 kernelsize: 1 } bottom: "nowhere"
              top: "y" }
   )");
@@ -629,13 +626,13 @@ TEST(UpgradeTest, InputFieldsBecomeAnInputLayerInFront) {
 }
 
 TEST(UpgradeTest, InputShapeFieldsBecomeAnInputLayer) {
-  caffe::NetParameter param = ParseNet(R"(
+  caffe::NetParameter param = NetParam(R"(
     input: "a" input_shape { dim: 2 dim: 7 }
     input: "b" input_shape { dim: 3 }
   )");
   EXPECT_TRUE(NetNeedsUpgrade(param));
   EXPECT_TRUE(UpgradeNetAsNeeded("shapes.prototxt", &param));
-  ExpectSameNet(param, ParseNet(R"(
+  ExpectSameNet(param, NetParam(R"(
     layer { name: "input" type: "Input" top: "a" top: "b"
             input_param { shape { dim: 2 dim: 7 } shape { dim: 3 } } }
   )"));
@@ -646,19 +643,19 @@ TEST(UpgradeTest, InputShapeFieldsBecomeAnInputLayer) {
 }
 
 TEST(UpgradeTest, InputCountMismatchIsAParseError) {
-  caffe::NetParameter dims = ParseNet("input: 'data' input_dim: 1 input_dim: 3 input_dim: 8");
+  caffe::NetParameter dims = NetParam("input: 'data' input_dim: 1 input_dim: 3 input_dim: 8");
   ExpectError(ErrorCode::kParse, {"bad_inputs.prototxt", "'data'", "input_dim"},
               [&] { UpgradeNetAsNeeded("bad_inputs.prototxt", &dims); });
-  caffe::NetParameter shapes = ParseNet("input: 'a' input: 'b' input_shape { dim: 1 }");
+  caffe::NetParameter shapes = NetParam("input: 'a' input: 'b' input_shape { dim: 1 }");
   ExpectError(ErrorCode::kParse, {"bad_inputs.prototxt", "'a', 'b'", "input_shape"},
               [&] { UpgradeNetAsNeeded("bad_inputs.prototxt", &shapes); });
-  caffe::NetParameter nameless = ParseNet("input_dim: 1 input_dim: 1 input_dim: 1 input_dim: 1");
+  caffe::NetParameter nameless = NetParam("input_dim: 1 input_dim: 1 input_dim: 1 input_dim: 1");
   ExpectError(ErrorCode::kParse, {"bad_inputs.prototxt", "input"},
               [&] { UpgradeNetAsNeeded("bad_inputs.prototxt", &nameless); });
 }
 
 TEST(UpgradeTest, BatchNormParamSpecsArePinned) {
-  caffe::NetParameter param = ParseNet(R"(
+  caffe::NetParameter param = NetParam(R"(
     layer { name: "bn" type: "BatchNorm" bottom: "x" top: "x"
             param { lr_mult: 0 } param { lr_mult: 0 } param { lr_mult: 0 } }
     layer { name: "bn_shared" type: "BatchNorm" bottom: "y" top: "y"
@@ -733,7 +730,7 @@ TEST(UpgradeTest, SolverEmbeddedNetsAreUpgraded) {
 }
 
 TEST(UpgradeTest, CurrentFormatPassesThroughUnchanged) {
-  caffe::NetParameter param = ParseNet(kLeNetCurrent);
+  caffe::NetParameter param = NetParam(kLeNetCurrent);
   const std::string before = param.SerializeAsString();
   EXPECT_FALSE(NetNeedsUpgrade(param));
   LogCapture log;

@@ -16,15 +16,12 @@
 #include "math/math.hpp"
 #include "net/net.hpp"
 #include "solvers/solver.hpp"
+#include "support/gradient_checker.hpp"
 
 namespace cortado {
 namespace {
 
-caffe::NetParameter ParseNet(const std::string& text) {
-  caffe::NetParameter param;
-  io::ReadProtoFromTextString(text, "<test>", &param);
-  return param;
-}
+using testing::NetParam;
 
 // Two branches off one input that meet again, with most of the layer kinds a training net has.
 const char kBranchyNet[] = R"(
@@ -92,16 +89,27 @@ int DistinctDataBuffers(const Net& net) {
   return static_cast<int>(buffers.size());
 }
 
+// Two nets built from one NetParameter, with the same weights: one to leave as built, one to
+// plan.
+struct TwinNets {
+  explicit TwinNets(const caffe::NetParameter& param)
+      : plain(param, &ctx_a), shared(param, &ctx_b) {
+    caffe::NetParameter weights;
+    plain.ToProto(&weights);
+    shared.CopyTrainedLayersFrom(weights);
+  }
+  Context ctx_a{Device::Cpu(), 5};
+  Context ctx_b{Device::Cpu(), 5};
+  Net plain;
+  Net shared;
+};
+
 void ExpectSameGradients(const std::string& text, bool shares_data) {
-  caffe::NetParameter param = ParseNet(text);
+  caffe::NetParameter param = NetParam(text);
   param.mutable_state()->set_phase(caffe::TRAIN);
-  Context ctx_a(Device::Cpu(), 5);
-  Context ctx_b(Device::Cpu(), 5);
-  Net plain(param, &ctx_a);
-  Net shared(param, &ctx_b);
-  caffe::NetParameter weights;
-  plain.ToProto(&weights);
-  shared.CopyTrainedLayersFrom(weights);
+  TwinNets twins(param);
+  Net& plain = twins.plain;
+  Net& shared = twins.shared;
   const int diffs_before = DistinctDiffBuffers(shared);
   const int data_before = DistinctDataBuffers(shared);
   EXPECT_GT(shared.ShareDiffBuffers(), 0u);
@@ -186,16 +194,12 @@ TEST(BufferSharingTest, ResidualBlocksHaveTheSameGradients) {
 
 TEST(BufferSharingTest, ForwardOnlyNetsShareAllButTheirOutputs) {
   for (const std::string& text : {std::string(kBranchyNet), ResidualNet()}) {
-    caffe::NetParameter param = ParseNet(text);
+    caffe::NetParameter param = NetParam(text);
     param.set_force_backward(false);
     param.mutable_state()->set_phase(caffe::TEST);
-    Context ctx_a(Device::Cpu(), 5);
-    Context ctx_b(Device::Cpu(), 5);
-    Net plain(param, &ctx_a);
-    Net shared(param, &ctx_b);
-    caffe::NetParameter weights;
-    plain.ToProto(&weights);
-    shared.CopyTrainedLayersFrom(weights);
+    TwinNets twins(param);
+    Net& plain = twins.plain;
+    Net& shared = twins.shared;
     shared.SetForwardOnly();
     const int before = DistinctDataBuffers(shared);
     EXPECT_GT(shared.ShareDataBuffers(), 0u) << param.name();
@@ -216,7 +220,7 @@ TEST(BufferSharingTest, ForwardOnlyNetsShareAllButTheirOutputs) {
 }
 
 TEST(BufferSharingTest, GrowingABlobGivesItItsOwnBuffer) {
-  caffe::NetParameter param = ParseNet(kBranchyNet);
+  caffe::NetParameter param = NetParam(kBranchyNet);
   param.mutable_state()->set_phase(caffe::TRAIN);
   Context ctx(Device::Cpu(), 5);
   Net net(param, &ctx);
@@ -239,7 +243,7 @@ TEST(BufferSharingTest, GrowingABlobGivesItItsOwnBuffer) {
 
 TEST(BufferSharingTest, SolverPlansItsTrainingNetUnlessTurnedOff) {
   caffe::SolverParameter param;
-  *param.mutable_net_param() = ParseNet(ResidualNet());
+  *param.mutable_net_param() = NetParam(ResidualNet());
   param.set_base_lr(0.01f);
   param.set_lr_policy("fixed");
   param.set_max_iter(1);

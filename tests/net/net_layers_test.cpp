@@ -13,15 +13,12 @@
 #include "io/proto_io.hpp"
 #include "math/math.hpp"
 #include "net/net.hpp"
+#include "support/gradient_checker.hpp"
 
 namespace cortado {
 namespace {
 
-caffe::NetParameter ParseNet(const std::string& text) {
-  caffe::NetParameter param;
-  io::ReadProtoFromTextString(text, "<test>", &param);
-  return param;
-}
+using testing::NetParam;
 
 void FillInput(Net* net, const std::string& blob, unsigned seed) {
   Rng rng(seed);
@@ -73,7 +70,7 @@ const char kSharedNet[] = R"(
 
 TEST(NetLayersTest, SharedParametersAreOneTensorAndGradientsAddUp) {
   Context ctx(Device::Cpu(), 1701);
-  Net net(ParseNet(kSharedNet), &ctx);
+  Net net(NetParam(kSharedNet), &ctx);
   // Two layers, two blobs each, but only two learnable parameters.
   EXPECT_EQ(net.params().size(), 4u);
   ASSERT_EQ(net.learnable_params().size(), 2u);
@@ -98,8 +95,8 @@ TEST(NetLayersTest, LossWeightScalesLossAndGradients) {
             inner_product_param { num_output: 2 weight_filler { type: "gaussian" std: 1 } } }
     layer { name: "loss" type: "EuclideanLoss" bottom: "y" bottom: "t" top: "loss" )";
   Context ctx1(Device::Cpu(), 5), ctx2(Device::Cpu(), 5);
-  Net one(ParseNet(base + "}"), &ctx1);
-  Net two(ParseNet(base + "loss_weight: 2 }"), &ctx2);
+  Net one(NetParam(base + "}"), &ctx1);
+  Net two(NetParam(base + "loss_weight: 2 }"), &ctx2);
   for (Net* net : {&one, &two}) {
     FillInput(net, "x", 1);
     FillInput(net, "t", 2);
@@ -123,7 +120,7 @@ TEST(NetLayersTest, ZeroLrMultStopsBackwardAndForceBackwardRestoresIt) {
     layer { name: "loss" type: "EuclideanLoss" bottom: "y" bottom: "t" top: "loss" }
   )";
   Context ctx(Device::Cpu(), 3);
-  Net net(ParseNet(body), &ctx);
+  Net net(NetParam(body), &ctx);
   const auto& names = net.layer_names();
   const int frozen =
       static_cast<int>(std::find(names.begin(), names.end(), "frozen") - names.begin());
@@ -131,7 +128,7 @@ TEST(NetLayersTest, ZeroLrMultStopsBackwardAndForceBackwardRestoresIt) {
   EXPECT_EQ(net.params_lr()[0], 0.0f);
 
   Context ctx2(Device::Cpu(), 3);
-  Net forced(ParseNet("force_backward: true " + body), &ctx2);
+  Net forced(NetParam("force_backward: true " + body), &ctx2);
   EXPECT_TRUE(forced.layer_need_backward()[frozen]);
   FillInput(&forced, "x", 1);
   FillInput(&forced, "t", 2);
@@ -153,7 +150,7 @@ const char kLeNetish[] = R"(
 
 TEST(NetLayersTest, CaffemodelRoundTripAndCopyByName) {
   Context ctx(Device::Cpu(), 11);
-  Net trained(ParseNet(kLeNetish), &ctx);
+  Net trained(NetParam(kLeNetish), &ctx);
   caffe::NetParameter weights;
   trained.ToProto(&weights);
   const std::string path = (std::filesystem::temp_directory_path() /
@@ -162,7 +159,7 @@ TEST(NetLayersTest, CaffemodelRoundTripAndCopyByName) {
   io::WriteProtoToBinaryFile(weights, path);
 
   Context ctx2(Device::Cpu(), 99);
-  Net fresh(ParseNet(kLeNetish), &ctx2);
+  Net fresh(NetParam(kLeNetish), &ctx2);
   EXPECT_NE(fresh.learnable_params()[0]->cpu_data()[0],
             trained.learnable_params()[0]->cpu_data()[0]);
   fresh.CopyTrainedLayersFrom(path);
@@ -175,7 +172,7 @@ TEST(NetLayersTest, CaffemodelRoundTripAndCopyByName) {
 
   // A net that shares only some layer names takes those and leaves the rest alone.
   Context ctx3(Device::Cpu(), 5);
-  Net other(ParseNet(R"(
+  Net other(NetParam(R"(
     layer { name: "in" type: "Input" top: "data" input_param { shape { dim: 1 dim: 1 dim: 8 dim: 8 } } }
     layer { name: "conv" type: "Convolution" bottom: "data" top: "conv"
             convolution_param { num_output: 3 kernel_size: 3 } }
@@ -191,13 +188,13 @@ TEST(NetLayersTest, CaffemodelRoundTripAndCopyByName) {
 
 TEST(NetLayersTest, CopyWithWrongShapeNamesLayerAndShapes) {
   Context ctx(Device::Cpu(), 11);
-  Net trained(ParseNet(kLeNetish), &ctx);
+  Net trained(NetParam(kLeNetish), &ctx);
   caffe::NetParameter weights;
   trained.ToProto(&weights);
   std::string text = kLeNetish;
   text.replace(text.find("num_output: 3"), 13, "num_output: 5");
   Context ctx2(Device::Cpu(), 11);
-  Net wider(ParseNet(text), &ctx2);
+  Net wider(NetParam(text), &ctx2);
   try {
     wider.CopyTrainedLayersFrom(weights);
     FAIL() << "no error";
@@ -212,7 +209,7 @@ TEST(NetLayersTest, CopyWithWrongShapeNamesLayerAndShapes) {
 TEST(NetLayersTest, IncompatibleShapesNameLayersAndShapes) {
   Context ctx;
   try {
-    Net net(ParseNet(R"(
+    Net net(NetParam(R"(
       layer { name: "in" type: "Input" top: "a" top: "b"
               input_param { shape { dim: 2 dim: 3 } shape { dim: 2 dim: 4 } } }
       layer { name: "add" type: "Eltwise" bottom: "a" bottom: "b" top: "c" }
@@ -229,7 +226,7 @@ TEST(NetLayersTest, IncompatibleShapesNameLayersAndShapes) {
 
 TEST(NetLayersTest, DuplicateTopIsAnError) {
   Context ctx;
-  EXPECT_THROW(Net(ParseNet(R"(
+  EXPECT_THROW(Net(NetParam(R"(
       layer { name: "in" type: "Input" top: "a" input_param { shape { dim: 2 } } }
       layer { name: "in2" type: "Input" top: "a" input_param { shape { dim: 2 } } }
     )"),

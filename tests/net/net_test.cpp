@@ -5,18 +5,15 @@
 
 #include "io/proto_io.hpp"
 #include "net/insert_splits.hpp"
+#include "support/gradient_checker.hpp"
 
 namespace cortado {
 namespace {
 
-caffe::NetParameter ParseNet(const std::string& text) {
-  caffe::NetParameter param;
-  io::ReadProtoFromTextString(text, "<test>", &param);
-  return param;
-}
+using testing::NetParam;
 
 TEST(NetFilterTest, PhaseLevelAndStageRules) {
-  auto param = ParseNet(R"(
+  auto param = NetParam(R"(
     state { phase: TRAIN level: 2 stage: "a" }
     layer { name: "train_only" type: "Input" include { phase: TRAIN } }
     layer { name: "test_only" type: "Input" include { phase: TEST } }
@@ -35,7 +32,7 @@ TEST(NetFilterTest, PhaseLevelAndStageRules) {
 }
 
 TEST(InsertSplitsTest, SplitsBlobWithTwoConsumers) {
-  auto param = ParseNet(R"(
+  auto param = NetParam(R"(
     layer { name: "data" type: "Input" top: "x" }
     layer { name: "a" type: "ReLU" bottom: "x" top: "ya" }
     layer { name: "b" type: "ReLU" bottom: "x" top: "yb" }
@@ -50,7 +47,7 @@ TEST(InsertSplitsTest, SplitsBlobWithTwoConsumers) {
 }
 
 TEST(InsertSplitsTest, LossWeightCountsAsConsumer) {
-  auto param = ParseNet(R"(
+  auto param = NetParam(R"(
     layer { name: "data" type: "Input" top: "x" loss_weight: 2 }
     layer { name: "a" type: "ReLU" bottom: "x" top: "y" }
   )");
@@ -63,7 +60,7 @@ TEST(InsertSplitsTest, LossWeightCountsAsConsumer) {
 }
 
 TEST(InsertSplitsTest, UnknownBottomNamesLayerAndBlob) {
-  auto param = ParseNet(R"(
+  auto param = NetParam(R"(
     layer { name: "data" type: "Input" top: "x" }
     layer { name: "relu" type: "ReLU" bottom: "nothing" top: "y" }
   )");
@@ -79,7 +76,7 @@ TEST(InsertSplitsTest, UnknownBottomNamesLayerAndBlob) {
 
 TEST(NetTest, InputOnlyNetExposesBlobs) {
   Context ctx;
-  auto param = ParseNet(R"(
+  auto param = NetParam(R"(
     name: "tiny"
     layer { name: "data" type: "Input" top: "x" top: "y"
             input_param { shape { dim: 2 dim: 3 } shape { dim: 2 } } }

@@ -167,5 +167,7 @@ inline void FillUniform(Tensor* t, float lo, float hi, unsigned seed = 1) {
 
 // Builds a LayerParameter from prototxt text (test convenience); fails the test on bad text.
 caffe::LayerParameter LayerParam(const std::string& text);
+// The same for a NetParameter; bad text throws the parser's error (file "<test>").
+caffe::NetParameter NetParam(const std::string& text);
 
 }  // namespace cortado::testing
