@@ -73,6 +73,27 @@ JNIEXPORT jfloat JNICALL Java_io_cortado_jni_NativeNet_forward(JNIEnv* env, jcla
   return jni::Guard(env, jfloat{0}, [&] { return jni::GetNet(handle).Forward(); });
 }
 
+JNIEXPORT jlong JNICALL Java_io_cortado_jni_NativeNet_forwardOnly(JNIEnv* env, jclass, jlong handle,
+                                                                  jobjectArray keep) {
+  return jni::Guard(env, jlong{0}, [&] {
+    Net& net = jni::GetNet(handle);
+    std::vector<std::string> names;
+    if (keep != nullptr) {
+      const jsize n = env->GetArrayLength(keep);
+      for (jsize i = 0; i < n; ++i) {
+        auto name = static_cast<jstring>(env->GetObjectArrayElement(keep, i));
+        names.push_back(jni::ToStdString(env, name, "keep"));
+        env->DeleteLocalRef(name);
+      }
+    }
+    // Checked before anything changes: a bad name leaves the net as it was.
+    for (const auto& name : names) net.blob_by_name(name);
+    net.SetForwardOnly();
+    if (!Net::BufferSharingWanted()) return jlong{0};
+    return static_cast<jlong>(net.ShareDataBuffers(names));
+  });
+}
+
 JNIEXPORT jobjectArray JNICALL Java_io_cortado_jni_NativeNet_blobNames(JNIEnv* env, jclass,
                                                                        jlong handle) {
   return jni::Guard(env, jobjectArray{nullptr},

@@ -610,7 +610,7 @@ size_t Net::ShareDiffBuffers() {
   return PackBuffers(lifetimes, groups, &Tensor::UseDiffBuffer, name_, "gradients");
 }
 
-size_t Net::ShareDataBuffers() {
+size_t Net::ShareDataBuffers(const std::vector<std::string>& keep) {
   const int num_layers = static_cast<int>(layers_.size());
   const BufferGroups groups = GroupBlobs(blobs_, [](const Tensor& t) { return t.data().get(); });
   const int num_groups = static_cast<int>(groups.tensors.size());
@@ -636,7 +636,11 @@ size_t Net::ShareDataBuffers() {
       touch(groups.of_blob[blob], !in_place, layer.BackwardReadsTopData(static_cast<int>(t)));
     }
   }
-  const std::vector<bool> excluded = BlobsOutsideThePlan(groups.of_blob, num_groups);
+  std::vector<bool> excluded = BlobsOutsideThePlan(groups.of_blob, num_groups);
+  for (const std::string& name : keep) {
+    blob_by_name(name);  // throws kNotFound naming it
+    excluded[groups.of_blob[blob_index_.at(name)]] = true;
+  }
   // Only data that Backward never reads can give its buffer away once Forward is past it.
   std::vector<Lifetime> lifetimes;
   for (int g = 0; g < num_groups; ++g) {

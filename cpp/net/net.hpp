@@ -58,8 +58,9 @@ class Net {
   // ShareDataBuffers: a blob whose data no Backward reads (Layer::BackwardReadsBottomData and
   // BackwardReadsTopData) is alive only from the Forward of its producer to that of its last
   // consumer; such blobs share buffers when those spans do not meet. After Forward, their data
-  // holds what a later layer wrote.
-  size_t ShareDataBuffers();
+  // holds what a later layer wrote. The blobs named in `keep` stay out of the plan too (those a
+  // caller reads after Forward, such as features); an unknown name is kNotFound.
+  size_t ShareDataBuffers(const std::vector<std::string>& keep = {});
   // Whether callers should plan: false when the environment sets CORTADO_SHARE_BUFFERS=0 (one
   // buffer of each kind per blob, every blob's data and diff readable after a step).
   static bool BufferSharingWanted();

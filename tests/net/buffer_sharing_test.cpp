@@ -219,6 +219,33 @@ TEST(BufferSharingTest, ForwardOnlyNetsShareAllButTheirOutputs) {
   }
 }
 
+TEST(BufferSharingTest, KeptBlobsKeepTheirData) {
+  caffe::NetParameter param = NetParam(ResidualNet());
+  param.mutable_state()->set_phase(caffe::TEST);
+  TwinNets twins(param);
+  twins.shared.SetForwardOnly();
+  EXPECT_THROW(twins.shared.ShareDataBuffers({"no_such_blob"}), Error);
+  twins.shared.ShareDataBuffers({"b0c1", "b1"});
+  FillInputs(&twins.plain);
+  FillInputs(&twins.shared);
+  twins.plain.Forward();
+  twins.shared.Forward();
+  for (const char* name : {"b0c1", "b1"}) {
+    const Tensor& e = *twins.plain.blob_by_name(name);
+    const Tensor& a = *twins.shared.blob_by_name(name);
+    for (int i = 0; i < e.count(); ++i) ASSERT_EQ(e.cpu_data()[i], a.cpu_data()[i]) << name;
+  }
+  // Without keeping it, b0c1's buffer is taken over by a later blob.
+  Context ctx(Device::Cpu(), 5);
+  Net net(param, &ctx);
+  net.SetForwardOnly();
+  net.ShareDataBuffers();
+  const SyncedMemory* b0c1 = net.blob_by_name("b0c1")->data().get();
+  int users = 0;
+  for (const auto& blob : net.blobs()) users += blob->data().get() == b0c1 ? 1 : 0;
+  EXPECT_GT(users, 1);
+}
+
 TEST(BufferSharingTest, GrowingABlobGivesItItsOwnBuffer) {
   caffe::NetParameter param = NetParam(kBranchyNet);
   param.mutable_state()->set_phase(caffe::TRAIN);

@@ -40,6 +40,15 @@ public final class NativeNet {
   /** Runs forward; returns the total weighted loss (0 for a net without losses). */
   public static native float forward(long handle);
 
+  /**
+   * Declares that the net will only run forward from now on: layers drop what they keep for
+   * backward, and blobs other than the outputs and those named in {@code keep} (a caller reads
+   * them after {@link #forward}) share data buffers where their lifetimes allow. Returns the
+   * bytes saved (0 when the environment sets CORTADO_SHARE_BUFFERS=0). An unknown name in
+   * {@code keep} throws and changes nothing.
+   */
+  public static native long forwardOnly(long handle, String[] keep);
+
   /** The names of the net's blobs, in the order the net creates them. */
   public static native String[] blobNames(long handle);
 

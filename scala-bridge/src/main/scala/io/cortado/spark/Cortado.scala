@@ -654,12 +654,16 @@ object Cortado {
     }
   }
 
-  /** Builds the TEST net with `model`, then for each batch of samples: push, forward, `use`. */
-  private def forEachBatch(conf: NetConf, model: Array[Byte],
+  /**
+   * Builds the TEST net with `model`, forward only, keeping the data of the blobs `use` reads
+   * (`keep`); then for each batch of samples: push, forward, `use`.
+   */
+  private def forEachBatch(conf: NetConf, model: Array[Byte], keep: Seq[String],
       batches: Iterator[Iterator[Array[Array[Float]]]])(use: Long => Unit): Unit = {
     val handle = NativeNet.create(conf.netText, conf.netSource, NativeNet.TEST, conf.device, 1L)
     try {
       NativeNet.loadWeights(handle, model, "model")
+      NativeNet.forwardOnly(handle, keep.toArray)
       val feeder = new BatchFeeder(handle, conf.feedLayer)
       val context = Option(TaskContext.get())
       batches.foreach { batch =>
@@ -692,7 +696,7 @@ object Cortado {
     }
     val sums = scala.collection.mutable.LinkedHashMap.empty[String, Double]
     val batches = samples.grouped(batchSize).take(whole).map(_.iterator)
-    forEachBatch(conf, model, batches) { handle =>
+    forEachBatch(conf, model, outputs, batches) { handle =>
       outputs.foreach { blob =>
         val values = blobValues(handle, blob)
         values.indices.foreach { i =>
@@ -718,7 +722,7 @@ object Cortado {
     val out = ArrayBuffer.empty[Row]
     val batches = samples.grouped(batchSize).map(b => b ++ Array.fill(batchSize - b.length)(b.last))
     var done = 0
-    forEachBatch(conf, model, batches.map(_.iterator)) { handle =>
+    forEachBatch(conf, model, blobs, batches.map(_.iterator)) { handle =>
       val values = blobs.map { b =>
         val shape = NativeNet.blobShape(handle, b).toSeq
         if (shape.headOption != Some(batchSize)) {

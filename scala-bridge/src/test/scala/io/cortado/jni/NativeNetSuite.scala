@@ -5,7 +5,7 @@ import java.nio.{ByteBuffer, ByteOrder}
 
 import org.scalatest.funsuite.AnyFunSuite
 
-import io.cortado.{CortadoConfigException, CortadoIOException}
+import io.cortado.{CortadoConfigException, CortadoException, CortadoIOException}
 
 object NativeNetSuite {
 
@@ -72,6 +72,39 @@ class NativeNetSuite extends AnyFunSuite {
       assert(forwardIp(net, Seq(1f, 2f, 3f, 4f, 5f, 6f, -1f, -1f, -1f)) ===
         Seq(4f, 4f, 8.5f, 8.5f, -0.5f, -0.5f))
       assert(NativeNet.blobShape(net, "ip").toSeq === Seq(3, 2))
+    }
+  }
+
+  test("forwardOnly shares the data of blobs nobody reads afterwards, except those kept") {
+    // ip1 is dead once ip2 has run, so ip3 can take its buffer; kept, ip3 keeps its own.
+    val chain =
+      """name: "chain"
+        |layer { name: "data" type: "Input" top: "data" input_param { shape { dim: 2 dim: 3 } } }
+        |""".stripMargin + (1 to 4).map { i =>
+        val bottom = if (i == 1) "data" else s"ip${i - 1}"
+        s"""layer { name: "ip$i" type: "InnerProduct" bottom: "$bottom" top: "ip$i"
+           |  inner_product_param { num_output: ${if (i == 1) 4 else 2}
+           |    weight_filler { type: "constant" value: 0.5 } } }
+           |""".stripMargin
+      }.mkString
+    def run(keep: Array[String]): (Long, Seq[Float]) = withNet(chain) { h =>
+      val saved = NativeNet.forwardOnly(h, keep)
+      NativeNet.setBlobData(h, "data", null, floatBuffer(Seq(1f, 2f, 3f, 4f, 5f, 6f)))
+      NativeNet.forward(h)
+      val out = ByteBuffer.allocateDirect(4 * 4).order(ByteOrder.nativeOrder())
+      NativeNet.copyBlobData(h, "ip3", out)
+      (saved, floats(out, 4))
+    }
+    val (savedFree, _) = run(Array.empty)
+    assert(savedFree === 16L, "ip3 (2 x 2 floats) takes ip1's buffer")
+    val (savedKept, ip3) = run(Array("ip3"))
+    assert(savedKept === 0L)
+    // ip1 = 0.5 * row sum, each of 4; ip2 = 0.5 * 4 * ip1 = 2 * ip1; ip3 = 0.5 * 2 * ip2 = ip2.
+    assert(ip3 === Seq(6f, 6f, 15f, 15f))
+    withNet(chain) { h =>
+      val e = intercept[CortadoException](NativeNet.forwardOnly(h, Array("nope")))
+      assert(e.getMessage.contains("nope"), e.getMessage)
+      assert(NativeNet.forward(h) === 0f, "the net still runs")
     }
   }
 
