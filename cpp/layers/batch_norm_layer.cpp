@@ -219,9 +219,9 @@ void BatchNormLayer::BackwardCpu(const std::vector<Tensor*>& top,
   }
 }
 
-void BatchNormLayer::FuseScale(Layer* scale, bool scale_backward, bool relu, float relu_slope) {
-  auto* layer = dynamic_cast<ScaleLayer*>(scale);
-  CORTADO_CHECK(layer != nullptr && layer->ScalesChannels(), "{}: cannot fuse {}", Describe(),
+void BatchNormLayer::FuseScale(ScaleLayer* scale, bool scale_backward, bool relu,
+                               float relu_slope) {
+  CORTADO_CHECK(scale != nullptr && scale->ScalesChannels(), "{}: cannot fuse {}", Describe(),
                 scale == nullptr ? "nothing" : scale->name());
   CORTADO_CHECK(relu_slope >= 0.0f);
   scale_ = scale;
@@ -231,8 +231,7 @@ void BatchNormLayer::FuseScale(Layer* scale, bool scale_backward, bool relu, flo
 }
 
 BatchNormLayer::Affine BatchNormLayer::FusedAffine() const {
-  // Looked up on every pass: a net sharing trained layers may have replaced the Scale's blobs.
-  const auto* layer = static_cast<const ScaleLayer*>(scale_);
+  // Looked up on every pass, like the Scale layer's own passes would.
   auto& blobs = scale_->blobs();
   if (blobs[0]->count() != channels_) {
     CORTADO_THROW(kInvalidArgument, "{}: fused layer '{}' has {} scale values for {} channels",
@@ -240,7 +239,7 @@ BatchNormLayer::Affine BatchNormLayer::FusedAffine() const {
   }
   Affine affine;
   affine.scale = blobs[0].get();
-  const int bias = layer->bias_index();
+  const int bias = scale_->bias_index();
   if (bias >= 0) affine.bias = blobs[bias].get();
   if (scale_backward_) {
     if (scale_->param_propagate_down(0)) affine.scale_grad = blobs[0].get();

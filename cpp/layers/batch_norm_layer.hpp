@@ -25,6 +25,8 @@
 
 namespace cortado {
 
+class ScaleLayer;
+
 class BatchNormLayer final : public Layer {
  public:
   using Layer::Layer;
@@ -34,11 +36,11 @@ class BatchNormLayer final : public Layer {
   void Setup(const std::vector<Tensor*>& bottom, const std::vector<Tensor*>& top) override;
   void Reshape(const std::vector<Tensor*>& bottom, const std::vector<Tensor*>& top) override;
 
-  // Makes this layer's passes compute `scale` (a ScaleLayer whose ScalesChannels() holds, in
-  // place on this layer's top) and, with `relu`, a ReLU of slope `relu_slope` (>= 0) after it.
+  // Makes this layer's passes compute `scale` (whose ScalesChannels() holds, in place on this
+  // layer's top) and, with `relu`, a ReLU of slope `relu_slope` (>= 0) after it.
   // `scale_backward`: whether the Scale layer needs backward (its param diffs are accumulated
   // then, each as its param_propagate_down says). The caller marks the two layers fused.
-  void FuseScale(Layer* scale, bool scale_backward, bool relu, float relu_slope);
+  void FuseScale(ScaleLayer* scale, bool scale_backward, bool relu, float relu_slope);
   // For a net that never runs this layer backward (test nets): Forward then writes the top
   // directly and keeps no normalised copy, and Backward is an error.
   void DropBackwardState() { keep_x_norm_ = false; }
@@ -68,7 +70,7 @@ class BatchNormLayer final : public Layer {
   Tensor gpu_stats_;
 
   // Fusion (FuseScale): the Scale layer computed here, or null.
-  Layer* scale_ = nullptr;
+  ScaleLayer* scale_ = nullptr;
   bool scale_backward_ = false;
   bool relu_ = false;
   float relu_slope_ = 0.0f;
