@@ -3,7 +3,8 @@
 // --iterations passes timing every layer's forward and backward; prints the per-layer averages
 // and the average forward, backward and forward-backward time of the whole net. With --gpu the
 // stream is synchronised after each layer, so a layer's time covers its kernels running, not
-// only their launch.
+// only their launch. Layers fused into another (BatchNorm + Scale + ReLU) are listed as such;
+// their time is the host layer's.
 #include <chrono>
 
 #include "core/logging.hpp"
@@ -94,6 +95,11 @@ int TimeCommand(int argc, char** argv) {
   }
   CORTADO_LOG_INFO("Average time per layer: ");
   for (size_t i = 0; i < layers.size(); ++i) {
+    if (const Layer* host = layers[i]->fused_into()) {
+      // Its work is in the host's time (BatchNorm + Scale + ReLU fusion).
+      CORTADO_LOG_INFO("{:>10}\tfused into {}", net.layer_names()[i], host->name());
+      continue;
+    }
     CORTADO_LOG_INFO("{:>10}\tforward: {:.5f} ms.", net.layer_names()[i],
                      forward_ms[i] / iterations);
     CORTADO_LOG_INFO("{:>10}\tbackward: {:.5f} ms.", net.layer_names()[i],
