@@ -23,10 +23,21 @@ object CortadoOnSparkSuite {
       |layer { name: "accuracy" type: "Accuracy" bottom: "ip" bottom: "label" top: "accuracy"
       |  include { phase: TEST } }
       |""".stripMargin
+
+  final case class Result(code: Int, out: String, err: String)
+
+  /** Runs the main class's logic on session `ss`, capturing what it prints. */
+  def runMain(ss: SparkSession, args: Seq[String]): Result = {
+    val out = new ByteArrayOutputStream
+    val err = new ByteArrayOutputStream
+    val code = CortadoOnSpark.run(args, () => ss, new PrintStream(out, true, "UTF-8"),
+      new PrintStream(err, true, "UTF-8"))
+    Result(code, out.toString("UTF-8"), err.toString("UTF-8"))
+  }
 }
 
 class CortadoOnSparkSuite extends AnyFunSuite with PerTest {
-  import CortadoOnSparkSuite.Body
+  import CortadoOnSparkSuite.{Body, Result, runMain}
   import CortadoSuite.write
 
   /** A CoSData layer for `phase` reading `source` (Parquet unless `format` says otherwise). */
@@ -50,16 +61,8 @@ class CortadoOnSparkSuite extends AnyFunSuite with PerTest {
     ss.createDataFrame(rows).toDF("id", "features", "label")
   }
 
-  final case class Result(code: Int, out: String, err: String)
-
   /** Runs the main class's logic on this suite's session, capturing what it prints. */
-  def cos(args: String*): Result = {
-    val out = new ByteArrayOutputStream
-    val err = new ByteArrayOutputStream
-    val code = CortadoOnSpark.run(args, () => ss, new PrintStream(out, true, "UTF-8"),
-      new PrintStream(err, true, "UTF-8"))
-    Result(code, out.toString("UTF-8"), err.toString("UTF-8"))
-  }
+  def cos(args: String*): Result = runMain(ss, args)
 
   /** Solver and net in `dir`, the net reading train.parquet and test.parquet there. */
   def withData[T](body: (Path, String) => T): T = withTempDir("cortado-main") { dir =>

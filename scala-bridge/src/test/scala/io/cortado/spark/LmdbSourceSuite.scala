@@ -1,7 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 package io.cortado.spark
 
-import java.io.{ByteArrayOutputStream, PrintStream}
 import java.nio.file.{Files, Path}
 import java.util.concurrent.atomic.AtomicInteger
 
@@ -143,15 +142,7 @@ class LmdbSourceSuite extends AnyFunSuite with PerTest {
         |random_seed: 1701
         |""".stripMargin)
 
-  final case class Result(code: Int, out: String, err: String)
-
-  def cos(args: String*): Result = {
-    val out = new ByteArrayOutputStream
-    val err = new ByteArrayOutputStream
-    val code = CortadoOnSpark.run(args, () => ss, new PrintStream(out, true, "UTF-8"),
-      new PrintStream(err, true, "UTF-8"))
-    Result(code, out.toString("UTF-8"), err.toString("UTF-8"))
-  }
+  def cos(args: String*): CortadoOnSparkSuite.Result = CortadoOnSparkSuite.runMain(ss, args)
 
   test("CortadoOnSpark -train, -test and -features on a MemoryData net reading LMDB databases") {
     withTempDir("cortado-lmdb") { dir =>
