@@ -5,6 +5,9 @@
 
 #include <cerrno>
 #include <filesystem>
+#include <map>
+#include <mutex>
+#include <string>
 #include <system_error>
 
 #include "core/error.hpp"
@@ -28,31 +31,54 @@ LmdbReader::LmdbReader(const std::string& path, std::string owner)
   }
 }
 
+namespace {
+
+// LMDB allows one environment per database per process: a second mdb_env_open of the same files
+// in one process takes the lock table over as if it were the only user (the first one's readers
+// can then pick an older snapshot of the database, even an empty one), and closing either drops
+// the other's locks. Readers of one database in one process (several replicas' Data layers, the
+// Spark tasks of one executor) therefore share an environment: opened by the first, closed by
+// the last.
+struct SharedEnv {
+  MDB_env* env = nullptr;
+  unsigned int dbi = 0;
+  int users = 0;
+};
+
+std::mutex& EnvMutex() {
+  static std::mutex mutex;
+  return mutex;
+}
+
+std::map<std::string, SharedEnv>& Envs() {
+  static std::map<std::string, SharedEnv> envs;
+  return envs;
+}
+
+std::string EnvKey(const std::string& path) {
+  std::error_code ec;
+  const std::filesystem::path canonical = std::filesystem::canonical(path, ec);
+  return ec ? path : canonical.string();
+}
+
+}  // namespace
+
 void LmdbReader::Open() {
-  // MDB_NOTLS: the read transaction may be used by the prefetch thread after it was begun here.
-  unsigned int flags = MDB_RDONLY | MDB_NOTLS;
-  for (int attempt = 0;; ++attempt) {
-    int rc = mdb_env_create(&env_);
-    if (rc != MDB_SUCCESS) Fail("mdb_env_create", rc);
-    rc = mdb_env_open(env_, path_.c_str(), flags, 0664);
-    if (rc == MDB_SUCCESS) break;
-    mdb_env_close(env_);  // a failed open still needs its handle closed
-    env_ = nullptr;
-    // A read-only directory cannot hold the lock file; read without locking (as Caffe can).
-    if (rc == EACCES && attempt == 0) {
-      CORTADO_LOG_WARN("{}: no permission to lock LMDB '{}'; reading it without locks", owner_,
-                       path_);
-      flags |= MDB_NOLOCK;
-      continue;
+  {
+    std::lock_guard<std::mutex> lock(EnvMutex());
+    env_key_ = EnvKey(path_);
+    auto it = Envs().find(env_key_);
+    if (it == Envs().end()) {
+      SharedEnv shared;
+      OpenEnv(&shared.env, &shared.dbi);
+      it = Envs().emplace(env_key_, shared).first;
     }
-    Fail("mdb_env_open", rc);
+    ++it->second.users;
+    env_ = it->second.env;
+    dbi_ = it->second.dbi;
   }
   int rc = mdb_txn_begin(env_, nullptr, MDB_RDONLY, &txn_);
   if (rc != MDB_SUCCESS) Fail("mdb_txn_begin", rc);
-  MDB_dbi dbi = 0;
-  rc = mdb_dbi_open(txn_, nullptr, 0, &dbi);
-  if (rc != MDB_SUCCESS) Fail("mdb_dbi_open", rc);
-  dbi_ = dbi;
   MDB_stat stat;
   rc = mdb_stat(txn_, dbi_, &stat);
   if (rc != MDB_SUCCESS) Fail("mdb_stat", rc);
@@ -64,12 +90,55 @@ void LmdbReader::Open() {
   }
 }
 
+void LmdbReader::OpenEnv(MDB_env** env_out, unsigned int* dbi_out) const {
+  // MDB_NOTLS: read transactions are not tied to threads (the prefetch thread reads through a
+  // transaction begun here, and several readers of the process share the environment).
+  unsigned int flags = MDB_RDONLY | MDB_NOTLS;
+  MDB_env* env = nullptr;
+  for (int attempt = 0;; ++attempt) {
+    int rc = mdb_env_create(&env);
+    if (rc != MDB_SUCCESS) Fail("mdb_env_create", rc);
+    rc = mdb_env_open(env, path_.c_str(), flags, 0664);
+    if (rc == MDB_SUCCESS) break;
+    mdb_env_close(env);  // a failed open still needs its handle closed
+    env = nullptr;
+    // A read-only directory cannot hold the lock file; read without locking (as Caffe can).
+    if (rc == EACCES && attempt == 0) {
+      CORTADO_LOG_WARN("{}: no permission to lock LMDB '{}'; reading it without locks", owner_,
+                       path_);
+      flags |= MDB_NOLOCK;
+      continue;
+    }
+    Fail("mdb_env_open", rc);
+  }
+  // The main database's handle, opened once for every reader of the environment.
+  MDB_txn* txn = nullptr;
+  int rc = mdb_txn_begin(env, nullptr, MDB_RDONLY, &txn);
+  MDB_dbi dbi = 0;
+  if (rc == MDB_SUCCESS) rc = mdb_dbi_open(txn, nullptr, 0, &dbi);
+  if (rc == MDB_SUCCESS) rc = mdb_txn_commit(txn);
+  if (rc != MDB_SUCCESS) {
+    if (txn != nullptr) mdb_txn_abort(txn);
+    mdb_env_close(env);
+    Fail("opening the main database", rc);
+  }
+  *env_out = env;
+  *dbi_out = dbi;
+}
+
 LmdbReader::~LmdbReader() { Close(); }
 
 void LmdbReader::Close() noexcept {
   if (cursor_ != nullptr) mdb_cursor_close(cursor_);
   if (txn_ != nullptr) mdb_txn_abort(txn_);
-  if (env_ != nullptr) mdb_env_close(env_);
+  if (env_ != nullptr) {
+    std::lock_guard<std::mutex> lock(EnvMutex());
+    auto it = Envs().find(env_key_);
+    if (it != Envs().end() && --it->second.users == 0) {
+      mdb_env_close(it->second.env);
+      Envs().erase(it);
+    }
+  }
   cursor_ = nullptr;
   txn_ = nullptr;
   env_ = nullptr;

@@ -45,13 +45,16 @@ class LmdbReader {
 
  private:
   void Open();
+  // Opens the environment and its main database (the first reader of a path in the process).
+  void OpenEnv(MDB_env** env, unsigned int* dbi) const;
   void Close() noexcept;
   void MoveCursorTo(int64_t index);
   [[noreturn]] void Fail(const char* operation, int rc) const;
 
   std::string path_;
   std::string owner_;
-  MDB_env* env_ = nullptr;
+  MDB_env* env_ = nullptr;  // shared by every reader of this database in the process
+  std::string env_key_;
   MDB_txn* txn_ = nullptr;
   MDB_cursor* cursor_ = nullptr;
   unsigned int dbi_ = 0;

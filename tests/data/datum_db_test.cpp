@@ -3,12 +3,15 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
 #include "core/error.hpp"
 #include "data/data_test_util.hpp"
+#include "data/lmdb_db.hpp"
 
 namespace cortado {
 namespace {
@@ -207,6 +210,40 @@ TEST(DatumDbReaderTest, CorruptRecordAndWrongValueCountNameTheKey) {
     EXPECT_NE(std::string(e.what()).find("record '00000002'"), std::string::npos) << e.what();
     EXPECT_NE(std::string(e.what()).find("is not a valid Datum"), std::string::npos) << e.what();
   }
+}
+
+// LMDB allows one environment per database per process; readers of one database share it. Many
+// threads opening, reading and closing readers of one database at once all see every record (a
+// second environment of the same files in the process used to reset the lock table under the
+// first one's readers, which then saw the empty database of before the first write).
+TEST(LmdbReaderTest, ConcurrentReadersInOneProcessSeeEveryRecord) {
+  TempDir dir;
+  const std::string path = WriteDb(dir, 12);
+  LmdbReader held(path, "held");  // open across the whole test
+  std::atomic<int> failures{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 8; ++t) {
+    threads.emplace_back([&, t] {
+      for (int round = 0; round < 40; ++round) {
+        try {
+          LmdbReader reader(path, "reader " + std::to_string(t));
+          std::string key;
+          reader.SeekTo(round % 12);
+          reader.Next(&key);
+          if (reader.size() != 12 || key != Key(round % 12)) ++failures;
+        } catch (const Error&) {
+          ++failures;
+        }
+      }
+    });
+  }
+  for (auto& thread : threads) thread.join();
+  EXPECT_EQ(failures.load(), 0);
+  std::string key;
+  held.SeekTo(11);
+  held.Next(&key);
+  EXPECT_EQ(key, Key(11)) << "the first reader still reads after the others closed";
+  EXPECT_EQ(held.size(), 12);
 }
 
 TEST(DatumDbReaderTest, MissingPathIsNotFoundAndNamesIt) {
