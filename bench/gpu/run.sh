@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: Apache-2.0
-# GPU training throughput, Cortado beside PyTorch on the same GPU in the same run, then
-# ResNet-50 with the BatchNorm fusion and the shared buffers each turned off. Run from the
-# repository root on a machine with a GPU, PyTorch (with torchvision) and a CUDA build:
+# GPU training throughput, Cortado beside PyTorch on the same GPU in the same run, then ResNet-50
+# with each of three settings changed (see below). Run from the repository root on a machine with
+# a GPU, PyTorch (with torchvision) and a CUDA build:
 #   bash bench/gpu/run.sh [path/to/cortado_gpu_bench]
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -21,9 +21,10 @@ for net in lenet cifar10_quick caffenet resnet50; do
   printf '%-16s %6s %12s %12s %8s %12s %12s\n' "$net" "$batch" "$our_rate" "$their_rate" \
     "$ratio" "$our_mem" "$their_mem"
 done
-# ResNet-50 again with BatchNorm fusion and then the shared buffers off, Cortado alone: what
-# each is worth on this GPU (compare with the resnet50 row above).
-for setting in "CORTADO_FUSE=0" "CORTADO_SHARE_BUFFERS=0"; do
+# ResNet-50 again with the fusions, then the shared buffers off, then with cuDNN's graph API
+# engines in place of its legacy algorithm search, Cortado alone: what each is worth on this GPU
+# (compare with the resnet50 row above).
+for setting in "CORTADO_FUSE=0" "CORTADO_SHARE_BUFFERS=0" "CORTADO_CUDNN_API=graph"; do
   ours=$(env "$setting" "$bench" bench/models/resnet50_train.prototxt 50 10)
   echo "# $setting: $ours" >&2
   read -r _ _ batch _ _ _ our_rate _ our_mem _ <<<"$ours"

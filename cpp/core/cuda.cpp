@@ -99,6 +99,7 @@ Resources::Resources(int device_ordinal) : device(device_ordinal) {
 Resources::~Resources() {
   // Destructors must not throw: failures here are logged only.
   cudaSetDevice(device);
+  plans.clear();
 #if CORTADO_WITH_CUDNN
   if (cudnn != nullptr) cudnnDestroy(cudnn);
 #endif

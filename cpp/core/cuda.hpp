@@ -9,6 +9,9 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
+#include <string>
+#include <unordered_map>
 
 #include "core/config.hpp"
 #include "core/context.hpp"
@@ -81,6 +84,9 @@ struct Resources {
   // [offset, offset + n) under key `seed`, then advances offset, so a seed fixes the sequence.
   uint64_t philox_seed = 0;
   uint64_t philox_offset = 0;
+  // Plans that users keep per context, by their own keys (the cuDNN convolution plans of each
+  // shape); released before the handles they were made with.
+  std::unordered_map<std::string, std::shared_ptr<const void>> plans;
 
  private:
   void* workspace_ = nullptr;

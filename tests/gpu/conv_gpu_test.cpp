@@ -14,6 +14,7 @@
 
 #include "support/gpu_check.hpp"
 #include "support/gradient_checker.hpp"
+#include "support/scoped_env.hpp"
 
 namespace cortado::testing {
 namespace {
@@ -133,6 +134,23 @@ TEST(ConvolutionGpuTest, LargerMatchesCpu) {
   CheckGpuMatchesCpu(
       ConvParam("Convolution", {"large", {4, 16, 20, 20}, 32, 1, {3, 3}, {1, 1}, {1, 1}, {1, 1}}),
       {{4, 16, 20, 20}}, options);
+  CheckGpuMatchesCpu(
+      ConvParam("Convolution",
+                {"large_group", {3, 16, 17, 15}, 8, 4, {5, 3}, {2, 1}, {2, 1}, {1, 2}, false}),
+      {{3, 16, 17, 15}}, options);
+}
+
+// The same cases through cuDNN's graph API (CORTADO_CUDNN_API=graph), which times engine
+// configurations instead of the legacy algorithms.
+TEST(ConvolutionGpuTest, GraphApiMatchesCpu) {
+  CORTADO_REQUIRE_GPU();
+  ScopedEnv graph("CORTADO_CUDNN_API", "graph");
+  for (const ConvCase& c : ConvCases()) {
+    SCOPED_TRACE(c.name);
+    CheckGpuMatchesCpu(ConvParam("Convolution", c), {c.bottom_shape});
+  }
+  GpuCheckOptions options;
+  options.tolerance = 1e-3f;
   CheckGpuMatchesCpu(
       ConvParam("Convolution",
                 {"large_group", {3, 16, 17, 15}, 8, 4, {5, 3}, {2, 1}, {2, 1}, {1, 2}, false}),

@@ -8,7 +8,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
-#include <cstdlib>
+#include <memory>
 #include <set>
 #include <string>
 
@@ -17,6 +17,7 @@
 #include "net/net.hpp"
 #include "solvers/solver.hpp"
 #include "support/gradient_checker.hpp"
+#include "support/scoped_env.hpp"
 
 namespace cortado {
 namespace {
@@ -279,9 +280,11 @@ TEST(BufferSharingTest, SolverPlansItsTrainingNetUnlessTurnedOff) {
   auto solver = CreateSolver(param, &ctx);
   const int planned = DistinctDiffBuffers(*solver->net());
   const int planned_data = DistinctDataBuffers(*solver->net());
-  ::setenv("CORTADO_SHARE_BUFFERS", "0", 1);
-  auto unplanned = CreateSolver(param, &ctx);
-  ::unsetenv("CORTADO_SHARE_BUFFERS");
+  std::unique_ptr<Solver> unplanned;
+  {
+    testing::ScopedEnv off("CORTADO_SHARE_BUFFERS", "0");
+    unplanned = CreateSolver(param, &ctx);
+  }
   EXPECT_LT(planned, DistinctDiffBuffers(*unplanned->net()));
   EXPECT_LT(planned_data, DistinctDataBuffers(*unplanned->net()));
 }

@@ -1,6 +1,21 @@
 // SPDX-License-Identifier: Apache-2.0
 // 2-D convolution on cuDNN behind math::ConvolutionPlan (math/convolution.hpp).
+//
+// Each pass (forward, data gradient, filter gradient) picks its algorithm by timing cuDNN's
+// candidates on scratch tensors of the layer's shape and keeping the fastest whose workspace fits
+// the limit, in strict float32 (FMA math: no TF32). By default the candidates are those of
+// cuDNN's cudnnFind*AlgorithmEx search. CORTADO_CUDNN_API=graph times the engine configurations
+// of cuDNN's graph API instead (heuristics mode A, then the fallback list), leaving out engines
+// that compute in reduced precision; on an H100 that matched the legacy search on ResNet-50 and
+// lost a third on CaffeNet, whose best algorithms (FFT, Winograd) the heuristics do not rank
+// high (bench/RESULTS.md). A graph plan assumes 16-byte aligned pointers (every tensor Cortado
+// allocates is); a call with others runs the legacy algorithm. Plans are cached per context and
+// shape, so the repeated shapes of a deep net are searched once.
 #include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "core/cuda.hpp"
@@ -18,6 +33,19 @@ size_t WorkspaceLimit() {
   return static_cast<size_t>(mb > 0 ? mb : 0) << 20;
 }
 
+// How many engine configurations each pass times at most (CORTADO_CUDNN_CANDIDATES, default
+// 12): heuristics rank them, and the tail is rarely faster.
+size_t MaxCandidates() {
+  const char* env = std::getenv("CORTADO_CUDNN_CANDIDATES");
+  const long n = env != nullptr ? std::strtol(env, nullptr, 10) : 12;
+  return static_cast<size_t>(n > 0 ? n : 1);
+}
+
+bool UseGraphApi() {
+  const char* env = std::getenv("CORTADO_CUDNN_API");
+  return env != nullptr && std::strcmp(env, "graph") == 0;
+}
+
 // Device scratch freed on scope exit (the tensors the algorithm search writes into).
 class Scratch {
  public:
@@ -32,6 +60,338 @@ class Scratch {
   void* ptr_ = nullptr;
   size_t bytes_ = 0;
 };
+
+// One descriptor of cuDNN's graph API, destroyed with its owner.
+class Descriptor {
+ public:
+  explicit Descriptor(cudnnBackendDescriptorType_t type) {
+    CORTADO_CUDNN_CHECK(cudnnBackendCreateDescriptor(type, &desc_));
+  }
+  ~Descriptor() {
+    if (desc_ != nullptr) cudnnBackendDestroyDescriptor(desc_);
+  }
+  Descriptor(Descriptor&& other) noexcept : desc_(std::exchange(other.desc_, nullptr)) {}
+  Descriptor& operator=(Descriptor&& other) noexcept {
+    std::swap(desc_, other.desc_);
+    return *this;
+  }
+  Descriptor(const Descriptor&) = delete;
+  Descriptor& operator=(const Descriptor&) = delete;
+
+  cudnnBackendDescriptor_t get() const { return desc_; }
+
+  template <typename T>
+  Descriptor& Set(cudnnBackendAttributeName_t name, cudnnBackendAttributeType_t type,
+                  const T* values, int64_t count = 1) {
+    CORTADO_CUDNN_CHECK(cudnnBackendSetAttribute(desc_, name, type, count, values));
+    return *this;
+  }
+  Descriptor& Set(cudnnBackendAttributeName_t name, const Descriptor& value) {
+    cudnnBackendDescriptor_t d = value.get();
+    return Set(name, CUDNN_TYPE_BACKEND_DESCRIPTOR, &d);
+  }
+  Descriptor& Finalize() {
+    CORTADO_CUDNN_CHECK(cudnnBackendFinalize(desc_));
+    return *this;
+  }
+  // Finalizing an execution plan fails for engines that do not support the graph: not an error.
+  bool TryFinalize() { return cudnnBackendFinalize(desc_) == CUDNN_STATUS_SUCCESS; }
+
+ private:
+  cudnnBackendDescriptor_t desc_ = nullptr;
+};
+
+// The tensors of a convolution pass: input x, filter w, output y.
+enum : int64_t { kX = 1, kW = 2, kY = 3 };
+
+Descriptor PackedTensor(int64_t uid, const std::vector<int64_t>& dims) {
+  std::vector<int64_t> strides(dims.size(), 1);
+  for (int i = static_cast<int>(dims.size()) - 2; i >= 0; --i) {
+    strides[i] = strides[i + 1] * dims[i + 1];
+  }
+  const cudnnDataType_t type = CUDNN_DATA_FLOAT;
+  const int64_t alignment = 16;
+  Descriptor t(CUDNN_BACKEND_TENSOR_DESCRIPTOR);
+  t.Set(CUDNN_ATTR_TENSOR_DATA_TYPE, CUDNN_TYPE_DATA_TYPE, &type)
+      .Set(CUDNN_ATTR_TENSOR_DIMENSIONS, CUDNN_TYPE_INT64, dims.data(),
+           static_cast<int64_t>(dims.size()))
+      .Set(CUDNN_ATTR_TENSOR_STRIDES, CUDNN_TYPE_INT64, strides.data(),
+           static_cast<int64_t>(strides.size()))
+      .Set(CUDNN_ATTR_TENSOR_UNIQUE_ID, CUDNN_TYPE_INT64, &uid)
+      .Set(CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT, CUDNN_TYPE_INT64, &alignment)
+      .Finalize();
+  return t;
+}
+
+enum class Pass { kForward, kData, kFilter };
+
+const char* PassName(Pass pass) {
+  switch (pass) {
+    case Pass::kForward:
+      return "forward";
+    case Pass::kData:
+      return "data gradient";
+    default:
+      return "filter gradient";
+  }
+}
+
+// A finalized execution plan for one pass, with the descriptors it was built from.
+struct GraphPass {
+  std::vector<Descriptor> parts;  // tensors, convolution, operation, graph, engine config
+  std::unique_ptr<Descriptor> plan;
+  int64_t workspace = 0;
+  int64_t engine = -1;  // cuDNN's global engine index, for logs
+  float ms = 0.0f;      // its time in the search
+};
+
+// The operation graph of one pass: y = conv(x, w) forward, dx from dy, or dw += from x and dy.
+Descriptor* BuildGraph(GraphPass& out, cudnnHandle_t handle, const ConvolutionShape& s, Pass pass) {
+  const std::vector<int64_t> x_dims = {s.num, s.channels, s.height, s.width};
+  const std::vector<int64_t> w_dims = {s.num_output, s.channels / s.group, s.kernel_h, s.kernel_w};
+  const std::vector<int64_t> y_dims = {s.num, s.num_output, s.output_h(), s.output_w()};
+  out.parts.push_back(PackedTensor(kX, x_dims));
+  out.parts.push_back(PackedTensor(kW, w_dims));
+  out.parts.push_back(PackedTensor(kY, y_dims));
+  const Descriptor& x = out.parts[0];
+  const Descriptor& w = out.parts[1];
+  const Descriptor& y = out.parts[2];
+
+  const cudnnDataType_t compute = CUDNN_DATA_FLOAT;
+  const cudnnConvolutionMode_t mode = CUDNN_CROSS_CORRELATION;
+  const int64_t spatial = 2;
+  const int64_t pad[2] = {s.pad_h, s.pad_w};
+  const int64_t stride[2] = {s.stride_h, s.stride_w};
+  const int64_t dilation[2] = {s.dilation_h, s.dilation_w};
+  Descriptor conv(CUDNN_BACKEND_CONVOLUTION_DESCRIPTOR);
+  conv.Set(CUDNN_ATTR_CONVOLUTION_COMP_TYPE, CUDNN_TYPE_DATA_TYPE, &compute)
+      .Set(CUDNN_ATTR_CONVOLUTION_CONV_MODE, CUDNN_TYPE_CONVOLUTION_MODE, &mode)
+      .Set(CUDNN_ATTR_CONVOLUTION_SPATIAL_DIMS, CUDNN_TYPE_INT64, &spatial)
+      .Set(CUDNN_ATTR_CONVOLUTION_PRE_PADDINGS, CUDNN_TYPE_INT64, pad, 2)
+      .Set(CUDNN_ATTR_CONVOLUTION_POST_PADDINGS, CUDNN_TYPE_INT64, pad, 2)
+      .Set(CUDNN_ATTR_CONVOLUTION_FILTER_STRIDES, CUDNN_TYPE_INT64, stride, 2)
+      .Set(CUDNN_ATTR_CONVOLUTION_DILATIONS, CUDNN_TYPE_INT64, dilation, 2)
+      .Finalize();
+  out.parts.push_back(std::move(conv));
+  const Descriptor& conv_desc = out.parts.back();
+
+  // The filter gradient accumulates (beta 1), as every layer's parameter gradient does.
+  const float alpha = 1.0f;
+  const float beta = pass == Pass::kFilter ? 1.0f : 0.0f;
+  switch (pass) {
+    case Pass::kForward: {
+      Descriptor op(CUDNN_BACKEND_OPERATION_CONVOLUTION_FORWARD_DESCRIPTOR);
+      op.Set(CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_X, x)
+          .Set(CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_W, w)
+          .Set(CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_Y, y)
+          .Set(CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_CONV_DESC, conv_desc)
+          .Set(CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_ALPHA, CUDNN_TYPE_FLOAT, &alpha)
+          .Set(CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_BETA, CUDNN_TYPE_FLOAT, &beta)
+          .Finalize();
+      out.parts.push_back(std::move(op));
+      break;
+    }
+    case Pass::kData: {
+      Descriptor op(CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_DATA_DESCRIPTOR);
+      op.Set(CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_DX, x)
+          .Set(CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_W, w)
+          .Set(CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_DY, y)
+          .Set(CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_CONV_DESC, conv_desc)
+          .Set(CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_ALPHA, CUDNN_TYPE_FLOAT, &alpha)
+          .Set(CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_BETA, CUDNN_TYPE_FLOAT, &beta)
+          .Finalize();
+      out.parts.push_back(std::move(op));
+      break;
+    }
+    case Pass::kFilter: {
+      Descriptor op(CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_FILTER_DESCRIPTOR);
+      op.Set(CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_X, x)
+          .Set(CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_DW, w)
+          .Set(CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_DY, y)
+          .Set(CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_CONV_DESC, conv_desc)
+          .Set(CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_ALPHA, CUDNN_TYPE_FLOAT, &alpha)
+          .Set(CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_BETA, CUDNN_TYPE_FLOAT, &beta)
+          .Finalize();
+      out.parts.push_back(std::move(op));
+      break;
+    }
+  }
+  cudnnBackendDescriptor_t op = out.parts.back().get();
+  Descriptor graph(CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR);
+  graph.Set(CUDNN_ATTR_OPERATIONGRAPH_OPS, CUDNN_TYPE_BACKEND_DESCRIPTOR, &op)
+      .Set(CUDNN_ATTR_OPERATIONGRAPH_HANDLE, CUDNN_TYPE_HANDLE, &handle)
+      .Finalize();
+  out.parts.push_back(std::move(graph));
+  return &out.parts.back();
+}
+
+// The engine configurations heuristics `mode` proposes for `graph`, best first.
+std::vector<Descriptor> EngineConfigs(const Descriptor& graph, cudnnBackendHeurMode_t mode) {
+  Descriptor heur(CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR);
+  heur.Set(CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, graph)
+      .Set(CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, &mode);
+  std::vector<Descriptor> configs;
+  if (!heur.TryFinalize()) return configs;
+  int64_t count = 0;
+  CORTADO_CUDNN_CHECK(cudnnBackendGetAttribute(heur.get(), CUDNN_ATTR_ENGINEHEUR_RESULTS,
+                                               CUDNN_TYPE_BACKEND_DESCRIPTOR, 0, &count, nullptr));
+  std::vector<cudnnBackendDescriptor_t> raw;
+  for (int64_t i = 0; i < count; ++i) {
+    configs.emplace_back(CUDNN_BACKEND_ENGINECFG_DESCRIPTOR);
+    raw.push_back(configs.back().get());
+  }
+  int64_t returned = 0;
+  CORTADO_CUDNN_CHECK(cudnnBackendGetAttribute(heur.get(), CUDNN_ATTR_ENGINEHEUR_RESULTS,
+                                               CUDNN_TYPE_BACKEND_DESCRIPTOR, count, &returned,
+                                               raw.data()));
+  configs.erase(configs.begin() + returned, configs.end());
+  return configs;
+}
+
+// The global index of a configuration's engine, or -1 when the engine computes in reduced
+// precision (tensor cores, down-converted inputs or reductions) and must not be used.
+int64_t StrictFloatEngine(const Descriptor& config) {
+  Descriptor engine(CUDNN_BACKEND_ENGINE_DESCRIPTOR);
+  int64_t n = 0;
+  cudnnBackendDescriptor_t raw = engine.get();
+  CORTADO_CUDNN_CHECK(cudnnBackendGetAttribute(config.get(), CUDNN_ATTR_ENGINECFG_ENGINE,
+                                               CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &n, &raw));
+  cudnnBackendNumericalNote_t notes[CUDNN_NUMERICAL_NOTE_TYPE_COUNT];
+  CORTADO_CUDNN_CHECK(cudnnBackendGetAttribute(engine.get(), CUDNN_ATTR_ENGINE_NUMERICAL_NOTE,
+                                               CUDNN_TYPE_NUMERICAL_NOTE,
+                                               CUDNN_NUMERICAL_NOTE_TYPE_COUNT, &n, notes));
+  for (int64_t i = 0; i < n; ++i) {
+    if (notes[i] == CUDNN_NUMERICAL_NOTE_TENSOR_CORE ||
+        notes[i] == CUDNN_NUMERICAL_NOTE_DOWN_CONVERT_INPUTS ||
+        notes[i] == CUDNN_NUMERICAL_NOTE_REDUCED_PRECISION_REDUCTION) {
+      return -1;
+    }
+  }
+  int64_t index = 0;
+  CORTADO_CUDNN_CHECK(cudnnBackendGetAttribute(engine.get(), CUDNN_ATTR_ENGINE_GLOBAL_INDEX,
+                                               CUDNN_TYPE_INT64, 1, &n, &index));
+  return index;
+}
+
+void Execute(cudnnHandle_t handle, const Descriptor& plan, void* x, void* w, void* y,
+             void* workspace) {
+  const int64_t uids[3] = {kX, kW, kY};
+  void* pointers[3] = {x, w, y};
+  Descriptor pack(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR);
+  pack.Set(CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64, uids, 3)
+      .Set(CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, CUDNN_TYPE_VOID_PTR, pointers, 3)
+      .Set(CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR, &workspace)
+      .Finalize();
+  CORTADO_CUDNN_CHECK(cudnnBackendExecute(handle, plan.get(), pack.get()));
+}
+
+// Times the engine configurations cuDNN proposes for one pass and returns the fastest, or
+// nullptr when none runs within the workspace limit.
+std::shared_ptr<GraphPass> SearchGraphPass(cudnnHandle_t handle, cudaStream_t stream,
+                                           const ConvolutionShape& s, Pass pass, float* x, float* w,
+                                           float* y, void* workspace, size_t limit) {
+  const size_t max_candidates = MaxCandidates();
+  constexpr int kRuns = 3;
+  auto spec = std::make_shared<GraphPass>();
+  Descriptor* graph = BuildGraph(*spec, handle, s, pass);
+
+  std::vector<Descriptor> candidates;
+  std::vector<int64_t> engines;
+  for (cudnnBackendHeurMode_t mode : {CUDNN_HEUR_MODE_A, CUDNN_HEUR_MODE_FALLBACK}) {
+    for (Descriptor& config : EngineConfigs(*graph, mode)) {
+      if (candidates.size() >= max_candidates) break;
+      const int64_t engine = StrictFloatEngine(config);
+      if (engine < 0) continue;
+      // The fallback list repeats engines heuristics already proposed, with default knobs.
+      bool seen = false;
+      if (mode == CUDNN_HEUR_MODE_FALLBACK) {
+        for (int64_t e : engines) seen = seen || e == engine;
+      }
+      if (seen) continue;
+      candidates.push_back(std::move(config));
+      engines.push_back(engine);
+    }
+  }
+
+  cudaEvent_t start = nullptr, stop = nullptr;
+  CORTADO_CUDA_CHECK(cudaEventCreate(&start));
+  CORTADO_CUDA_CHECK(cudaEventCreate(&stop));
+  std::shared_ptr<GraphPass> best;
+  int ran = 0;
+  for (size_t i = 0; i < candidates.size(); ++i) {
+    auto plan = std::make_unique<Descriptor>(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR);
+    cudnnBackendDescriptor_t config = candidates[i].get();
+    plan->Set(CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE, &handle)
+        .Set(CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, CUDNN_TYPE_BACKEND_DESCRIPTOR, &config);
+    if (!plan->TryFinalize()) continue;
+    int64_t bytes = 0, n = 0;
+    CORTADO_CUDNN_CHECK(cudnnBackendGetAttribute(
+        plan->get(), CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE, CUDNN_TYPE_INT64, 1, &n, &bytes));
+    if (bytes < 0 || static_cast<size_t>(bytes) > limit) continue;
+    // A configuration that fails to run is skipped, not an error: the next one may run.
+    try {
+      Execute(handle, *plan, x, w, y, workspace);  // warm-up
+      CORTADO_CUDA_CHECK(cudaEventRecord(start, stream));
+      for (int r = 0; r < kRuns; ++r) Execute(handle, *plan, x, w, y, workspace);
+      CORTADO_CUDA_CHECK(cudaEventRecord(stop, stream));
+      CORTADO_CUDA_CHECK(cudaEventSynchronize(stop));
+    } catch (const Error& e) {
+      CORTADO_LOG_DEBUG("cuDNN engine {} for the {} pass: {}", engines[i], PassName(pass),
+                        e.what());
+      cudaGetLastError();
+      continue;
+    }
+    float ms = 0.0f;
+    CORTADO_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
+    ++ran;
+    if (best == nullptr || ms < best->ms) {
+      if (best == nullptr) best = spec;
+      best->plan = std::move(plan);
+      best->workspace = bytes;
+      best->engine = engines[i];
+      best->ms = ms;
+      // The configuration must outlive its plan.
+      best->parts.push_back(std::move(candidates[i]));
+    }
+  }
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  CORTADO_LOG_DEBUG(
+      "cuDNN {} pass of {}x{}x{}x{} -> {} k{}: {} of {} candidates ran, best {}", PassName(pass),
+      s.num, s.channels, s.height, s.width, s.num_output, s.kernel_h, ran, candidates.size(),
+      best == nullptr ? std::string("none")
+                      : fmt::format("engine {} at {:.3f} ms", best->engine, best->ms / kRuns));
+  return best;
+}
+
+// The plans of the three passes of one shape (either API), shared by every layer of that shape
+// in a context.
+struct Plans {
+  bool graph = false;
+  std::shared_ptr<GraphPass> forward, data, filter;
+  cudnnConvolutionFwdAlgo_t forward_algo = CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM;
+  cudnnConvolutionBwdDataAlgo_t data_algo = CUDNN_CONVOLUTION_BWD_DATA_ALGO_0;
+  cudnnConvolutionBwdFilterAlgo_t filter_algo = CUDNN_CONVOLUTION_BWD_FILTER_ALGO_0;
+  size_t forward_bytes = 0, data_bytes = 0, filter_bytes = 0;
+};
+
+std::string ShapeKey(const ConvolutionShape& s) {
+  return fmt::format("cudnn-conv {} {} {} {} {} {} {} {} {} {} {} {} {} {}", s.num, s.channels,
+                     s.height, s.width, s.num_output, s.kernel_h, s.kernel_w, s.pad_h, s.pad_w,
+                     s.stride_h, s.stride_w, s.dilation_h, s.dilation_w, s.group);
+}
+
+std::string Describe(const Plans& p) {
+  const auto engine = [](const std::shared_ptr<GraphPass>& pass, int algo) {
+    return pass != nullptr ? fmt::format("engine {}", pass->engine) : fmt::format("algo {}", algo);
+  };
+  return fmt::format("cuDNN{} fwd {} bwd-data {} bwd-filter {}", p.graph ? " graph" : "",
+                     engine(p.forward, static_cast<int>(p.forward_algo)),
+                     engine(p.data, static_cast<int>(p.data_algo)),
+                     engine(p.filter, static_cast<int>(p.filter_algo)));
+}
+
+bool Aligned(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
 class CudnnConvolution final : public ConvolutionPlan {
  public:
@@ -57,7 +417,7 @@ class CudnnConvolution final : public ConvolutionPlan {
                                                         CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
     CORTADO_CUDNN_CHECK(cudnnSetConvolutionGroupCount(conv_, s.group));
     CORTADO_CUDNN_CHECK(cudnnSetConvolutionMathType(conv_, CUDNN_FMA_MATH));
-    ChooseAlgorithms();
+    plans_ = FindPlans(UseGraphApi());
   }
 
   ~CudnnConvolution() override {
@@ -70,10 +430,16 @@ class CudnnConvolution final : public ConvolutionPlan {
 
   void Forward(const float* src, const float* weights, const float* bias, float* dst) override {
     const float one = 1.0f, zero = 0.0f;
-    void* workspace = cuda::Get(ctx_).Workspace(forward_bytes_);
-    CORTADO_CUDNN_CHECK(cudnnConvolutionForward(handle_, &one, src_, src, filter_, weights, conv_,
-                                                forward_algo_, workspace, forward_bytes_, &zero,
-                                                dst_, dst));
+    if (const GraphPass* pass = GraphFor(plans_->forward.get(), src, weights, dst)) {
+      Execute(handle_, *pass->plan, const_cast<float*>(src), const_cast<float*>(weights), dst,
+              cuda::Get(ctx_).Workspace(pass->workspace));
+    } else {
+      const Plans& legacy = Legacy();
+      void* workspace = cuda::Get(ctx_).Workspace(legacy.forward_bytes);
+      CORTADO_CUDNN_CHECK(cudnnConvolutionForward(handle_, &one, src_, src, filter_, weights, conv_,
+                                                  legacy.forward_algo, workspace,
+                                                  legacy.forward_bytes, &zero, dst_, dst));
+    }
     if (shape_.bias && bias != nullptr) {
       CORTADO_CUDNN_CHECK(cudnnAddTensor(handle_, &one, bias_, bias, &one, dst_, dst));
     }
@@ -81,20 +447,32 @@ class CudnnConvolution final : public ConvolutionPlan {
 
   void BackwardData(const float* diff_dst, const float* weights, float* diff_src) override {
     const float one = 1.0f, zero = 0.0f;
-    void* workspace = cuda::Get(ctx_).Workspace(data_bytes_);
+    if (const GraphPass* pass = GraphFor(plans_->data.get(), diff_src, weights, diff_dst)) {
+      Execute(handle_, *pass->plan, diff_src, const_cast<float*>(weights),
+              const_cast<float*>(diff_dst), cuda::Get(ctx_).Workspace(pass->workspace));
+      return;
+    }
+    const Plans& legacy = Legacy();
+    void* workspace = cuda::Get(ctx_).Workspace(legacy.data_bytes);
     CORTADO_CUDNN_CHECK(cudnnConvolutionBackwardData(handle_, &one, filter_, weights, dst_,
-                                                     diff_dst, conv_, data_algo_, workspace,
-                                                     data_bytes_, &zero, src_, diff_src));
+                                                     diff_dst, conv_, legacy.data_algo, workspace,
+                                                     legacy.data_bytes, &zero, src_, diff_src));
   }
 
   void BackwardWeights(const float* src, const float* diff_dst, float* diff_weights,
                        float* diff_bias) override {
     const float one = 1.0f;
     if (diff_weights != nullptr) {
-      void* workspace = cuda::Get(ctx_).Workspace(filter_bytes_);
-      CORTADO_CUDNN_CHECK(cudnnConvolutionBackwardFilter(
-          handle_, &one, src_, src, dst_, diff_dst, conv_, filter_algo_, workspace, filter_bytes_,
-          &one, filter_, diff_weights));
+      if (const GraphPass* pass = GraphFor(plans_->filter.get(), src, diff_weights, diff_dst)) {
+        Execute(handle_, *pass->plan, const_cast<float*>(src), diff_weights,
+                const_cast<float*>(diff_dst), cuda::Get(ctx_).Workspace(pass->workspace));
+      } else {
+        const Plans& legacy = Legacy();
+        void* workspace = cuda::Get(ctx_).Workspace(legacy.filter_bytes);
+        CORTADO_CUDNN_CHECK(cudnnConvolutionBackwardFilter(
+            handle_, &one, src_, src, dst_, diff_dst, conv_, legacy.filter_algo, workspace,
+            legacy.filter_bytes, &one, filter_, diff_weights));
+      }
     }
     if (shape_.bias && diff_bias != nullptr) {
       CORTADO_CUDNN_CHECK(
@@ -102,15 +480,42 @@ class CudnnConvolution final : public ConvolutionPlan {
     }
   }
 
-  std::string Name() const override {
-    return fmt::format("cuDNN fwd {} bwd-data {} bwd-filter {}", static_cast<int>(forward_algo_),
-                       static_cast<int>(data_algo_), static_cast<int>(filter_algo_));
-  }
+  std::string Name() const override { return Describe(*plans_); }
 
  private:
+  // The graph plan for a call, or nullptr to run the legacy algorithm: no plan for this pass,
+  // or pointers the plan's 16-byte alignment does not hold for.
+  static const GraphPass* GraphFor(const GraphPass* pass, const void* x, const void* w,
+                                   const void* y) {
+    return pass != nullptr && Aligned(x) && Aligned(w) && Aligned(y) ? pass : nullptr;
+  }
+
+  // The plans of this shape in this context: found in the context's cache, else searched.
+  std::shared_ptr<const Plans> FindPlans(bool graph) {
+    auto& cache = cuda::Get(ctx_).plans;
+    const std::string key = ShapeKey(shape_) + (graph ? " graph" : " legacy");
+    if (auto it = cache.find(key); it != cache.end()) {
+      return std::static_pointer_cast<const Plans>(it->second);
+    }
+    auto plans = std::make_shared<Plans>();
+    Search(*plans, graph);
+    cache.emplace(key, plans);
+    CORTADO_LOG_DEBUG("convolution {}x{}x{}x{} -> {}: {}", shape_.num, shape_.channels,
+                      shape_.height, shape_.width, shape_.num_output, Describe(*plans));
+    return plans;
+  }
+
+  // The legacy algorithms, searched the first time a call needs them.
+  const Plans& Legacy() {
+    if (!plans_->graph) return *plans_;
+    if (legacy_ == nullptr) legacy_ = FindPlans(false);
+    return *legacy_;
+  }
+
   // Times cuDNN's candidates for each pass on scratch tensors of this shape and keeps the
-  // fastest one whose workspace fits the limit.
-  void ChooseAlgorithms() {
+  // fastest whose workspace fits the limit. A pass the graph API finds nothing for keeps the
+  // legacy algorithm, searched when first run.
+  void Search(Plans& plans, bool graph) {
     const size_t limit = WorkspaceLimit();
     const ConvolutionShape& s = shape_;
     const size_t src_count = static_cast<size_t>(s.num) * s.channels * s.height * s.width;
@@ -118,28 +523,38 @@ class CudnnConvolution final : public ConvolutionPlan {
         static_cast<size_t>(s.num) * s.num_output * s.output_h() * s.output_w();
     const size_t filter_count =
         static_cast<size_t>(s.num_output) * (s.channels / s.group) * s.kernel_h * s.kernel_w;
+    cudaStream_t stream = cuda::Get(ctx_).stream;
     Scratch src(src_count * sizeof(float)), dst(dst_count * sizeof(float)),
         filter(filter_count * sizeof(float));
     // Random-free but non-zero contents: zeros can favour algorithms unrealistically.
-    CORTADO_CUDA_CHECK(
-        cudaMemsetAsync(src.get(), 0x3c, src_count * sizeof(float), cuda::Get(ctx_).stream));
-    CORTADO_CUDA_CHECK(
-        cudaMemsetAsync(dst.get(), 0x3c, dst_count * sizeof(float), cuda::Get(ctx_).stream));
-    CORTADO_CUDA_CHECK(
-        cudaMemsetAsync(filter.get(), 0x3c, filter_count * sizeof(float), cuda::Get(ctx_).stream));
+    CORTADO_CUDA_CHECK(cudaMemsetAsync(src.get(), 0x3c, src_count * sizeof(float), stream));
+    CORTADO_CUDA_CHECK(cudaMemsetAsync(dst.get(), 0x3c, dst_count * sizeof(float), stream));
+    CORTADO_CUDA_CHECK(cudaMemsetAsync(filter.get(), 0x3c, filter_count * sizeof(float), stream));
     Scratch search_space(limit);
     void* workspace = search_space.get();
+
+    if (graph) {
+      plans.graph = true;
+      plans.forward = SearchGraphPass(handle_, stream, s, Pass::kForward, src.get(), filter.get(),
+                                      dst.get(), workspace, limit);
+      plans.data = SearchGraphPass(handle_, stream, s, Pass::kData, src.get(), filter.get(),
+                                   dst.get(), workspace, limit);
+      plans.filter = SearchGraphPass(handle_, stream, s, Pass::kFilter, src.get(), filter.get(),
+                                     dst.get(), workspace, limit);
+      CORTADO_CUDA_CHECK(cudaStreamSynchronize(stream));
+      return;
+    }
+
     constexpr int kCandidates = 8;
     int found = 0;
-
     cudnnConvolutionFwdAlgoPerf_t fwd[kCandidates];
     CORTADO_CUDNN_CHECK(cudnnFindConvolutionForwardAlgorithmEx(
         handle_, src_, src.get(), filter_, filter.get(), conv_, dst_, dst.get(), kCandidates,
         &found, fwd, workspace, limit));
     for (int i = 0; i < found; ++i) {
       if (fwd[i].status == CUDNN_STATUS_SUCCESS && fwd[i].memory <= limit) {
-        forward_algo_ = fwd[i].algo;
-        forward_bytes_ = fwd[i].memory;
+        plans.forward_algo = fwd[i].algo;
+        plans.forward_bytes = fwd[i].memory;
         break;
       }
     }
@@ -149,8 +564,8 @@ class CudnnConvolution final : public ConvolutionPlan {
         &found, bwd_data, workspace, limit));
     for (int i = 0; i < found; ++i) {
       if (bwd_data[i].status == CUDNN_STATUS_SUCCESS && bwd_data[i].memory <= limit) {
-        data_algo_ = bwd_data[i].algo;
-        data_bytes_ = bwd_data[i].memory;
+        plans.data_algo = bwd_data[i].algo;
+        plans.data_bytes = bwd_data[i].memory;
         break;
       }
     }
@@ -160,14 +575,12 @@ class CudnnConvolution final : public ConvolutionPlan {
         &found, bwd_filter, workspace, limit));
     for (int i = 0; i < found; ++i) {
       if (bwd_filter[i].status == CUDNN_STATUS_SUCCESS && bwd_filter[i].memory <= limit) {
-        filter_algo_ = bwd_filter[i].algo;
-        filter_bytes_ = bwd_filter[i].memory;
+        plans.filter_algo = bwd_filter[i].algo;
+        plans.filter_bytes = bwd_filter[i].memory;
         break;
       }
     }
-    CORTADO_CUDA_CHECK(cudaStreamSynchronize(cuda::Get(ctx_).stream));
-    CORTADO_LOG_DEBUG("convolution {}x{}x{}x{} -> {}: {}", s.num, s.channels, s.height, s.width,
-                      s.num_output, Name());
+    CORTADO_CUDA_CHECK(cudaStreamSynchronize(stream));
   }
 
   Context& ctx_;
@@ -176,10 +589,8 @@ class CudnnConvolution final : public ConvolutionPlan {
   cudnnTensorDescriptor_t src_ = nullptr, dst_ = nullptr, bias_ = nullptr;
   cudnnFilterDescriptor_t filter_ = nullptr;
   cudnnConvolutionDescriptor_t conv_ = nullptr;
-  cudnnConvolutionFwdAlgo_t forward_algo_ = CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM;
-  cudnnConvolutionBwdDataAlgo_t data_algo_ = CUDNN_CONVOLUTION_BWD_DATA_ALGO_0;
-  cudnnConvolutionBwdFilterAlgo_t filter_algo_ = CUDNN_CONVOLUTION_BWD_FILTER_ALGO_0;
-  size_t forward_bytes_ = 0, data_bytes_ = 0, filter_bytes_ = 0;
+  std::shared_ptr<const Plans> plans_;   // the chosen API's
+  std::shared_ptr<const Plans> legacy_;  // the legacy algorithms, when a call needed them
 };
 
 }  // namespace

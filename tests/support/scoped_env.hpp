@@ -1,0 +1,33 @@
+// SPDX-License-Identifier: Apache-2.0
+// Sets an environment variable for one scope (the switches Cortado reads when a net or a plan is
+// built: CORTADO_FUSE, CORTADO_CUDNN_API, ...), restoring the old value after.
+#pragma once
+
+#include <cstdlib>
+#include <optional>
+#include <string>
+
+namespace cortado::testing {
+
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value) : name_(name) {
+    if (const char* old = std::getenv(name)) old_ = old;
+    ::setenv(name, value, 1);
+  }
+  ~ScopedEnv() {
+    if (old_) {
+      ::setenv(name_.c_str(), old_->c_str(), 1);
+    } else {
+      ::unsetenv(name_.c_str());
+    }
+  }
+  ScopedEnv(const ScopedEnv&) = delete;
+  ScopedEnv& operator=(const ScopedEnv&) = delete;
+
+ private:
+  std::string name_;
+  std::optional<std::string> old_;
+};
+
+}  // namespace cortado::testing
