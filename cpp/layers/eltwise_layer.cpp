@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "layers/eltwise_layer.hpp"
 
+#include <algorithm>
+
 #include "math/math.hpp"
 
 namespace cortado {
@@ -31,6 +33,13 @@ void EltwiseLayer::Setup(const std::vector<Tensor*>& bottom, const std::vector<T
   for (int i = 0; i < p.coeff_size(); ++i) coeffs_[i] = p.coeff(i);
 }
 
+void EltwiseLayer::FuseRelu(float negative_slope) {
+  CORTADO_CHECK(op_ == caffe::EltwiseParameter::SUM && negative_slope >= 0.0f,
+                "{}: only a SUM fuses a ReLU, and only one of non-negative slope", Describe());
+  relu_ = true;
+  relu_slope_ = negative_slope;
+}
+
 void EltwiseLayer::Reshape(const std::vector<Tensor*>& bottom, const std::vector<Tensor*>& top) {
   for (size_t i = 1; i < bottom.size(); ++i) {
     if (bottom[i]->shape() != bottom[0]->shape()) {
@@ -59,6 +68,11 @@ void EltwiseLayer::ForwardCpu(const std::vector<Tensor*>& bottom, const std::vec
     case caffe::EltwiseParameter::SUM:
       math::Set(n, 0.0f, out);
       for (int b = 0; b < num_bottom; ++b) math::Axpy(n, coeffs_[b], bottom[b]->cpu_data(), out);
+      if (relu_) {  // as relu_layer.cpp computes it
+        for (int i = 0; i < n; ++i) {
+          out[i] = std::max(out[i], 0.0f) + relu_slope_ * std::min(out[i], 0.0f);
+        }
+      }
       break;
     case caffe::EltwiseParameter::MAX: {
       const float* a = bottom[0]->cpu_data();
@@ -117,7 +131,13 @@ void EltwiseLayer::BackwardCpu(const std::vector<Tensor*>& top,
         math::Mul(n, diff, top_diff, diff);
         break;
       case caffe::EltwiseParameter::SUM:
-        math::Scale(n, coeffs_[b], top_diff, diff);
+        if (relu_) {  // the ReLU's gradient first, from the sign of its (in-place) output
+          for (int i = 0; i < n; ++i) {
+            diff[i] = coeffs_[b] * (top_data[i] > 0.0f ? top_diff[i] : top_diff[i] * relu_slope_);
+          }
+        } else {
+          math::Scale(n, coeffs_[b], top_diff, diff);
+        }
         break;
       case caffe::EltwiseParameter::MAX: {
         const int* idx = max_idx_.data();

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
-// Eltwise on the GPU: the same sequence of element-wise steps as eltwise_layer.cpp (PROD and
-// SUM through the GPU math primitives, MAX with one kernel per bottom that keeps the index of
-// the winning bottom per element, as floats in max_mask_).
+// Eltwise on the GPU: PROD through the GPU math primitives in eltwise_layer.cpp's order; SUM in
+// one pass per two bottoms, with the fused ReLU if any; MAX with one kernel per bottom that keeps
+// the index of the winning bottom per element, as floats in max_mask_.
 #include "core/cuda.hpp"
 #include "layers/eltwise_layer.hpp"
 #include "math/gpu.hpp"
@@ -28,6 +28,35 @@ __global__ void MaxNext(int n, const float* x, float index, float* out, float* m
   }
 }
 
+// The fused ReLU of relu_layer.cu.
+__device__ __forceinline__ float Relu(float x, float slope) { return x > 0.0f ? x : x * slope; }
+
+// Two bottoms in one pass, in the CPU's order (out = c0 * a, then out += c1 * b), then the
+// fused ReLU if any.
+__global__ void SumTwo(int n, float c0, const float* a, float c1, const float* b, bool relu,
+                       float slope, float* out) {
+  CORTADO_KERNEL_LOOP(i, n) {
+    const float first = c0 * a[i];
+    const float sum = c1 * b[i] + first;
+    out[i] = relu ? Relu(sum, slope) : sum;
+  }
+}
+
+__global__ void ReluInPlace(int n, float slope, float* x) {
+  CORTADO_KERNEL_LOOP(i, n) x[i] = Relu(x[i], slope);
+}
+
+// The gradients of a SUM for up to two bottoms at once (a null dx is skipped): dx = c * g with
+// g the top's gradient, masked by the sign of the top when a ReLU is fused (relu_top set).
+__global__ void SumBackward(int n, const float* dy, const float* relu_top, float slope, float c0,
+                            float* dx0, float c1, float* dx1) {
+  CORTADO_KERNEL_LOOP(i, n) {
+    const float g = relu_top == nullptr || relu_top[i] > 0.0f ? dy[i] : dy[i] * slope;
+    if (dx0 != nullptr) dx0[i] = c0 * g;
+    if (dx1 != nullptr) dx1[i] = c1 * g;
+  }
+}
+
 __global__ void MaxBackward(int n, const float* top_diff, const float* mask, float index,
                             float* diff) {
   CORTADO_KERNEL_LOOP(i, n) diff[i] = mask[i] == index ? top_diff[i] : 0.0f;
@@ -46,9 +75,20 @@ void EltwiseLayer::ForwardGpu(const std::vector<Tensor*>& bottom, const std::vec
       for (int b = 2; b < num_bottom; ++b) math::gpu::Mul(ctx, n, out, bottom[b]->gpu_data(), out);
       break;
     case caffe::EltwiseParameter::SUM:
+      if (num_bottom == 2) {  // one pass instead of three (the residual sums of a ResNet)
+        SumTwo<<<cuda::Blocks(n), cuda::kThreads, 0, cuda::Stream(ctx)>>>(
+            n, coeffs_[0], bottom[0]->gpu_data(), coeffs_[1], bottom[1]->gpu_data(), relu_,
+            relu_slope_, out);
+        CORTADO_CUDA_CHECK_LAUNCH();
+        break;
+      }
       math::gpu::Set(ctx, n, 0.0f, out);
       for (int b = 0; b < num_bottom; ++b) {
         math::gpu::Axpy(ctx, n, coeffs_[b], bottom[b]->gpu_data(), out);
+      }
+      if (relu_) {
+        ReluInPlace<<<cuda::Blocks(n), cuda::kThreads, 0, cuda::Stream(ctx)>>>(n, relu_slope_, out);
+        CORTADO_CUDA_CHECK_LAUNCH();
       }
       break;
     case caffe::EltwiseParameter::MAX: {
@@ -77,6 +117,19 @@ void EltwiseLayer::BackwardGpu(const std::vector<Tensor*>& top,
   const int n = top[0]->count();
   const float* top_diff = top[0]->gpu_diff();
   const int num_bottom = static_cast<int>(bottom.size());
+  if (op_ == caffe::EltwiseParameter::SUM) {  // one pass per two bottoms
+    const float* relu_top = relu_ ? top[0]->gpu_data() : nullptr;
+    for (int b = 0; b < num_bottom; b += 2) {
+      float* dx0 = propagate_down[b] ? bottom[b]->mutable_gpu_diff() : nullptr;
+      const bool second = b + 1 < num_bottom && propagate_down[b + 1];
+      float* dx1 = second ? bottom[b + 1]->mutable_gpu_diff() : nullptr;
+      if (dx0 == nullptr && dx1 == nullptr) continue;
+      SumBackward<<<cuda::Blocks(n), cuda::kThreads, 0, cuda::Stream(ctx)>>>(
+          n, top_diff, relu_top, relu_slope_, coeffs_[b], dx0, second ? coeffs_[b + 1] : 0.0f, dx1);
+      CORTADO_CUDA_CHECK_LAUNCH();
+    }
+    return;
+  }
   for (int b = 0; b < num_bottom; ++b) {
     if (!propagate_down[b]) continue;
     float* diff = bottom[b]->mutable_gpu_diff();
@@ -98,9 +151,6 @@ void EltwiseLayer::BackwardGpu(const std::vector<Tensor*>& top,
           math::gpu::Div(ctx, n, top[0]->gpu_data(), bottom[b]->gpu_data(), diff);
         }
         math::gpu::Mul(ctx, n, diff, top_diff, diff);
-        break;
-      case caffe::EltwiseParameter::SUM:
-        math::gpu::Scale(ctx, n, coeffs_[b], top_diff, diff);
         break;
       case caffe::EltwiseParameter::MAX:
         MaxBackward<<<cuda::Blocks(n), cuda::kThreads, 0, cuda::Stream(ctx)>>>(

@@ -21,12 +21,16 @@ class EltwiseLayer final : public Layer {
   int ExactNumTopBlobs() const override { return 1; }
   void Setup(const std::vector<Tensor*>& bottom, const std::vector<Tensor*>& top) override;
   void Reshape(const std::vector<Tensor*>& bottom, const std::vector<Tensor*>& top) override;
-  // A sum's gradient is the coefficients alone.
+  // Computes the in-place ReLU (negative_slope >= 0) that follows a SUM as part of it
+  // (Net::Init fuses; the ReLU layer then does nothing): Forward writes relu(sum), Backward
+  // masks the top's gradient by the sign of the top, as the ReLU's own Backward would.
+  void FuseRelu(float negative_slope);
+  // A sum's gradient is the coefficients alone (and the fused ReLU's sign of the top).
   bool BackwardReadsBottomData(int /*index*/) const override {
     return op_ != caffe::EltwiseParameter::SUM;
   }
   bool BackwardReadsTopData(int /*index*/) const override {
-    return op_ != caffe::EltwiseParameter::SUM;
+    return op_ != caffe::EltwiseParameter::SUM || relu_;
   }
 
  protected:
@@ -39,6 +43,8 @@ class EltwiseLayer final : public Layer {
   caffe::EltwiseParameter::EltwiseOp op_ = caffe::EltwiseParameter::SUM;
   std::vector<float> coeffs_;
   bool stable_prod_grad_ = true;
+  bool relu_ = false;  // a fused ReLU (SUM only)
+  float relu_slope_ = 0.0f;
   std::vector<int> max_idx_;  // MAX only: which bottom won each element
   Tensor max_mask_;           // MAX on the GPU: the same, as floats on the device
 };

@@ -15,8 +15,16 @@ void SplitLayer::BackwardGpu(const std::vector<Tensor*>& top,
   if (!propagate_down[0]) return;
   const int n = bottom[0]->count();
   float* diff = bottom[0]->mutable_gpu_diff();
-  math::gpu::Copy(*ctx_, n, top[0]->gpu_diff(), diff);
-  for (size_t i = 1; i < top.size(); ++i) math::gpu::Axpy(*ctx_, n, 1.0f, top[i]->gpu_diff(), diff);
+  size_t next = 1;
+  if (top.size() == 1) {
+    math::gpu::Copy(*ctx_, n, top[0]->gpu_diff(), diff);
+  } else {  // the first two in one pass: t0 + t1 is what copying t0 and adding t1 gives
+    math::gpu::Add(*ctx_, n, top[0]->gpu_diff(), top[1]->gpu_diff(), diff);
+    next = 2;
+  }
+  for (size_t i = next; i < top.size(); ++i) {
+    math::gpu::Axpy(*ctx_, n, 1.0f, top[i]->gpu_diff(), diff);
+  }
 }
 
 }  // namespace cortado

@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "core/context.hpp"
 
@@ -46,6 +47,29 @@ void Log(Context& ctx, int n, const float* a, float* y);
 void Abs(Context& ctx, int n, const float* a, float* y);
 void Powx(Context& ctx, int n, const float* a, float b, float* y);  // y = a ^ b
 void Sign(Context& ctx, int n, const float* a, float* y);           // -1, 0 or 1
+
+// Many tensors in a few launches (kMultiTensorBatch pieces of up to 2^20 elements each) instead
+// of one or more launches each: a deep net's hundreds of small parameters otherwise cost more in
+// launches than in work.
+constexpr int kMultiTensorBatch = 96;
+struct DeviceSpan {
+  float* ptr;
+  int count;
+};
+void ZeroMany(Context& ctx, const std::vector<DeviceSpan>& tensors);
+// One tensor of an SGD step with momentum (solvers/sgd_solver.cpp), in Caffe's order:
+//   g = diff * diff_scale + decay * data;  history = rate * g + momentum * history;
+//   diff = history;  data -= history.
+struct SgdTensor {
+  float* data;
+  float* diff;
+  float* history;
+  int count;
+  float rate;   // the learning rate times the parameter's lr_mult
+  float decay;  // weight_decay times the parameter's decay_mult (L2)
+};
+void SgdUpdateMany(Context& ctx, const std::vector<SgdTensor>& tensors, float momentum,
+                   float diff_scale);
 
 // Random numbers from the context's device generator (advances its counter by n).
 void RngUniform(Context& ctx, int n, float lo, float hi, float* r);  // [lo, hi)

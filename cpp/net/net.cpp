@@ -10,6 +10,7 @@
 #include "io/hdf5_io.hpp"
 #include "io/proto_io.hpp"
 #include "layers/batch_norm_layer.hpp"
+#include "layers/eltwise_layer.hpp"
 #include "layers/scale_layer.hpp"
 #include "math/on_device.hpp"
 #include "net/insert_splits.hpp"
@@ -329,8 +330,12 @@ void Net::Init(const caffe::NetParameter& in_param) {
   }
   const char* fuse = std::getenv("CORTADO_FUSE");
   if (fuse == nullptr || std::string(fuse) != "0") {
-    const int fused = FuseBatchNormChains();
-    if (fused > 0) CORTADO_LOG_DEBUG("net '{}': fused {} BatchNorm + Scale chains", name_, fused);
+    const int chains = FuseBatchNormChains();
+    const int sums = FuseEltwiseRelus();
+    if (chains + sums > 0) {
+      CORTADO_LOG_DEBUG("net '{}': fused {} BatchNorm + Scale chains, {} Eltwise + ReLU pairs",
+                        name_, chains, sums);
+    }
   }
   DropUnneededBackwardState();
   // Blobs produced and never consumed are the net's outputs.
@@ -343,14 +348,17 @@ void Net::Init(const caffe::NetParameter& in_param) {
                     learnable_params_.size());
 }
 
+bool Net::FusableInPlace(int i, int blob, const char* type) const {
+  return i < static_cast<int>(layers_.size()) && std::string(layers_[i]->type()) == type &&
+         bottom_ids_[i].size() == 1 && top_ids_[i].size() == 1 && bottom_ids_[i][0] == blob &&
+         top_ids_[i][0] == blob && layers_[i]->layer_param().propagate_down_size() == 0 &&
+         layers_[i]->loss(0) == 0.0f && layers_[i]->fused_into() == nullptr;
+}
+
 int Net::FuseBatchNormChains() {
   const int num_layers = static_cast<int>(layers_.size());
-  // Layer i works in place on `blob`, with no explicit propagate_down and no loss weight.
   auto in_place_on = [&](int i, int blob, const char* type) {
-    return i < num_layers && std::string(layers_[i]->type()) == type &&
-           bottom_ids_[i].size() == 1 && top_ids_[i].size() == 1 && bottom_ids_[i][0] == blob &&
-           top_ids_[i][0] == blob && layers_[i]->layer_param().propagate_down_size() == 0 &&
-           layers_[i]->loss(0) == 0.0f && layers_[i]->fused_into() == nullptr;
+    return FusableInPlace(i, blob, type);
   };
   int fused = 0;
   for (int i = 0; i < num_layers; ++i) {
@@ -371,6 +379,26 @@ int Net::FuseBatchNormChains() {
       need_backward = need_backward || layer_need_backward_[i + 2];
     }
     layer_need_backward_[i] = need_backward;
+    ++fused;
+  }
+  return fused;
+}
+
+int Net::FuseEltwiseRelus() {
+  int fused = 0;
+  for (size_t i = 0; i + 1 < layers_.size(); ++i) {
+    if (std::string(layers_[i]->type()) != "Eltwise" || top_ids_[i].size() != 1) continue;
+    if (layers_[i]->layer_param().eltwise_param().operation() != caffe::EltwiseParameter::SUM ||
+        layers_[i]->loss(0) != 0.0f) {
+      continue;
+    }
+    const int next = static_cast<int>(i) + 1;
+    if (!FusableInPlace(next, top_ids_[i][0], "ReLU")) continue;
+    const float slope = layers_[next]->layer_param().relu_param().negative_slope();
+    if (slope < 0.0f) continue;
+    static_cast<EltwiseLayer*>(layers_[i].get())->FuseRelu(slope);
+    layers_[next]->set_fused_into(layers_[i].get());
+    layer_need_backward_[i] = layer_need_backward_[i] || layer_need_backward_[next];
     ++fused;
   }
   return fused;
@@ -652,6 +680,16 @@ size_t Net::ShareDataBuffers(const std::vector<std::string>& keep) {
 }
 
 void Net::ClearParamDiffs() {
+#if CORTADO_WITH_CUDA
+  if (math::dev::OnGpu(*ctx_)) {  // one launch, not one per parameter
+    std::vector<math::gpu::DeviceSpan> diffs;
+    for (Tensor* param : learnable_params_) {
+      if (param->count() > 0) diffs.push_back({param->mutable_gpu_diff(), param->count()});
+    }
+    math::gpu::ZeroMany(*ctx_, diffs);
+    return;
+  }
+#endif
   for (Tensor* param : learnable_params_) {
     if (param->count() > 0) {
       math::dev::Set(*ctx_, param->count(), 0.0f, math::dev::MutableDiff(*ctx_, *param));

@@ -136,8 +136,13 @@ class Net {
                     std::map<std::string, int>* available);
   void AppendParam(const caffe::NetParameter& param, int layer_id, int param_id);
   std::string DescribeLayer(int layer_id) const;
-  // Fuses BatchNorm + Scale (+ ReLU) chains (see the top of this file); returns how many.
+  // Fuses BatchNorm + Scale (+ ReLU) chains and Eltwise SUM + ReLU pairs (see the top of this
+  // file); returns how many of each.
   int FuseBatchNormChains();
+  int FuseEltwiseRelus();
+  // Whether layer i exists, has `type`, works in place on blob `blob` alone, has no explicit
+  // propagate_down nor loss weight and is not fused yet: what a fused follower must be.
+  bool FusableInPlace(int i, int blob, const char* type) const;
   // Tells layers that never run backward to keep nothing for it.
   void DropUnneededBackwardState();
   // For each buffer group (see net.cpp), whether the memory plans must leave it alone.

@@ -2,6 +2,8 @@
 // SGD with momentum (Caffe's SGDSolver, type "SGD"):
 //   history = momentum * history + local_rate * gradient;  weights -= history
 // with local_rate = rate * lr_mult. One history tensor per learnable parameter.
+#include <vector>
+
 #include "math/on_device.hpp"
 #include "solvers/solver.hpp"
 
@@ -22,6 +24,32 @@ class SGDSolver final : public Solver {
     float* history = math::dev::MutableData(*ctx_, *history_[param_id]);
     math::dev::Axpby(*ctx_, n, local_rate, math::dev::Diff(*ctx_, *p), param_.momentum(), history);
     math::dev::Copy(*ctx_, n, history, math::dev::MutableDiff(*ctx_, *p));
+  }
+
+  // On a GPU, one multi-tensor kernel does the whole step for every parameter (L2 or no weight
+  // decay): the same arithmetic in the same order as the per-parameter path, without its five
+  // launches per parameter.
+  bool ApplyFusedUpdate([[maybe_unused]] float rate) override {
+#if CORTADO_WITH_CUDA
+    if (!math::dev::OnGpu(*ctx_)) return false;
+    if (param_.weight_decay() != 0.0f && param_.regularization_type() != "L2") return false;
+    const auto& params = net_->learnable_params();
+    std::vector<math::gpu::SgdTensor> tensors;
+    tensors.reserve(params.size());
+    for (size_t id = 0; id < params.size(); ++id) {
+      Tensor* p = params[id];
+      if (p->count() == 0) continue;
+      tensors.push_back({p->mutable_gpu_data(), p->mutable_gpu_diff(),
+                         history_[id]->mutable_gpu_data(), p->count(), rate * net_->params_lr()[id],
+                         param_.weight_decay() * net_->params_weight_decay()[id]});
+    }
+    const float diff_scale =
+        param_.iter_size() == 1 ? 1.0f : 1.0f / static_cast<float>(param_.iter_size());
+    math::gpu::SgdUpdateMany(*ctx_, tensors, param_.momentum(), diff_scale);
+    return true;
+#else
+    return false;
+#endif
   }
 };
 

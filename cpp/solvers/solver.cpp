@@ -498,6 +498,7 @@ void Solver::ApplyUpdate() {
     CORTADO_LOG_INFO("Iteration {}, lr = {:g}", iter_, rate);
   }
   ClipGradients();
+  if (ApplyFusedUpdate(rate)) return;
   const int num_params = static_cast<int>(net_->learnable_params().size());
   for (int id = 0; id < num_params; ++id) {
     Normalize(id);

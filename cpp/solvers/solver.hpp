@@ -106,6 +106,10 @@ class Solver {
   // Turns the (normalized, regularized, clipped) gradient of learnable parameter `param_id` into
   // the step that Net::Update subtracts, written to the parameter's diff.
   virtual void ComputeUpdateValue(int param_id, float rate) = 0;
+  // The whole step at once (normalize, regularize, update value and Net::Update), for rules
+  // that have a fused version on the current device; returns false to take the per-parameter
+  // path. Gradients are clipped before.
+  virtual bool ApplyFusedUpdate(float /*rate*/) { return false; }
   // Appends one zeroed history tensor per learnable parameter (a second set for AdaDelta/Adam).
   void AddHistorySet();
 

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <memory>
 #include <random>
 #include <vector>
 
@@ -202,6 +203,60 @@ TEST_F(MathGpuTest, RandomNumbersRepeatWithTheSeedAndHaveTheRightMoments) {
     ones += b[i];
   }
   EXPECT_NEAR(static_cast<double>(ones) / n, 0.3, 0.005);
+}
+
+// 300 tensors from 1 to 2.5 million elements (cut into pieces, several launches): every element
+// of every tensor is zeroed, and the SGD step matches the rule written out on the host.
+TEST_F(MathGpuTest, MultiTensorKernelsCoverEveryElement) {
+  std::vector<std::unique_ptr<Tensor>> data, diff, history;
+  std::vector<math::gpu::DeviceSpan> spans;
+  std::vector<math::gpu::SgdTensor> sgd;
+  for (int t = 0; t < 300; ++t) {
+    const int count = t == 7 ? 2500000 : t == 100 ? (1 << 20) + 1 : 1 + (t * 37) % 500;
+    for (auto* set : {&data, &diff, &history}) {
+      set->push_back(std::make_unique<Tensor>(std::vector<int>{count}));
+      Randomize(*set->back(), 1000 * t + static_cast<unsigned>(set->size()));
+    }
+    spans.push_back({history.back()->mutable_gpu_data(), count});
+    sgd.push_back({data.back()->mutable_gpu_data(), diff.back()->mutable_gpu_data(),
+                   history.back()->mutable_gpu_data(), count, 0.01f * (1 + t % 3),
+                   0.001f * (t % 2)});
+  }
+  // Expected step, from host copies taken before the device changes anything.
+  const float momentum = 0.9f, diff_scale = 0.5f;
+  std::vector<std::vector<float>> want_data, want_history;
+  for (size_t t = 0; t < data.size(); ++t) {
+    const int n = data[t]->count();
+    std::vector<float> d(data[t]->cpu_data(), data[t]->cpu_data() + n);
+    std::vector<float> h(n);
+    for (int i = 0; i < n; ++i) {
+      const float g = diff[t]->cpu_data()[i] * diff_scale + sgd[t].decay * d[i];
+      h[i] = sgd[t].rate * g + momentum * history[t]->cpu_data()[i];
+      d[i] -= h[i];
+    }
+    want_data.push_back(std::move(d));
+    want_history.push_back(std::move(h));
+  }
+  // Hand the device copies the lead again (the host reads above left both current).
+  for (auto* set : {&data, &diff, &history}) {
+    for (auto& t : *set) t->mutable_gpu_data();
+  }
+  math::gpu::SgdUpdateMany(*ctx_, sgd, momentum, diff_scale);
+  for (size_t t = 0; t < data.size(); ++t) {
+    const int n = data[t]->count();
+    for (int i = 0; i < n; ++i) {
+      ASSERT_NEAR(history[t]->cpu_data()[i], want_history[t][i], 1e-6f) << t << " " << i;
+      ASSERT_EQ(diff[t]->cpu_data()[i], history[t]->cpu_data()[i]) << t << " " << i;
+      ASSERT_NEAR(data[t]->cpu_data()[i], want_data[t][i], 1e-6f) << t << " " << i;
+    }
+  }
+  for (auto& t : history) t->mutable_gpu_data();
+  math::gpu::ZeroMany(*ctx_, spans);
+  for (size_t t = 0; t < history.size(); ++t) {
+    for (int i = 0; i < history[t]->count(); ++i) {
+      ASSERT_EQ(history[t]->cpu_data()[i], 0.0f) << "tensor " << t << " element " << i;
+    }
+  }
 }
 
 TEST_F(MathGpuTest, Im2colAndCol2imMatchCpu) {

@@ -4,14 +4,12 @@
 // statistics, input gradient and parameter gradients, in TRAIN and TEST, with and without the
 // Scale's bias, with a leaky ReLU, with a frozen Scale; and on the GPU against the CPU. Chains
 // that cannot be fused (not in place, a ReLU of negative slope, a Scale over other axes) are
-// left as they are.
+// left as they are. Eltwise SUM + an in-place ReLU likewise: fused against separate layers.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
-#include <cstdlib>
 #include <memory>
-#include <optional>
 #include <string>
 
 #include "core/synced_memory.hpp"
@@ -19,29 +17,12 @@
 #include "math/math.hpp"
 #include "net/net.hpp"
 #include "support/gpu_check.hpp"
+#include "support/scoped_env.hpp"
 
 namespace cortado {
 namespace {
 
-// Sets an environment variable for one scope.
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const char* value) : name_(name) {
-    if (const char* old = std::getenv(name)) old_ = old;
-    ::setenv(name, value, 1);
-  }
-  ~ScopedEnv() {
-    if (old_) {
-      ::setenv(name_.c_str(), old_->c_str(), 1);
-    } else {
-      ::unsetenv(name_.c_str());
-    }
-  }
-
- private:
-  std::string name_;
-  std::optional<std::string> old_;
-};
+using testing::ScopedEnv;
 
 struct ChainOptions {
   std::string phase = "TRAIN";
@@ -301,6 +282,135 @@ TEST(BatchNormFusionGpuTest, FrozenScaleMatchesCpu) {
   o.scale_spec = "param { lr_mult: 0 } param { lr_mult: 0 }";
   o.force_backward = false;
   ExpectSameAsUnfused(o, Device::Cuda(0), 1e-4f);
+}
+
+// ---- Eltwise SUM + ReLU ----------------------------------------------------------------------
+
+struct SumOptions {
+  int bottoms = 2;
+  std::string eltwise_param;   // e.g. "eltwise_param { coeff: 0.5 coeff: -1 }"
+  std::string relu_param;      // e.g. "relu_param { negative_slope: 0.1 }"
+  std::string relu_top = "s";  // "s": in place
+};
+
+// Input -> `bottoms` convolutions -> Eltwise SUM -> ReLU -> InnerProduct -> EuclideanLoss: a
+// residual join, as in ResNet.
+caffe::NetParameter SumNet(const SumOptions& o) {
+  std::string layers;
+  std::string sum_bottoms;
+  for (int b = 0; b < o.bottoms; ++b) {
+    layers += fmt::format(R"(
+      layer {{ name: "conv{0}" type: "Convolution" bottom: "x" top: "c{0}"
+              convolution_param {{ num_output: 4 kernel_size: {1} pad: {2}
+                                  weight_filler {{ type: "gaussian" std: 0.5 }}
+                                  bias_filler {{ type: "gaussian" std: 0.5 }} }} }})",
+                          b, b % 2 == 0 ? 3 : 1, b % 2 == 0 ? 1 : 0);
+    sum_bottoms += fmt::format(" bottom: \"c{}\"", b);
+  }
+  const std::string text =
+      fmt::format(R"(
+    name: "sum" force_backward: true
+    layer {{ name: "in" type: "Input" top: "x" top: "target"
+            input_param {{ shape {{ dim: 3 dim: 2 dim: 4 dim: 5 }} shape {{ dim: 3 dim: 2 }} }} }}
+    {0}
+    layer {{ name: "sum" type: "Eltwise" {1} top: "s" {2} }}
+    layer {{ name: "relu" type: "ReLU" bottom: "s" top: "{3}" {4} }}
+    layer {{ name: "ip" type: "InnerProduct" bottom: "{3}" top: "out"
+            inner_product_param {{ num_output: 2 weight_filler {{ type: "gaussian" std: 0.3 }} }} }}
+    layer {{ name: "loss" type: "EuclideanLoss" bottom: "out" bottom: "target" top: "loss" }}
+  )",
+                  layers, sum_bottoms, o.eltwise_param, o.relu_top, o.relu_param);
+  caffe::NetParameter param;
+  io::ReadProtoFromTextString(text, "<sum>", &param);
+  return param;
+}
+
+bool SumFused(const SumOptions& o) {
+  Context ctx(Device::Cpu(), 1701);
+  auto net = Build(SumNet(o), &ctx, true);
+  return net->layer_by_name("relu")->fused_into() == net->layer_by_name("sum");
+}
+
+// The fused net (on `device`) against the same net with separate layers on the CPU, over two
+// iterations: loss, the ReLU's output, the input gradient and every parameter gradient.
+void ExpectSumSameAsUnfused(const SumOptions& o, Device device = Device::Cpu(),
+                            float tolerance = 2e-5f) {
+  const caffe::NetParameter param = SumNet(o);
+  Context cpu(Device::Cpu(), 1701);
+  Context dev(device, 1701);
+  auto reference = Build(param, &cpu, false);
+  auto fused = Build(param, &dev, true);
+  ASSERT_EQ(reference->layer_by_name("relu")->fused_into(), nullptr);
+  caffe::NetParameter weights;
+  reference->ToProto(&weights);
+  fused->CopyTrainedLayersFrom(weights);
+  Rng rng(99);
+  for (const char* name : {"x", "target"}) {
+    Tensor* t = reference->blob_by_name(name);
+    math::RngGaussian(t->count(), 0.0f, 1.0f, rng, t->mutable_cpu_data());
+    fused->blob_by_name(name)->CopyFrom(*t);
+  }
+  for (int iteration = 0; iteration < 2; ++iteration) {
+    const std::string at = fmt::format(" (iteration {})", iteration);
+    const float expected_loss = reference->ForwardBackward();
+    const float loss = fused->ForwardBackward();
+    EXPECT_NEAR(loss, expected_loss, tolerance * std::max(1.0f, std::fabs(expected_loss))) << at;
+    ExpectClose(*reference->blob_by_name(o.relu_top), *fused->blob_by_name(o.relu_top), false,
+                tolerance, "ReLU output" + at);
+    ExpectClose(*reference->blob_by_name("x"), *fused->blob_by_name("x"), true, tolerance,
+                "input gradient" + at);
+    for (size_t k = 0; k < reference->learnable_params().size(); ++k) {
+      ExpectClose(*reference->learnable_params()[k], *fused->learnable_params()[k], true, tolerance,
+                  "diff of " + reference->param_display_names()[k] + at);
+    }
+  }
+}
+
+TEST(EltwiseReluFusionTest, FusesAnInPlaceReluAfterASum) {
+  EXPECT_TRUE(SumFused({}));
+  SumOptions leaky;
+  leaky.relu_param = "relu_param { negative_slope: 0.1 }";
+  EXPECT_TRUE(SumFused(leaky));
+}
+
+TEST(EltwiseReluFusionTest, LeavesOtherPairsAlone) {
+  SumOptions negative;
+  negative.relu_param = "relu_param { negative_slope: -0.5 }";
+  EXPECT_FALSE(SumFused(negative)) << "a negative slope loses the sign in place";
+  SumOptions product;
+  product.eltwise_param = "eltwise_param { operation: PROD }";
+  EXPECT_FALSE(SumFused(product));
+  SumOptions new_top;
+  new_top.relu_top = "r";
+  EXPECT_FALSE(SumFused(new_top)) << "the sum's own output is observable";
+}
+
+TEST(EltwiseReluFusionTest, MatchesSeparateLayers) {
+  ExpectSumSameAsUnfused({});
+  SumOptions coeffs;
+  coeffs.eltwise_param = "eltwise_param { coeff: 0.5 coeff: -1.5 }";
+  ExpectSumSameAsUnfused(coeffs);
+  SumOptions leaky_three;
+  leaky_three.bottoms = 3;
+  leaky_three.relu_param = "relu_param { negative_slope: 0.1 }";
+  ExpectSumSameAsUnfused(leaky_three);
+}
+
+TEST(EltwiseReluFusionGpuTest, MatchesSeparateLayersOnTheCpu) {
+  CORTADO_REQUIRE_GPU();
+  ExpectSumSameAsUnfused({}, Device::Cuda(0), 1e-4f);
+  SumOptions coeffs;
+  coeffs.eltwise_param = "eltwise_param { coeff: 0.5 coeff: -1.5 }";
+  ExpectSumSameAsUnfused(coeffs, Device::Cuda(0), 1e-4f);
+  // Three bottoms: one pass for the first two, one for the third, the ReLU after the sum.
+  SumOptions leaky_three;
+  leaky_three.bottoms = 3;
+  leaky_three.relu_param = "relu_param { negative_slope: 0.1 }";
+  ExpectSumSameAsUnfused(leaky_three, Device::Cuda(0), 1e-4f);
+  // The unfused GPU path too (the sum without a ReLU to fuse).
+  SumOptions apart;
+  apart.relu_top = "r";
+  ExpectSumSameAsUnfused(apart, Device::Cuda(0), 1e-4f);
 }
 
 }  // namespace
