@@ -13,6 +13,8 @@
 // Eltwise layers; it is computed directly here with the same formula.
 #pragma once
 
+#include <memory>
+
 #include "layers/layer.hpp"
 
 namespace cortado {
@@ -49,6 +51,8 @@ class LRNLayer final : public Layer {
   std::vector<float> padded_;  // one image's per-channel planes with pre_pad_ zero planes
                                // on each side (across) or one padded plane (within)
   std::vector<float> accum_;   // one H x W plane of running sums
+  // cuDNN's cross-channel LRN (lrn_layer.cu), made for the current shape on first GPU use.
+  std::shared_ptr<void> cudnn_;
 };
 
 }  // namespace cortado
