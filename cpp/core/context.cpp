@@ -58,10 +58,7 @@ void Context::Seed(int64_t seed) {
   seed_ = seed < 0 ? ClockSeed() : seed;
   rng_.seed(static_cast<Rng::result_type>(seed_));
 #if CORTADO_WITH_CUDA
-  if (cuda_) {
-    cuda_->philox_seed = static_cast<uint64_t>(seed_);
-    cuda_->philox_offset = 0;
-  }
+  if (cuda_) cuda_->SeedRandom(static_cast<uint64_t>(seed_));
 #endif
 }
 
@@ -72,7 +69,7 @@ cuda::Resources& Context::cuda() {
   }
   if (!cuda_) {
     cuda_ = std::make_unique<cuda::Resources>(device_.id);
-    cuda_->philox_seed = static_cast<uint64_t>(seed_);
+    cuda_->SeedRandom(static_cast<uint64_t>(seed_));
   }
   return *cuda_;
 #else

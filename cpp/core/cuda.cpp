@@ -63,6 +63,15 @@ void ThrowCudaError(cudaError_t status, const char* what, const char* file, int 
               file, line);
 }
 
+#if CORTADO_WITH_CURAND
+void ThrowCurandError(curandStatus_t status, const char* what, const char* file, int line) {
+  throw Error(ErrorCode::kCuda,
+              fmt::format("cuRAND error on cuda:{} in {}: status {}", CurrentDevice(), what,
+                          static_cast<int>(status)),
+              file, line);
+}
+#endif
+
 #if CORTADO_WITH_CUBLAS
 void ThrowCublasError(cublasStatus_t status, const char* what, const char* file, int line) {
   throw Error(ErrorCode::kCuda,
@@ -94,12 +103,28 @@ Resources::Resources(int device_ordinal) : device(device_ordinal) {
   CORTADO_CUDNN_CHECK(cudnnCreate(&cudnn));
   CORTADO_CUDNN_CHECK(cudnnSetStream(cudnn, stream));
 #endif
+#if CORTADO_WITH_CURAND
+  CORTADO_CURAND_CHECK(curandCreateGenerator(&curand, CURAND_RNG_PSEUDO_PHILOX4_32_10));
+  CORTADO_CURAND_CHECK(curandSetStream(curand, stream));
+#endif
+}
+
+void Resources::SeedRandom(uint64_t seed) {
+  philox_seed = seed;
+  philox_offset = 0;
+#if CORTADO_WITH_CURAND
+  CORTADO_CURAND_CHECK(curandSetPseudoRandomGeneratorSeed(curand, seed));
+  CORTADO_CURAND_CHECK(curandSetGeneratorOffset(curand, 0));
+#endif
 }
 
 Resources::~Resources() {
   // Destructors must not throw: failures here are logged only.
   cudaSetDevice(device);
   plans.clear();
+#if CORTADO_WITH_CURAND
+  if (curand != nullptr) curandDestroyGenerator(curand);
+#endif
 #if CORTADO_WITH_CUDNN
   if (cudnn != nullptr) cudnnDestroy(cudnn);
 #endif

@@ -17,6 +17,9 @@
 #include "core/context.hpp"
 #include "core/error.hpp"
 
+#if CORTADO_WITH_CURAND
+#include <curand.h>
+#endif
 #if CORTADO_WITH_CUBLAS
 #include <cublas_v2.h>
 #endif
@@ -36,6 +39,10 @@ inline int Blocks(int64_t n) {
 }
 
 [[noreturn]] void ThrowCudaError(cudaError_t status, const char* what, const char* file, int line);
+#if CORTADO_WITH_CURAND
+[[noreturn]] void ThrowCurandError(curandStatus_t status, const char* what, const char* file,
+                                   int line);
+#endif
 #if CORTADO_WITH_CUBLAS
 [[noreturn]] void ThrowCublasError(cublasStatus_t status, const char* what, const char* file,
                                    int line);
@@ -80,10 +87,17 @@ struct Resources {
 #if CORTADO_WITH_CUDNN
   cudnnHandle_t cudnn = nullptr;
 #endif
-  // Counter-based random numbers (Philox4x32-10): every draw of n numbers uses counters
-  // [offset, offset + n) under key `seed`, then advances offset, so a seed fixes the sequence.
+  // Random numbers: cuRAND's Philox4x32-10 generator on the stream where the build has cuRAND,
+  // else our own Philox4x32-10 kernels (math/cuda/random.cu), where every draw of n numbers uses
+  // counters [offset, offset + n) under key `seed` and then advances offset. Either way a seed
+  // fixes the sequence.
+#if CORTADO_WITH_CURAND
+  curandGenerator_t curand = nullptr;
+#endif
   uint64_t philox_seed = 0;
   uint64_t philox_offset = 0;
+  // Restarts the sequence under `seed`.
+  void SeedRandom(uint64_t seed);
   // Plans that users keep per context, by their own keys (the cuDNN convolution plans of each
   // shape); released before the handles they were made with.
   std::unordered_map<std::string, std::shared_ptr<const void>> plans;
@@ -119,6 +133,13 @@ inline cudaStream_t Stream(Context& ctx) { return Get(ctx).stream; }
     const cublasStatus_t cortado_cublas_status_ = (call);                                   \
     if (cortado_cublas_status_ != CUBLAS_STATUS_SUCCESS)                                    \
       ::cortado::cuda::ThrowCublasError(cortado_cublas_status_, #call, __FILE__, __LINE__); \
+  } while (0)
+
+#define CORTADO_CURAND_CHECK(call)                                                          \
+  do {                                                                                      \
+    const curandStatus_t cortado_curand_status_ = (call);                                   \
+    if (cortado_curand_status_ != CURAND_STATUS_SUCCESS)                                    \
+      ::cortado::cuda::ThrowCurandError(cortado_curand_status_, #call, __FILE__, __LINE__); \
   } while (0)
 
 #define CORTADO_CUDNN_CHECK(call)                                                         \

@@ -1,12 +1,72 @@
 // SPDX-License-Identifier: Apache-2.0
-// GPU random numbers (math/gpu.hpp): Philox4x32-10 (Salmon et al., "Parallel random numbers:
-// as easy as 1, 2, 3", SC 2011), a counter-based generator. Element i of a draw uses the
-// counter (offset + i) under the context's key, so results depend only on the seed and on how
-// many numbers were drawn before, never on the launch shape.
+// GPU random numbers (math/gpu.hpp): cuRAND's Philox4x32-10 generator, one per context on its
+// stream, where the build has cuRAND; otherwise our own kernels below. Those implement
+// Philox4x32-10 (Salmon et al., "Parallel random numbers: as easy as 1, 2, 3", SC 2011), a
+// counter-based generator: element i of a draw uses the counter (offset + i) under the
+// context's key, so results depend only on the seed and on how many numbers were drawn before,
+// never on the launch shape.
 #include "core/cuda.hpp"
 #include "math/gpu.hpp"
 
 namespace cortado::math::gpu {
+
+#if CORTADO_WITH_CURAND
+namespace {
+
+// cuRAND's uniform numbers lie in (0, 1]; 1 - u lies in [0, 1), kept below 1 after rounding.
+__global__ void ToRange(int n, float lo, float hi, float* r) {
+  CORTADO_KERNEL_LOOP(i, n) r[i] = lo + (hi - lo) * fminf(1.0f - r[i], 0x1.fffffep-1f);
+}
+
+// Uniform (0, 1] floats, stored in r's words, become 1 with probability p, else 0.
+__global__ void ToBernoulli(int n, float p, unsigned int* r) {
+  CORTADO_KERNEL_LOOP(i, n) r[i] = __uint_as_float(r[i]) <= p ? 1u : 0u;
+}
+
+curandGenerator_t Generator(Context& ctx) { return ::cortado::cuda::Get(ctx).curand; }
+
+}  // namespace
+
+void RngUniform(Context& ctx, int n, float lo, float hi, float* r) {
+  if (n <= 0) return;
+  CORTADO_CURAND_CHECK(curandGenerateUniform(Generator(ctx), r, static_cast<size_t>(n)));
+  ToRange<<<::cortado::cuda::Blocks(n), ::cortado::cuda::kThreads, 0,
+            ::cortado::cuda::Stream(ctx)>>>(n, lo, hi, r);
+  CORTADO_CUDA_CHECK_LAUNCH();
+}
+
+void RngGaussian(Context& ctx, int n, float mean, float stddev, float* r) {
+  if (n <= 0) return;
+  // cuRAND draws normal numbers in pairs: an odd count takes its last one from a pair drawn
+  // into the context's small scratch buffer.
+  const int even = n - n % 2;
+  if (even > 0) {
+    CORTADO_CURAND_CHECK(
+        curandGenerateNormal(Generator(ctx), r, static_cast<size_t>(even), mean, stddev));
+  }
+  if (even < n) {
+    float* pair = ::cortado::cuda::Get(ctx).ReduceBuffer();
+    CORTADO_CURAND_CHECK(curandGenerateNormal(Generator(ctx), pair, 2, mean, stddev));
+    CORTADO_CUDA_CHECK(cudaMemcpyAsync(r + even, pair, sizeof(float), cudaMemcpyDeviceToDevice,
+                                       ::cortado::cuda::Stream(ctx)));
+  }
+}
+
+void RngBernoulli(Context& ctx, int n, float p, unsigned int* r) {
+  if (n <= 0) return;
+  CORTADO_CURAND_CHECK(
+      curandGenerateUniform(Generator(ctx), reinterpret_cast<float*>(r), static_cast<size_t>(n)));
+  ToBernoulli<<<::cortado::cuda::Blocks(n), ::cortado::cuda::kThreads, 0,
+                ::cortado::cuda::Stream(ctx)>>>(n, p, r);
+  CORTADO_CUDA_CHECK_LAUNCH();
+}
+
+void RngBits(Context& ctx, int n, unsigned int* r) {
+  if (n <= 0) return;
+  CORTADO_CURAND_CHECK(curandGenerate(Generator(ctx), r, static_cast<size_t>(n)));
+}
+
+#else
 namespace {
 
 struct Words {
@@ -106,5 +166,7 @@ void RngBits(Context& ctx, int n, unsigned int* r) {
                                                                                      d.offset, r);
   CORTADO_CUDA_CHECK_LAUNCH();
 }
+
+#endif  // CORTADO_WITH_CURAND
 
 }  // namespace cortado::math::gpu
