@@ -65,14 +65,19 @@ std::unique_ptr<Net> Build(const caffe::NetParameter& param, Context* ctx, bool 
   return std::make_unique<Net>(param, ctx);
 }
 
-// Random, non-trivial values in the inputs and in the Scale's parameters (so a wrong scale or
-// bias path shows), and the stored statistics of a trained net (for TEST).
-void Prepare(Net* net) {
-  Rng rng(4242);
+// Standard normal values in the net's inputs "x" and "target", drawn from `rng`.
+void RandomizeInputs(Net* net, Rng& rng) {
   for (const char* name : {"x", "target"}) {
     Tensor* t = net->blob_by_name(name);
     math::RngGaussian(t->count(), 0.0f, 1.0f, rng, t->mutable_cpu_data());
   }
+}
+
+// Random, non-trivial values in the inputs and in the Scale's parameters (so a wrong scale or
+// bias path shows), and the stored statistics of a trained net (for TEST).
+void Prepare(Net* net) {
+  Rng rng(4242);
+  RandomizeInputs(net, rng);
   for (auto& blob : net->layer_by_name("scale")->blobs()) {
     math::RngUniform(blob->count(), 0.5f, 1.5f, rng, blob->mutable_cpu_data());
   }
@@ -344,11 +349,9 @@ void ExpectSumSameAsUnfused(const SumOptions& o, Device device = Device::Cpu(),
   caffe::NetParameter weights;
   reference->ToProto(&weights);
   fused->CopyTrainedLayersFrom(weights);
-  Rng rng(99);
-  for (const char* name : {"x", "target"}) {
-    Tensor* t = reference->blob_by_name(name);
-    math::RngGaussian(t->count(), 0.0f, 1.0f, rng, t->mutable_cpu_data());
-    fused->blob_by_name(name)->CopyFrom(*t);
+  for (Net* net : {reference.get(), fused.get()}) {
+    Rng rng(99);
+    RandomizeInputs(net, rng);
   }
   for (int iteration = 0; iteration < 2; ++iteration) {
     const std::string at = fmt::format(" (iteration {})", iteration);

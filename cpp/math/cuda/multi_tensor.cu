@@ -66,11 +66,14 @@ struct Piece {
   int count;
 };
 
-std::vector<Piece> Pieces(const std::vector<int>& counts) {
+// The pieces of `tensors` (anything with an int `count`; empty ones have none).
+template <typename T>
+std::vector<Piece> Pieces(const std::vector<T>& tensors) {
   std::vector<Piece> pieces;
-  for (size_t t = 0; t < counts.size(); ++t) {
-    for (int offset = 0; offset < counts[t]; offset += kPiece) {
-      pieces.push_back({t, offset, std::min(kPiece, counts[t] - offset)});
+  for (size_t t = 0; t < tensors.size(); ++t) {
+    const int count = tensors[t].count;
+    for (int offset = 0; offset < count; offset += kPiece) {
+      pieces.push_back({t, offset, std::min(kPiece, count - offset)});
     }
   }
   std::stable_sort(pieces.begin(), pieces.end(),
@@ -92,9 +95,7 @@ void ForEachBatch(const std::vector<Piece>& pieces, Launch launch) {
 }  // namespace
 
 void ZeroMany(Context& ctx, const std::vector<DeviceSpan>& tensors) {
-  std::vector<int> counts;
-  for (const DeviceSpan& t : tensors) counts.push_back(std::max(t.count, 0));
-  const std::vector<Piece> pieces = Pieces(counts);
+  const std::vector<Piece> pieces = Pieces(tensors);
   ForEachBatch(pieces, [&](size_t first, size_t last, dim3 grid) {
     ZeroBatch batch{};
     for (size_t i = first; i < last; ++i) {
@@ -109,9 +110,7 @@ void ZeroMany(Context& ctx, const std::vector<DeviceSpan>& tensors) {
 
 void SgdUpdateMany(Context& ctx, const std::vector<SgdTensor>& tensors, float momentum,
                    float diff_scale) {
-  std::vector<int> counts;
-  for (const SgdTensor& t : tensors) counts.push_back(std::max(t.count, 0));
-  const std::vector<Piece> pieces = Pieces(counts);
+  const std::vector<Piece> pieces = Pieces(tensors);
   ForEachBatch(pieces, [&](size_t first, size_t last, dim3 grid) {
     SgdBatch batch{};
     for (size_t i = first; i < last; ++i) {
