@@ -6,9 +6,7 @@
 #include <google/protobuf/message.h>
 
 #include <climits>
-#include <mutex>
 #include <new>
-#include <unordered_map>
 
 #include "core/logging.hpp"
 
@@ -251,41 +249,6 @@ jbyteArray SerializeToByteArray(JNIEnv* env, const google::protobuf::Message& me
                   message.GetDescriptor()->name());
   }
   return NewByteArray(env, bytes);
-}
-
-namespace {
-
-std::mutex& HandleContextsMutex() {
-  static std::mutex mutex;
-  return mutex;
-}
-std::unordered_map<jlong, const Context*>& HandleContexts() {
-  static std::unordered_map<jlong, const Context*> contexts;
-  return contexts;
-}
-
-}  // namespace
-
-void RegisterHandleContext(jlong handle, const Context* ctx) {
-  std::lock_guard<std::mutex> lock(HandleContextsMutex());
-  HandleContexts()[handle] = ctx;
-}
-
-void UnregisterHandleContext(jlong handle) noexcept {
-  std::lock_guard<std::mutex> lock(HandleContextsMutex());
-  HandleContexts().erase(handle);
-}
-
-const Context* HandleContext(jlong handle, const char* what) {
-  if (handle == 0) CORTADO_THROW(kInvalidArgument, "{}: null handle (used after close?)", what);
-  std::lock_guard<std::mutex> lock(HandleContextsMutex());
-  auto it = HandleContexts().find(handle);
-  if (it == HandleContexts().end()) {
-    CORTADO_THROW(kInvalidArgument,
-                  "{}: {:#x} is not a live NativeNet or NativeSolver handle (used after close?)",
-                  what, static_cast<uint64_t>(handle));
-  }
-  return it->second;
 }
 
 }  // namespace cortado::jni

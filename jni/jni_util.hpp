@@ -35,7 +35,7 @@ class Message;
 }  // namespace google::protobuf
 
 namespace cortado {
-class Context;
+class BatchFeed;
 }  // namespace cortado
 
 namespace cortado::jni {
@@ -78,17 +78,6 @@ void Guard(JNIEnv* env, F&& body) noexcept {
     body();
   } catch (...) {
     ThrowJavaForCurrentException(env);
-  }
-}
-
-// Runs body(); a cortado::Error it throws is rethrown with "source: " in front of its message, so
-// that errors found while building a net or solver from text name the text they came from.
-template <typename F>
-void WithSource(const std::string& source, F&& body) {
-  try {
-    body();
-  } catch (const Error& e) {
-    throw Error(e.code(), source + ": " + e.what(), e.file(), e.line());
   }
 }
 
@@ -234,15 +223,13 @@ void DisposeHandle(jlong handle) noexcept {
   std::unique_ptr<T> owned(reinterpret_cast<T*>(static_cast<intptr_t>(handle)));
 }
 
-// ---- contexts of live handles ---------------------------------------------------------------
+// ---- feeds ----------------------------------------------------------------------------------
 
-// A process-wide table from live NativeNet and NativeSolver handles to the Context each owns, so
-// that natives taking either kind of handle (NativeFeed) find the nets' feeds without knowing
-// the handle's type, and a handle already disposed is an error, not a dangling pointer.
-// create registers after building; dispose unregisters before freeing.
-void RegisterHandleContext(jlong handle, const Context* ctx);
-void UnregisterHandleContext(jlong handle) noexcept;
-// The context of a live handle; zero or an unknown handle is kInvalidArgument naming `what`.
-const Context* HandleContext(jlong handle, const char* what);
+// What a NativeFeed handle owns: a share of one feed layer's queue (NativeTrainer.feed and
+// NativeNet.feed make them), so the handle outlives neither the memory nor the meaning of the
+// queue: once the layer is gone, its feed is aborted and pushes throw.
+struct FeedHandle {
+  std::shared_ptr<BatchFeed> feed;
+};
 
 }  // namespace cortado::jni

@@ -1,7 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
-// Natives of io.cortado.jni.NativeFeed: pushing whole batches into a net's feed layers
-// (cpp/data/feed_data_layer.hpp), found through FeedRegistry from the context of a NativeNet or
-// NativeSolver handle.
+// Natives of io.cortado.jni.NativeFeed: pushing whole batches into one feed layer's queue
+// (cpp/data/batch_feed.hpp) through a FeedHandle that NativeTrainer.feed or NativeNet.feed made.
 #include <memory>
 #include <string>
 #include <vector>
@@ -14,10 +13,7 @@
 namespace cortado::jni {
 namespace {
 
-std::shared_ptr<BatchFeed> GetFeed(JNIEnv* env, jlong handle, jstring layer) {
-  const Context* ctx = HandleContext(handle, "NativeFeed");
-  return FeedRegistry::Get().Find(ctx, ToStdString(env, layer, "layer"));
-}
+BatchFeed& GetFeed(jlong handle) { return *FromHandle<FeedHandle>(handle, "NativeFeed").feed; }
 
 // Local references, dropped when this goes out of scope.
 class LocalRefs {
@@ -49,10 +45,10 @@ namespace jni = cortado::jni;
 extern "C" {
 
 JNIEXPORT void JNICALL Java_io_cortado_jni_NativeFeed_push(JNIEnv* env, jclass, jlong handle,
-                                                           jstring layer, jobjectArray tops) {
+                                                           jobjectArray tops) {
   jni::Guard(env, [&] {
-    std::shared_ptr<cortado::BatchFeed> feed = jni::GetFeed(env, handle, layer);
-    if (tops == nullptr) CORTADO_THROW(kInvalidArgument, "{}: tops is null", feed->owner());
+    cortado::BatchFeed& feed = jni::GetFeed(handle);
+    if (tops == nullptr) CORTADO_THROW(kInvalidArgument, "{}: tops is null", feed.owner());
     const jsize n = env->GetArrayLength(tops);
     // The local references keep the buffers (and so their memory) alive during the push.
     jni::LocalRefs refs(env);
@@ -65,55 +61,50 @@ JNIEXPORT void JNICALL Java_io_cortado_jni_NativeFeed_push(JNIEnv* env, jclass, 
       const jni::DirectBuffer buffer = jni::GetDirectBuffer(env, top, what.c_str());
       if (buffer.capacity % static_cast<int64_t>(sizeof(float)) != 0) {
         CORTADO_THROW(kInvalidArgument, "{}: {} holds {} bytes, not a whole number of floats",
-                      feed->owner(), what, buffer.capacity);
+                      feed.owner(), what, buffer.capacity);
       }
       data.push_back(static_cast<const float*>(buffer.data));
       counts.push_back(static_cast<size_t>(buffer.capacity) / sizeof(float));
     }
-    feed->Push(data, counts);
+    feed.Push(data, counts);
   });
 }
 
-JNIEXPORT void JNICALL Java_io_cortado_jni_NativeFeed_close(JNIEnv* env, jclass, jlong handle,
-                                                            jstring layer) {
-  jni::Guard(env, [&] { jni::GetFeed(env, handle, layer)->Close(); });
+JNIEXPORT void JNICALL Java_io_cortado_jni_NativeFeed_close(JNIEnv* env, jclass, jlong handle) {
+  jni::Guard(env, [&] { jni::GetFeed(handle).Close(); });
 }
 
 JNIEXPORT void JNICALL Java_io_cortado_jni_NativeFeed_abort(JNIEnv* env, jclass, jlong handle,
-                                                            jstring layer, jstring reason) {
-  jni::Guard(env, [&] {
-    jni::GetFeed(env, handle, layer)->Abort(jni::ToStdString(env, reason, "reason"));
-  });
-}
-
-JNIEXPORT jobjectArray JNICALL Java_io_cortado_jni_NativeFeed_layers(JNIEnv* env, jclass,
-                                                                     jlong handle) {
-  return jni::Guard(env, jobjectArray{nullptr}, [&] {
-    const cortado::Context* ctx = jni::HandleContext(handle, "NativeFeed");
-    return jni::NewStringArray(env, cortado::FeedRegistry::Get().Names(ctx));
-  });
+                                                            jstring reason) {
+  jni::Guard(env, [&] { jni::GetFeed(handle).Abort(jni::ToStdString(env, reason, "reason")); });
 }
 
 JNIEXPORT jobjectArray JNICALL Java_io_cortado_jni_NativeFeed_topNames(JNIEnv* env, jclass,
-                                                                       jlong handle,
-                                                                       jstring layer) {
-  return jni::Guard(env, jobjectArray{nullptr}, [&] {
-    return jni::NewStringArray(env, jni::GetFeed(env, handle, layer)->top_names());
-  });
+                                                                       jlong handle) {
+  return jni::Guard(env, jobjectArray{nullptr},
+                    [&] { return jni::NewStringArray(env, jni::GetFeed(handle).top_names()); });
 }
 
 JNIEXPORT jintArray JNICALL Java_io_cortado_jni_NativeFeed_topShape(JNIEnv* env, jclass,
-                                                                    jlong handle, jstring layer,
-                                                                    jint top) {
+                                                                    jlong handle, jint top) {
   return jni::Guard(env, jintArray{nullptr}, [&] {
-    std::shared_ptr<cortado::BatchFeed> feed = jni::GetFeed(env, handle, layer);
-    const auto& shapes = feed->shapes();
+    const cortado::BatchFeed& feed = jni::GetFeed(handle);
+    const auto& shapes = feed.shapes();
     if (top < 0 || static_cast<size_t>(top) >= shapes.size()) {
       CORTADO_THROW(kInvalidArgument, "{}: top index {} out of range (it has {} tops)",
-                    feed->owner(), top, shapes.size());
+                    feed.owner(), top, shapes.size());
     }
     return jni::NewIntArray(env, shapes[static_cast<size_t>(top)]);
   });
+}
+
+JNIEXPORT jlong JNICALL Java_io_cortado_jni_NativeFeed_pushed(JNIEnv* env, jclass, jlong handle) {
+  return jni::Guard(env, jlong{0},
+                    [&] { return static_cast<jlong>(jni::GetFeed(handle).pushed()); });
+}
+
+JNIEXPORT void JNICALL Java_io_cortado_jni_NativeFeed_dispose(JNIEnv* env, jclass, jlong handle) {
+  jni::Guard(env, [&] { jni::DisposeHandle<jni::FeedHandle>(handle); });
 }
 
 }  // extern "C"

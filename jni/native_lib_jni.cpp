@@ -1,6 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
-// Natives of io.cortado.jni.NativeLib: version, devices, prototxt validation.
+// Natives of io.cortado.jni.NativeLib: version, devices, prototxt validation, and what the Spark
+// driver needs to know of a solver and a net (io.cortado.jni.SolverInfo, DataLayerInfo).
+#include <google/protobuf/text_format.h>
+
 #include <string>
+#include <vector>
 
 #include "core/config.hpp"
 #include "core/device_info.hpp"
@@ -10,7 +14,10 @@
 #include "io_cortado_jni_NativeLib.h"
 #include "jni/jni_util.hpp"
 #include "layers/layer.hpp"
+#include "parallel/session_info.hpp"
+#include "parallel/trainer.hpp"
 #include "proto/caffe.pb.h"
+#include "solvers/solver.hpp"
 
 namespace cortado::jni {
 namespace {
@@ -25,6 +32,78 @@ void CheckLayerTypes(const caffe::NetParameter& net, const std::string& source) 
                     layer.name(), layer.type(), fmt::join(registry.Types(), ", "));
     }
   }
+}
+
+caffe::SolverParameter ParseSolver(JNIEnv* env, jstring prototxt, const std::string& name) {
+  caffe::SolverParameter param;
+  io::ReadProtoFromTextString(ToStdString(env, prototxt, "prototxt"), name, &param);
+  io::UpgradeSolverAsNeeded(name, &param);
+  if (param.has_net_param()) CheckLayerTypes(param.net_param(), name);
+  if (param.has_train_net_param()) CheckLayerTypes(param.train_net_param(), name);
+  for (const auto& net : param.test_net_param()) CheckLayerTypes(net, name);
+  return param;
+}
+
+// The `phase` net of a net prototxt, validated.
+caffe::NetParameter PhaseNet(JNIEnv* env, jstring prototxt, jstring source, jint phase,
+                             std::string* name) {
+  *name = ToStdString(env, source, "source");
+  caffe::NetParameter param;
+  io::ReadProtoFromTextString(ToStdString(env, prototxt, "prototxt"), *name, &param);
+  io::UpgradeNetAsNeeded(*name, &param);
+  CheckLayerTypes(param, *name);
+  if (phase != caffe::TRAIN && phase != caffe::TEST) {
+    CORTADO_THROW(kInvalidArgument, "{}: phase must be 0 (TRAIN) or 1 (TEST), not {}", *name,
+                  phase);
+  }
+  return NetForPhase(param, static_cast<caffe::Phase>(phase));
+}
+
+// A new local reference to `name` (a class the shim defines), or JavaExceptionPending.
+jclass FindClass(JNIEnv* env, const char* name) {
+  jclass cls = env->FindClass(name);
+  CheckJavaException(env);
+  if (cls == nullptr) CORTADO_THROW(kInternal, "class {} not found", name);
+  return cls;
+}
+
+jobject NewDataLayerInfo(JNIEnv* env, jclass cls, jmethodID init, const DataLayerInfo& info) {
+  jobjectArray tops = NewStringArray(env, info.tops);
+  jobjectArray columns = NewStringArray(env, info.columns);
+  jobjectArray types = NewStringArray(env, info.top_types);
+  jbooleanArray transposed = env->NewBooleanArray(static_cast<jsize>(info.transposed.size()));
+  CheckJavaException(env);
+  for (size_t i = 0; i < info.transposed.size(); ++i) {
+    const jboolean value = info.transposed[i] ? JNI_TRUE : JNI_FALSE;
+    env->SetBooleanArrayRegion(transposed, static_cast<jsize>(i), 1, &value);
+  }
+  jclass int_array = FindClass(env, "[I");
+  jobjectArray shapes =
+      env->NewObjectArray(static_cast<jsize>(info.sample_shapes.size()), int_array, nullptr);
+  env->DeleteLocalRef(int_array);
+  CheckJavaException(env);
+  for (size_t i = 0; i < info.sample_shapes.size(); ++i) {
+    jintArray shape = NewIntArray(env, info.sample_shapes[i]);
+    env->SetObjectArrayElement(shapes, static_cast<jsize>(i), shape);
+    env->DeleteLocalRef(shape);
+  }
+  jstring name = NewString(env, info.name);
+  jstring type = NewString(env, info.type);
+  jstring source_class = NewString(env, info.source_class);
+  jstring source = NewString(env, info.source);
+  jstring format = NewString(env, info.dataframe_format);
+  jobject object = env->NewObject(cls, init, name, type, source_class,
+                                  info.feed ? JNI_TRUE : JNI_FALSE, source, format, tops, columns,
+                                  types, transposed, shapes, static_cast<jint>(info.batch_size));
+  for (jobject ref :
+       {static_cast<jobject>(name), static_cast<jobject>(type), static_cast<jobject>(source_class),
+        static_cast<jobject>(source), static_cast<jobject>(format), static_cast<jobject>(tops),
+        static_cast<jobject>(columns), static_cast<jobject>(types),
+        static_cast<jobject>(transposed), static_cast<jobject>(shapes)}) {
+    env->DeleteLocalRef(ref);
+  }
+  CheckJavaException(env);
+  return object;
 }
 
 }  // namespace
@@ -65,6 +144,104 @@ JNIEXPORT void JNICALL Java_io_cortado_jni_NativeLib_validateSolver(JNIEnv* env,
     if (param.has_net_param()) jni::CheckLayerTypes(param.net_param(), name);
     if (param.has_train_net_param()) jni::CheckLayerTypes(param.train_net_param(), name);
     for (const auto& net : param.test_net_param()) jni::CheckLayerTypes(net, name);
+  });
+}
+
+JNIEXPORT jobject JNICALL Java_io_cortado_jni_NativeLib_solverInfo(JNIEnv* env, jclass,
+                                                                   jstring prototxt,
+                                                                   jstring source) {
+  return jni::Guard(env, jobject{nullptr}, [&] {
+    const std::string name = jni::ToStdString(env, source, "source");
+    const caffe::SolverParameter param = jni::ParseSolver(env, prototxt, name);
+    std::string net_file = param.has_net() ? param.net() : param.train_net();
+    std::string net_text;
+    const caffe::NetParameter* embedded = param.has_net_param()         ? &param.net_param()
+                                          : param.has_train_net_param() ? &param.train_net_param()
+                                                                        : nullptr;
+    if (embedded != nullptr) {
+      net_file.clear();
+      if (!google::protobuf::TextFormat::PrintToString(*embedded, &net_text)) {
+        CORTADO_THROW(kInternal, "{}: cannot print the embedded net", name);
+      }
+    } else if (net_file.empty()) {
+      CORTADO_THROW(kInvalidArgument,
+                    "{}: the solver names no net (net, net_param, train_net or train_net_param)",
+                    name);
+    }
+    const cortado::Device device = cortado::SolverDevice(param);
+    jclass cls = jni::FindClass(env, "io/cortado/jni/SolverInfo");
+    jmethodID init = env->GetMethodID(
+        cls, "<init>",
+        "(Ljava/lang/String;Ljava/lang/String;Ljava/lang/String;III[IZIZLjava/lang/String;I)V");
+    jni::CheckJavaException(env);
+    std::vector<int> test_iter(param.test_iter().begin(), param.test_iter().end());
+    jobject info = env->NewObject(
+        cls, init, jni::NewString(env, net_file), jni::NewString(env, net_text),
+        jni::NewString(env, param.type()), param.max_iter(), param.display(), param.test_interval(),
+        jni::NewIntArray(env, test_iter), param.test_initialization() ? JNI_TRUE : JNI_FALSE,
+        param.snapshot(), param.snapshot_after_train() ? JNI_TRUE : JNI_FALSE,
+        jni::NewString(env, param.snapshot_prefix()), device.is_cuda() ? device.id : -1);
+    env->DeleteLocalRef(cls);
+    jni::CheckJavaException(env);
+    return info;
+  });
+}
+
+JNIEXPORT jstring JNICALL Java_io_cortado_jni_NativeLib_snapshotPrefix(JNIEnv* env, jclass,
+                                                                       jstring solver_file,
+                                                                       jstring prefix,
+                                                                       jboolean is_directory) {
+  return jni::Guard(env, jstring{nullptr}, [&] {
+    return jni::NewString(
+        env, cortado::SnapshotPrefixFor(jni::ToStdString(env, solver_file, "solverFile"),
+                                        jni::ToStdString(env, prefix, "prefix"), is_directory));
+  });
+}
+
+JNIEXPORT jobjectArray JNICALL Java_io_cortado_jni_NativeLib_dataLayers(JNIEnv* env, jclass,
+                                                                        jstring prototxt,
+                                                                        jstring source,
+                                                                        jint phase) {
+  return jni::Guard(env, jobjectArray{nullptr}, [&] {
+    std::string name;
+    const caffe::NetParameter net = jni::PhaseNet(env, prototxt, source, phase, &name);
+    const std::vector<cortado::DataLayerInfo> layers = cortado::DescribeDataLayers(net, name);
+    jclass cls = jni::FindClass(env, "io/cortado/jni/DataLayerInfo");
+    jmethodID init = env->GetMethodID(
+        cls, "<init>",
+        "(Ljava/lang/String;Ljava/lang/String;Ljava/lang/String;ZLjava/lang/String;"
+        "Ljava/lang/String;[Ljava/lang/String;[Ljava/lang/String;[Ljava/lang/String;[Z[[II)V");
+    jni::CheckJavaException(env);
+    jobjectArray result = env->NewObjectArray(static_cast<jsize>(layers.size()), cls, nullptr);
+    jni::CheckJavaException(env);
+    for (size_t i = 0; i < layers.size(); ++i) {
+      jobject info = jni::NewDataLayerInfo(env, cls, init, layers[i]);
+      env->SetObjectArrayElement(result, static_cast<jsize>(i), info);
+      env->DeleteLocalRef(info);
+    }
+    env->DeleteLocalRef(cls);
+    return result;
+  });
+}
+
+JNIEXPORT jobjectArray JNICALL Java_io_cortado_jni_NativeLib_outputBlobs(JNIEnv* env, jclass,
+                                                                         jstring prototxt,
+                                                                         jstring source,
+                                                                         jint phase) {
+  return jni::Guard(env, jobjectArray{nullptr}, [&] {
+    std::string name;
+    return jni::NewStringArray(
+        env, cortado::OutputBlobNames(jni::PhaseNet(env, prototxt, source, phase, &name)));
+  });
+}
+
+JNIEXPORT jobjectArray JNICALL Java_io_cortado_jni_NativeLib_blobNames(JNIEnv* env, jclass,
+                                                                       jstring prototxt,
+                                                                       jstring source, jint phase) {
+  return jni::Guard(env, jobjectArray{nullptr}, [&] {
+    std::string name;
+    return jni::NewStringArray(
+        env, cortado::BlobNames(jni::PhaseNet(env, prototxt, source, phase, &name)));
   });
 }
 

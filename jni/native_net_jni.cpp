@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 // Natives of io.cortado.jni.NativeNet: a Net with its own Context, behind a jlong handle.
+#include <algorithm>
 #include <cstring>
 #include <memory>
 #include <string>
@@ -7,11 +8,13 @@
 
 #include "core/context.hpp"
 #include "core/error.hpp"
+#include "data/feed_data_layer.hpp"
 #include "io/proto_io.hpp"
 #include "io/upgrade.hpp"
 #include "io_cortado_jni_NativeNet.h"
 #include "jni/jni_util.hpp"
 #include "net/net.hpp"
+#include "net/net_options.hpp"
 #include "proto/caffe.pb.h"
 
 namespace cortado::jni {
@@ -25,6 +28,19 @@ struct NetHandle {
 };
 
 Net& GetNet(jlong handle) { return *FromHandle<NetHandle>(handle, "NativeNet").net; }
+
+// The net's feed layers by phase-qualified name ("TEST/data").
+std::vector<std::pair<std::string, std::shared_ptr<BatchFeed>>> Feeds(const Net& net) {
+  std::vector<std::pair<std::string, std::shared_ptr<BatchFeed>>> feeds;
+  const std::string phase = net.phase() == caffe::TRAIN ? "TRAIN/" : "TEST/";
+  for (size_t i = 0; i < net.layers().size(); ++i) {
+    if (auto feed = FeedOf(*net.layers()[i]))
+      feeds.emplace_back(phase + net.layer_names()[i], feed);
+  }
+  std::sort(feeds.begin(), feeds.end(),
+            [](const auto& a, const auto& b) { return a.first < b.first; });
+  return feeds;
+}
 
 Device DeviceFor(jint device) {
   if (device < -1) CORTADO_THROW(kInvalidArgument, "device must be -1 (CPU) or a CUDA ordinal");
@@ -54,19 +70,16 @@ JNIEXPORT jlong JNICALL Java_io_cortado_jni_NativeNet_create(JNIEnv* env, jclass
     param.mutable_state()->set_phase(static_cast<caffe::Phase>(phase));
     auto handle = std::make_unique<jni::NetHandle>();
     handle->ctx = std::make_unique<cortado::Context>(jni::DeviceFor(device), seed);
-    jni::WithSource(name, [&] { handle->net = std::make_unique<Net>(param, handle->ctx.get()); });
-    const cortado::Context* ctx = handle->ctx.get();
-    const jlong h = jni::ToHandle(std::move(handle));
-    jni::RegisterHandleContext(h, ctx);
-    return h;
+    cortado::WithContext(name, [&] {
+      handle->net =
+          std::make_unique<Net>(param, handle->ctx.get(), cortado::NetOptionsFromEnvironment());
+    });
+    return jni::ToHandle(std::move(handle));
   });
 }
 
 JNIEXPORT void JNICALL Java_io_cortado_jni_NativeNet_dispose(JNIEnv* env, jclass, jlong handle) {
-  jni::Guard(env, [&] {
-    jni::UnregisterHandleContext(handle);
-    jni::DisposeHandle<jni::NetHandle>(handle);
-  });
+  jni::Guard(env, [&] { jni::DisposeHandle<jni::NetHandle>(handle); });
 }
 
 JNIEXPORT jfloat JNICALL Java_io_cortado_jni_NativeNet_forward(JNIEnv* env, jclass, jlong handle) {
@@ -89,7 +102,7 @@ JNIEXPORT jlong JNICALL Java_io_cortado_jni_NativeNet_forwardOnly(JNIEnv* env, j
     // Checked before anything changes: a bad name leaves the net as it was.
     for (const auto& name : names) net.blob_by_name(name);
     net.SetForwardOnly();
-    if (!Net::BufferSharingWanted()) return jlong{0};
+    if (!net.options().share_buffers) return jlong{0};
     return static_cast<jlong>(net.ShareDataBuffers(names));
   });
 }
@@ -171,6 +184,32 @@ JNIEXPORT jbyteArray JNICALL Java_io_cortado_jni_NativeNet_saveWeights(JNIEnv* e
     caffe::NetParameter param;
     jni::GetNet(handle).ToProto(&param, /*write_diff=*/false);
     return jni::SerializeToByteArray(env, param);
+  });
+}
+
+JNIEXPORT jobjectArray JNICALL Java_io_cortado_jni_NativeNet_feedLayers(JNIEnv* env, jclass,
+                                                                        jlong handle) {
+  return jni::Guard(env, jobjectArray{nullptr}, [&] {
+    std::vector<std::string> names;
+    for (const auto& entry : jni::Feeds(jni::GetNet(handle))) names.push_back(entry.first);
+    return jni::NewStringArray(env, names);
+  });
+}
+
+JNIEXPORT jlong JNICALL Java_io_cortado_jni_NativeNet_feed(JNIEnv* env, jclass, jlong handle,
+                                                           jstring layer) {
+  return jni::Guard(env, jlong{0}, [&] {
+    const std::string name = jni::ToStdString(env, layer, "layer");
+    const auto feeds = jni::Feeds(jni::GetNet(handle));
+    std::vector<std::string> names;
+    for (const auto& [qualified, feed] : feeds) {
+      if (qualified == name || qualified.substr(qualified.find('/') + 1) == name) {
+        return jni::ToHandle(std::make_unique<jni::FeedHandle>(jni::FeedHandle{feed}));
+      }
+      names.push_back(qualified);
+    }
+    CORTADO_THROW(kNotFound, "the net has no feed layer '{}' (its feed layers: {})", name,
+                  fmt::join(names, ", "));
   });
 }
 

@@ -15,6 +15,7 @@
 #include "core/cuda.hpp"
 #include "core/logging.hpp"
 #include "math/gpu.hpp"
+#include "net/net_options.hpp"
 #include "solvers/solver.hpp"
 
 namespace cortado {
@@ -35,7 +36,7 @@ int Run(int argc, char** argv) {
   param.set_solver_mode(caffe::SolverParameter::GPU);
 
   Context ctx(Device::Cuda(gpu), 1);
-  std::unique_ptr<Solver> solver = CreateSolver(param, &ctx);
+  std::unique_ptr<Solver> solver = CreateSolver(param, &ctx, NetOptionsFromEnvironment());
   Net* net = solver->net();
   Tensor* data = net->blob_by_name("data");
   Tensor* label = net->blob_by_name("label");

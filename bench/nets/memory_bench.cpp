@@ -20,6 +20,7 @@
 #include "core/logging.hpp"
 #include "core/synced_memory.hpp"
 #include "math/math.hpp"
+#include "net/net_options.hpp"
 #include "solvers/solver.hpp"
 
 namespace cortado {
@@ -43,7 +44,7 @@ int Run(int argc, char** argv) {
     }
   }
   Context ctx(Device::Cpu(), 1);
-  std::unique_ptr<Solver> solver = CreateSolver(param, &ctx);
+  std::unique_ptr<Solver> solver = CreateSolver(param, &ctx, NetOptionsFromEnvironment());
   Net* net = solver->net();
   Rng rng(7);
   Tensor* data = net->blob_by_name("data");

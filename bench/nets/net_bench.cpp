@@ -15,6 +15,7 @@
 #include "io/proto_io.hpp"
 #include "math/math.hpp"
 #include "net/net.hpp"
+#include "net/net_options.hpp"
 
 namespace cortado {
 namespace {
@@ -39,7 +40,7 @@ void BM_NetForwardBackward(benchmark::State& state, const std::string& model,
   }
   param.mutable_state()->set_phase(caffe::TRAIN);
   Context ctx(Device::Cpu(), 1);
-  Net net(param, &ctx);
+  Net net(param, &ctx, NetOptionsFromEnvironment());
   FillInputs(&net, 10);
   net.ForwardBackward();  // warm-up: first-touch allocations, oneDNN primitive creation
   for (auto _ : state) {

@@ -11,6 +11,7 @@
 
 #include <stdexcept>
 #include <string>
+#include <utility>
 
 namespace cortado {
 
@@ -45,6 +46,20 @@ class Error : public std::runtime_error {
   const char* file_;
   int line_;
 };
+
+// Runs body() and returns what it returns; an Error it throws is rethrown with "context: " in
+// front of its message, with the same code, file and line (errors gather context on their way
+// up, as XGBoost's do). Other exceptions pass through unchanged. For example
+//   WithContext(path, [&] { net->CopyTrainedLayersFrom(weights); });
+// turns "layer 'conv1' ..." into "<path>: layer 'conv1' ...".
+template <typename F>
+decltype(auto) WithContext(const std::string& context, F&& body) {
+  try {
+    return std::forward<F>(body)();
+  } catch (const Error& e) {
+    throw Error(e.code(), context + ": " + e.what(), e.file(), e.line());
+  }
+}
 
 namespace detail {
 

@@ -4,6 +4,7 @@
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
+#include <utility>
 
 #include "core/config.hpp"
 #include "core/error.hpp"
@@ -57,6 +58,15 @@ void* AllocateDevice(size_t bytes, int* device) {
 
 SyncedMemory::SyncedMemory(size_t bytes, int device_id) : bytes_(bytes), device_id_(device_id) {}
 
+SyncedMemory::SyncedMemory(std::shared_ptr<SyncedMemory> parent, size_t offset, size_t bytes)
+    : parent_(std::move(parent)), offset_(offset), bytes_(bytes) {
+  CORTADO_CHECK(parent_ != nullptr, "a view of no memory");
+  CORTADO_CHECK(offset <= parent_->size() && bytes <= parent_->size() - offset,
+                "a view of bytes [{}, {}) of a buffer of {} bytes", offset, offset + bytes,
+                parent_->size());
+  device_id_ = parent_->device_id_;
+}
+
 size_t HostAllocatedBytes() { return host_allocated.load(); }
 size_t HostPeakAllocatedBytes() { return host_peak.load(); }
 void ResetHostPeakAllocatedBytes() { host_peak.store(host_allocated.load()); }
@@ -109,23 +119,28 @@ void SyncedMemory::ToDevice() {
 #endif
 }
 
+// A view hands out its parent's pointers, offset; the parent does the copying.
 const void* SyncedMemory::host_data() {
+  if (parent_) return static_cast<const char*>(parent_->host_data()) + offset_;
   ToHost();
   return host_;
 }
 
 void* SyncedMemory::mutable_host_data() {
+  if (parent_) return static_cast<char*>(parent_->mutable_host_data()) + offset_;
   ToHost();
   head_ = Head::kHost;
   return host_;
 }
 
 const void* SyncedMemory::device_data() {
+  if (parent_) return static_cast<const char*>(parent_->device_data()) + offset_;
   ToDevice();
   return device_;
 }
 
 void* SyncedMemory::mutable_device_data() {
+  if (parent_) return static_cast<char*>(parent_->mutable_device_data()) + offset_;
   ToDevice();
   head_ = Head::kDevice;
   return device_;

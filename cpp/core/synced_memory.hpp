@@ -2,9 +2,15 @@
 // A buffer that lives on the host, on a CUDA device, or both, copied lazily on access
 // (Caffe's SyncedMemory). Host memory is 64-byte aligned and zero-filled on first use.
 // Not thread-safe; owned by one Tensor (or shared between tensors through shared_ptr).
+//
+// A view is a SyncedMemory over part of another one (its parent): it allocates nothing, its
+// pointers are the parent's plus an offset, and its state is the parent's, so a write through
+// any view marks the whole parent as written on that side and a read on the other side copies
+// the whole parent. Net uses views to keep its parameters' gradients in one buffer.
 #pragma once
 
 #include <cstddef>
+#include <memory>
 
 namespace cortado {
 
@@ -13,6 +19,9 @@ class SyncedMemory {
   enum class Head { kUninitialized, kHost, kDevice, kSynced };
 
   explicit SyncedMemory(size_t bytes = 0, int device_id = 0);
+  // A view of bytes [offset, offset + bytes) of `parent` (which it keeps alive); throws
+  // kInternal if that range is not inside the parent.
+  SyncedMemory(std::shared_ptr<SyncedMemory> parent, size_t offset, size_t bytes);
   ~SyncedMemory();
   SyncedMemory(const SyncedMemory&) = delete;
   SyncedMemory& operator=(const SyncedMemory&) = delete;
@@ -24,12 +33,17 @@ class SyncedMemory {
   void* mutable_device_data();
 
   size_t size() const { return bytes_; }
-  Head head() const { return head_; }
+  Head head() const { return parent_ ? parent_->head() : head_; }
+  // The memory this one is a view of (nullptr if it holds its own), and where in it it starts.
+  const std::shared_ptr<SyncedMemory>& parent() const { return parent_; }
+  size_t offset() const { return offset_; }
 
  private:
   void ToHost();
   void ToDevice();
 
+  std::shared_ptr<SyncedMemory> parent_;
+  size_t offset_ = 0;
   size_t bytes_;
   int device_id_;
   void* host_ = nullptr;

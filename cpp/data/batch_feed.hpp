@@ -1,7 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 // BatchFeed: a bounded queue of whole batches that an outside thread (a Spark task's feeder, via
-// JNI) fills and a feed data layer (feed_data_layer.hpp) empties, plus the process-wide registry
-// through which the JNI side finds a net's feeds by layer name.
+// JNI) fills and a feed data layer (feed_data_layer.hpp) empties.
 //
 // A batch is one float array per top, holding exactly the top's batch shape. Push copies each
 // top with one memcpy, outside the queue's lock, into storage recycled from consumed batches;
@@ -26,7 +25,6 @@
 
 namespace cortado {
 
-class Context;
 struct DataBatch;
 
 class BatchFeed {
@@ -85,39 +83,6 @@ class BatchFeed {
   bool closed_ = false;
   bool aborted_ = false;
   std::string abort_reason_;
-};
-
-// Process-wide: feeds by (context, phase, layer name). Feed layers register at setup and
-// unregister on destruction; the JNI side looks them up from a NativeNet's or NativeSolver's
-// context (each handle owns its context, so a context identifies one net or one solver's nets).
-class FeedRegistry {
- public:
-  static FeedRegistry& Get();
-
-  // `key` identifies the registering layer for Unregister.
-  void Register(const void* key, const Context* ctx, caffe::Phase phase, const std::string& layer,
-                std::shared_ptr<BatchFeed> feed);
-  void Unregister(const void* key) noexcept;
-
-  // The feed of layer `layer` in the nets of `ctx`. `layer` is a layer name, optionally
-  // qualified by phase ("TEST/data"); an unqualified name shared by a TRAIN and a TEST net
-  // means the TRAIN one. No such feed is kNotFound listing the feeds of `ctx`.
-  std::shared_ptr<BatchFeed> Find(const Context* ctx, const std::string& layer) const;
-  // The feeds of `ctx`, each qualified by its phase ("TRAIN/data", "TEST/data"), sorted.
-  std::vector<std::string> Names(const Context* ctx) const;
-
- private:
-  struct Entry {
-    const void* key;
-    const Context* ctx;
-    caffe::Phase phase;
-    std::string layer;
-    std::shared_ptr<BatchFeed> feed;
-  };
-  FeedRegistry() = default;
-
-  mutable std::mutex mutex_;
-  std::vector<Entry> entries_;
 };
 
 }  // namespace cortado

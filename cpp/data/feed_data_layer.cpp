@@ -9,21 +9,29 @@ FeedDataLayer::FeedDataLayer(const caffe::LayerParameter& param, Context* ctx)
     : BasePrefetchingDataLayer(param, ctx), memory_data_(param.type() == "MemoryData") {}
 
 FeedDataLayer::~FeedDataLayer() {
-  FeedRegistry::Get().Unregister(this);
   // Wakes the prefetch thread (blocked in Pop) and any blocked pusher before the join.
   if (feed_) feed_->Abort(Describe() + " was destroyed");
   StopPrefetch();
 }
 
+bool FeedDataLayer::IsFeedLayer(const caffe::LayerParameter& param) {
+  return param.type() == "CoSData" || (param.type() == "MemoryData" && param.has_source_class());
+}
+
 std::vector<std::vector<int>> FeedDataLayer::FeedShapes() const {
+  return FeedShapesOf(param_, Describe());
+}
+
+std::vector<std::vector<int>> FeedDataLayer::FeedShapesOf(const caffe::LayerParameter& param,
+                                                          const std::string& owner) {
   std::vector<std::vector<int>> shapes;
-  if (memory_data_) {
-    const auto& p = param_.memory_data_param();
+  if (param.type() == "MemoryData") {
+    const auto& p = param.memory_data_param();
     if (p.batch_size() == 0 || p.channels() == 0 || p.height() == 0 || p.width() == 0) {
       CORTADO_THROW(kInvalidArgument,
                     "{}: memory_data_param batch_size, channels, height and width must all be "
                     "positive, got {}, {}, {}, {}",
-                    Describe(), p.batch_size(), p.channels(), p.height(), p.width());
+                    owner, p.batch_size(), p.channels(), p.height(), p.width());
     }
     const int b = static_cast<int>(p.batch_size());
     shapes.push_back({b, static_cast<int>(p.channels()), static_cast<int>(p.height()),
@@ -31,14 +39,14 @@ std::vector<std::vector<int>> FeedDataLayer::FeedShapes() const {
     shapes.push_back({b});
     return shapes;
   }
-  const auto& p = param_.cos_data_param();
-  if (!param_.has_cos_data_param() || p.batch_size() == 0) {
-    CORTADO_THROW(kInvalidArgument, "{}: cos_data_param.batch_size must be positive", Describe());
+  const auto& p = param.cos_data_param();
+  if (!param.has_cos_data_param() || p.batch_size() == 0) {
+    CORTADO_THROW(kInvalidArgument, "{}: cos_data_param.batch_size must be positive", owner);
   }
-  if (p.top_size() != param_.top_size()) {
+  if (p.top_size() != param.top_size()) {
     CORTADO_THROW(kInvalidArgument,
                   "{}: the layer has {} tops but cos_data_param describes {}; they must match",
-                  Describe(), param_.top_size(), p.top_size());
+                  owner, param.top_size(), p.top_size());
   }
   const int b = static_cast<int>(p.batch_size());
   for (int i = 0; i < p.top_size(); ++i) {
@@ -48,15 +56,15 @@ std::vector<std::vector<int>> FeedDataLayer::FeedShapes() const {
     const int w = static_cast<int>(t.out_width() != 0 ? t.out_width() : t.width());
     const int axes = static_cast<int>(t.sample_num_axes());
     if (axes > 3) {
-      CORTADO_THROW(kInvalidArgument, "{}: top '{}': sample_num_axes is {}; at most 3", Describe(),
-                    param_.top(i), axes);
+      CORTADO_THROW(kInvalidArgument, "{}: top '{}': sample_num_axes is {}; at most 3", owner,
+                    param.top(i), axes);
     }
     std::vector<int> shape;
     if (t.transpose()) {
       if (axes != 1) {
         CORTADO_THROW(kInvalidArgument,
                       "{}: top '{}': transpose needs sample_num_axes 1 (1-D samples), not {}",
-                      Describe(), param_.top(i), axes);
+                      owner, param.top(i), axes);
       }
       shape = {c, b};
     } else {
@@ -66,8 +74,8 @@ std::vector<std::vector<int>> FeedDataLayer::FeedShapes() const {
     for (int d : shape) {
       if (d <= 0) {
         CORTADO_THROW(kInvalidArgument,
-                      "{}: top '{}': every dimension must be positive, got shape {}", Describe(),
-                      param_.top(i), fmt::join(shape, " "));
+                      "{}: top '{}': every dimension must be positive, got shape {}", owner,
+                      param.top(i), fmt::join(shape, " "));
       }
     }
     shapes.push_back(std::move(shape));
@@ -116,7 +124,6 @@ void FeedDataLayer::DataSetup(const std::vector<Tensor*>& top) {
   for (size_t i = 0; i < top.size(); ++i) top[i]->Reshape(top_shapes_[i]);
   feed_ =
       std::make_shared<BatchFeed>(Describe(), std::move(names), std::move(shapes), kFeedCapacity);
-  FeedRegistry::Get().Register(this, ctx_, phase(), name(), feed_);
   CORTADO_LOG_DEBUG("{}: feed of {} batches ready", Describe(), kFeedCapacity);
 }
 
@@ -147,5 +154,10 @@ void FeedDataLayer::LoadBatch(int64_t /*index*/, Rng* rng, DataBatch* batch) {
 }
 
 CORTADO_REGISTER_LAYER(CoSData, FeedDataLayer);
+
+std::shared_ptr<BatchFeed> FeedOf(const Layer& layer) {
+  const auto* feed_layer = dynamic_cast<const FeedDataLayer*>(&layer);
+  return feed_layer != nullptr ? feed_layer->feed() : nullptr;
+}
 
 }  // namespace cortado

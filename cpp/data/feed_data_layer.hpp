@@ -2,9 +2,10 @@
 // FeedDataLayer: the external-input data layer that a Spark task fills with whole batches
 // (DESIGN §5). Built for Caffe type "CoSData" (CaffeOnSpark) and for "MemoryData" with
 // LayerParameter.source_class set (CaffeOnSpark's MemoryData fed by a JVM source class).
-// A JVM thread pushes batches into the layer's BatchFeed (batch_feed.hpp), found through
-// FeedRegistry by layer name; the prefetch thread of BasePrefetchingDataLayer pops them, so a
-// Forward whose batch is queued does not wait, and a pusher blocks while the feed is full.
+// A JVM thread pushes batches into the layer's BatchFeed (batch_feed.hpp), which the owner of the
+// net hands out (FeedOf; Trainer::Feed, the JNI NativeNet.feed); the prefetch thread of
+// BasePrefetchingDataLayer pops them, so a Forward whose batch is queued does not wait, and a
+// pusher blocks while the feed is full.
 //
 // CoSData params: cos_data_param.batch_size (> 0) and one `top` entry per layer top, in order.
 // Top i has shape [batch_size, c, h, w] cut to 1 + sample_num_axes (<= 3) axes, where c, h, w
@@ -60,8 +61,16 @@ class FeedDataLayer final : public BasePrefetchingDataLayer {
   void Seek(int64_t /*batch_index*/) override {}
   void SetShard(int /*shard*/, int /*num_shards*/) override {}
 
-  // The feed (null before Setup); shared with the JNI side through FeedRegistry.
+  // The feed (null before Setup); shared with the pushers.
   const std::shared_ptr<BatchFeed>& feed() const { return feed_; }
+
+  // Whether a layer of these parameters is a feed layer: CoSData, or MemoryData with
+  // source_class.
+  static bool IsFeedLayer(const caffe::LayerParameter& param);
+  // The feed shapes (what the feeder pushes, batch axis included) of a feed layer's parameters,
+  // by the rules above; errors start with `owner`.
+  static std::vector<std::vector<int>> FeedShapesOf(const caffe::LayerParameter& param,
+                                                    const std::string& owner);
 
  protected:
   void DataSetup(const std::vector<Tensor*>& top) override;
@@ -81,5 +90,8 @@ class FeedDataLayer final : public BasePrefetchingDataLayer {
   std::vector<std::array<int, 3>> sample_chw_;
   std::vector<std::vector<int>> top_shapes_;
 };
+
+// The feed of `layer` when it is a feed layer that is set up; null otherwise.
+std::shared_ptr<BatchFeed> FeedOf(const Layer& layer);
 
 }  // namespace cortado

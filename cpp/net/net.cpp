@@ -2,7 +2,7 @@
 #include "net/net.hpp"
 
 #include <algorithm>
-#include <cstdlib>
+#include <climits>
 #include <set>
 
 #include "core/error.hpp"
@@ -10,8 +10,6 @@
 #include "io/hdf5_io.hpp"
 #include "io/proto_io.hpp"
 #include "layers/batch_norm_layer.hpp"
-#include "layers/eltwise_layer.hpp"
-#include "layers/scale_layer.hpp"
 #include "math/on_device.hpp"
 #include "net/insert_splits.hpp"
 
@@ -27,119 +25,17 @@ std::string ShapesOf(const std::vector<Tensor*>& tensors, const std::vector<std:
   return out.empty() ? "none" : out;
 }
 
-// Blobs that already share one buffer (a Split's tops share their bottom's data; Flatten,
-// Reshape and the like alias their top's data and diff to their bottom's) are planned as one
-// group. `buffer_of` picks the data or the diff buffer.
-struct BufferGroups {
-  std::vector<int> of_blob;                   // group of each blob
-  std::vector<std::vector<Tensor*>> tensors;  // blobs of each group
-  std::vector<size_t> bytes;                  // the largest blob of each group
-};
-
-template <typename BufferOf>
-BufferGroups GroupBlobs(const std::vector<std::shared_ptr<Tensor>>& blobs, BufferOf buffer_of) {
-  BufferGroups groups;
-  std::map<const SyncedMemory*, int> group_of_buffer;
-  for (const auto& blob : blobs) {
-    const auto [it, added] =
-        group_of_buffer.emplace(buffer_of(*blob), static_cast<int>(groups.tensors.size()));
-    if (added) {
-      groups.tensors.emplace_back();
-      groups.bytes.push_back(0);
-    }
-    groups.of_blob.push_back(it->second);
-    groups.tensors[it->second].push_back(blob.get());
-    groups.bytes[it->second] =
-        std::max(groups.bytes[it->second], sizeof(float) * static_cast<size_t>(blob->count()));
-  }
-  return groups;
-}
-
-// Which layers of a pass touch each group's buffer: the first and last (layer indices, in the
-// pass's order) and whether every touch by the first one only writes it.
-struct Touches {
-  explicit Touches(int num_groups)
-      : first(num_groups, -1), last(num_groups, -1), first_writes(num_groups, false) {}
-  void Touch(int group, int layer, bool writes) {
-    if (first[group] < 0) {
-      first[group] = layer;
-      first_writes[group] = writes;
-    } else if (first[group] == layer) {
-      first_writes[group] = first_writes[group] && writes;
-    }
-    last[group] = layer;
-  }
-  std::vector<int> first, last;
-  std::vector<bool> first_writes;
-};
-
-// A group's use of its buffer: from step `start` to step `end` (inclusive) of a pass.
-struct Lifetime {
-  int group;
-  int start;
-  int end;
-};
-
-// Packs lifetimes into as few bytes of buffers as a greedy pass finds: in order of start, each
-// takes a buffer whose last user ended strictly before it starts (two groups never meet in one
-// layer's step), the smallest that fits, else the largest free one grown, else a new one.
-// Gives each group of `groups` that has a lifetime its buffer and returns the bytes saved;
-// `what` ("gradients") names them in the debug log of net `net`.
-size_t PackBuffers(std::vector<Lifetime> lifetimes, const BufferGroups& groups,
-                   void (Tensor::*use)(std::shared_ptr<SyncedMemory>), const std::string& net,
-                   const char* what) {
-  std::stable_sort(lifetimes.begin(), lifetimes.end(),
-                   [](const Lifetime& a, const Lifetime& b) { return a.start < b.start; });
-  struct Buffer {
-    size_t bytes = 0;
-    int busy_until = 0;
-    std::vector<int> groups;
-  };
-  std::vector<Buffer> buffers;
-  size_t separate = 0;
-  for (const Lifetime& life : lifetimes) {
-    const size_t bytes = groups.bytes[life.group];
-    separate += bytes;
-    Buffer* best = nullptr;
-    for (Buffer& buffer : buffers) {
-      if (buffer.busy_until >= life.start) continue;
-      const bool fits = buffer.bytes >= bytes;
-      if (best == nullptr || (fits && (best->bytes < bytes || buffer.bytes < best->bytes)) ||
-          (!fits && best->bytes < bytes && buffer.bytes > best->bytes)) {
-        best = &buffer;
-      }
-    }
-    if (best == nullptr) {
-      buffers.emplace_back();
-      best = &buffers.back();
-    }
-    best->bytes = std::max(best->bytes, bytes);
-    best->busy_until = life.end;
-    best->groups.push_back(life.group);
-  }
-  size_t shared = 0;
-  for (const Buffer& buffer : buffers) {
-    auto memory = std::make_shared<SyncedMemory>(buffer.bytes);
-    for (int g : buffer.groups) {
-      for (Tensor* t : groups.tensors[g]) (t->*use)(memory);
-    }
-    shared += buffer.bytes;
-  }
-  CORTADO_LOG_DEBUG("net '{}': {} blobs' {} in {} MiB instead of {} MiB", net, lifetimes.size(),
-                    what, shared >> 20, separate >> 20);
-  return separate - shared;
-}
-
 }  // namespace
 
-Net::Net(const caffe::NetParameter& param, Context* ctx) : ctx_(ctx) {
+Net::Net(const caffe::NetParameter& param, Context* ctx, const NetOptions& options)
+    : ctx_(ctx), options_(options) {
   CORTADO_CHECK(ctx_ != nullptr);
   Init(param);
 }
 
 Net::Net(const std::string& path, caffe::Phase phase, Context* ctx, int level,
-         const std::vector<std::string>& stages)
-    : ctx_(ctx) {
+         const std::vector<std::string>& stages, const NetOptions& options)
+    : ctx_(ctx), options_(options) {
   CORTADO_CHECK(ctx_ != nullptr);
   caffe::NetParameter param = io::ReadNetParameterFromTextFile(path);
   param.mutable_state()->set_phase(phase);
@@ -241,15 +137,10 @@ void Net::Init(const caffe::NetParameter& in_param) {
 
     std::vector<std::string> bottom_names(layer_param->bottom().begin(),
                                           layer_param->bottom().end());
-    try {
-      layer->Initialize(bottom_vecs_[layer_id], top_vecs_[layer_id]);
-    } catch (const Error& e) {
-      throw Error(e.code(),
-                  fmt::format("{}: setting up {} with bottoms {}: {}",
-                              name_.empty() ? "net" : name_, DescribeLayer(layer_id),
-                              ShapesOf(bottom_vecs_[layer_id], bottom_names), e.what()),
-                  e.file(), e.line());
-    }
+    WithContext(
+        fmt::format("{}: setting up {} with bottoms {}", name_.empty() ? "net" : name_,
+                    DescribeLayer(layer_id), ShapesOf(bottom_vecs_[layer_id], bottom_names)),
+        [&] { layer->Initialize(bottom_vecs_[layer_id], top_vecs_[layer_id]); });
     for (int top_id = 0; top_id < static_cast<int>(top_vecs_[layer_id].size()); ++top_id) {
       const int blob_id = top_ids_[layer_id][top_id];
       if (static_cast<int>(blob_loss_weights_.size()) <= blob_id) {
@@ -328,8 +219,7 @@ void Net::Init(const caffe::NetParameter& in_param) {
       }
     }
   }
-  const char* fuse = std::getenv("CORTADO_FUSE");
-  if (fuse == nullptr || std::string(fuse) != "0") {
+  if (options_.fuse) {
     const int chains = FuseBatchNormChains();
     const int sums = FuseEltwiseRelus();
     if (chains + sums > 0) {
@@ -343,67 +233,11 @@ void Net::Init(const caffe::NetParameter& in_param) {
     output_blobs_.push_back(blobs_[blob_id].get());
     output_blob_indices_.push_back(blob_id);
   }
+  FlattenParamDiffs();
   CORTADO_LOG_DEBUG("net '{}' ({}) built: {} layers, {} blobs, {} learnable params", name_,
                     caffe::Phase_Name(phase_), layers_.size(), blobs_.size(),
                     learnable_params_.size());
 }
-
-bool Net::FusableInPlace(int i, int blob, const char* type) const {
-  return i < static_cast<int>(layers_.size()) && std::string(layers_[i]->type()) == type &&
-         bottom_ids_[i].size() == 1 && top_ids_[i].size() == 1 && bottom_ids_[i][0] == blob &&
-         top_ids_[i][0] == blob && layers_[i]->layer_param().propagate_down_size() == 0 &&
-         layers_[i]->loss(0) == 0.0f && layers_[i]->fused_into() == nullptr;
-}
-
-int Net::FuseBatchNormChains() {
-  const int num_layers = static_cast<int>(layers_.size());
-  auto in_place_on = [&](int i, int blob, const char* type) {
-    return FusableInPlace(i, blob, type);
-  };
-  int fused = 0;
-  for (int i = 0; i < num_layers; ++i) {
-    if (top_ids_[i].size() != 1) continue;
-    const int blob = top_ids_[i][0];
-    if (!in_place_on(i, blob, "BatchNorm") || !in_place_on(i + 1, blob, "Scale")) continue;
-    auto* scale = dynamic_cast<ScaleLayer*>(layers_[i + 1].get());
-    if (scale == nullptr || !scale->ScalesChannels()) continue;
-    const bool relu = in_place_on(i + 2, blob, "ReLU") &&
-                      layers_[i + 2]->layer_param().relu_param().negative_slope() >= 0.0f;
-    auto* bn = static_cast<BatchNormLayer*>(layers_[i].get());
-    bn->FuseScale(scale, layer_need_backward_[i + 1], relu,
-                  relu ? layers_[i + 2]->layer_param().relu_param().negative_slope() : 0.0f);
-    scale->set_fused_into(bn);
-    bool need_backward = layer_need_backward_[i] || layer_need_backward_[i + 1];
-    if (relu) {
-      layers_[i + 2]->set_fused_into(bn);
-      need_backward = need_backward || layer_need_backward_[i + 2];
-    }
-    layer_need_backward_[i] = need_backward;
-    ++fused;
-  }
-  return fused;
-}
-
-int Net::FuseEltwiseRelus() {
-  int fused = 0;
-  for (size_t i = 0; i + 1 < layers_.size(); ++i) {
-    if (std::string(layers_[i]->type()) != "Eltwise" || top_ids_[i].size() != 1) continue;
-    if (layers_[i]->layer_param().eltwise_param().operation() != caffe::EltwiseParameter::SUM ||
-        layers_[i]->loss(0) != 0.0f) {
-      continue;
-    }
-    const int next = static_cast<int>(i) + 1;
-    if (!FusableInPlace(next, top_ids_[i][0], "ReLU")) continue;
-    const float slope = layers_[next]->layer_param().relu_param().negative_slope();
-    if (slope < 0.0f) continue;
-    static_cast<EltwiseLayer*>(layers_[i].get())->FuseRelu(slope);
-    layers_[next]->set_fused_into(layers_[i].get());
-    layer_need_backward_[i] = layer_need_backward_[i] || layer_need_backward_[next];
-    ++fused;
-  }
-  return fused;
-}
-
 void Net::DropUnneededBackwardState() {
   // A BatchNorm that never runs backward need not keep its normalised copy.
   for (size_t i = 0; i < layers_.size(); ++i) {
@@ -559,7 +393,28 @@ void Net::BackwardFromTo(int start, int end) {
   for (int i = start; i >= end; --i) {
     if (layer_need_backward_[i]) {
       layers_[i]->Backward(top_vecs_[i], bottom_need_backward_[i], bottom_vecs_[i]);
+      if (!after_backward_.empty()) RunAfterBackward(i);
     }
+  }
+}
+
+void Net::AddAfterBackward(std::function<void(int layer_id)> hook) {
+  CORTADO_CHECK(hook != nullptr, "net '{}': an empty after-backward hook", name_);
+  after_backward_.push_back(std::move(hook));
+}
+
+void Net::RunAfterBackward(int i) {
+  // A fused layer's gradients are computed by the layer it is fused into (its followers come
+  // right after it): report those once that layer has run, highest index first.
+  if (layers_[i]->fused_into() != nullptr) return;
+  int last = i;
+  while (last + 1 < static_cast<int>(layers_.size()) &&
+         layers_[last + 1]->fused_into() == layers_[i].get()) {
+    ++last;
+  }
+  for (int j = last; j >= i; --j) {
+    if (j != i && !layer_need_backward_[j]) continue;
+    for (const auto& hook : after_backward_) hook(j);
   }
 }
 
@@ -581,105 +436,17 @@ void Net::Reshape() {
   }
 }
 
-std::vector<bool> Net::BlobsOutsideThePlan(const std::vector<int>& group_of_blob,
-                                           int num_groups) const {
-  // The net's inputs and outputs (what callers read and write), losses (their diffs hold the
-  // loss weights) and the tops of layers without bottoms (data layers, filled from outside).
-  std::vector<bool> excluded(num_groups, false);
-  const std::set<const Tensor*> inputs(input_blobs_.begin(), input_blobs_.end());
-  for (size_t blob = 0; blob < blobs_.size(); ++blob) {
-    if (inputs.count(blobs_[blob].get()) || blobs_[blob]->count() == 0 ||
-        (blob < blob_loss_weights_.size() && blob_loss_weights_[blob] != 0.0f)) {
-      excluded[group_of_blob[blob]] = true;
-    }
-  }
-  for (int blob : output_blob_indices_) excluded[group_of_blob[blob]] = true;
-  for (size_t i = 0; i < layers_.size(); ++i) {
-    if (bottom_ids_[i].empty()) {
-      for (int blob : top_ids_[i]) excluded[group_of_blob[blob]] = true;
-    }
-  }
-  return excluded;
-}
-
-bool Net::BufferSharingWanted() {
-  const char* share = std::getenv("CORTADO_SHARE_BUFFERS");
-  return share == nullptr || std::string(share) != "0";
-}
-
-size_t Net::ShareDiffBuffers() {
-  const int num_layers = static_cast<int>(layers_.size());
-  const BufferGroups groups = GroupBlobs(blobs_, [](const Tensor& t) { return t.diff().get(); });
-  const int num_groups = static_cast<int>(groups.tensors.size());
-  // For each group, the highest and lowest index of the backward-running layers that touch its
-  // diff (as a top, or as a bottom), and whether all touches at the highest one overwrite it
-  // without reading it (a bottom it propagates to, and not one of its tops).
-  Touches touches(num_groups);
-  for (int i = num_layers - 1; i >= 0; --i) {
-    if (!layer_need_backward_[i]) continue;
-    const auto& tops = top_ids_[i];
-    for (int blob : tops) touches.Touch(groups.of_blob[blob], i, false);
-    for (size_t b = 0; b < bottom_ids_[i].size(); ++b) {
-      const int blob = bottom_ids_[i][b];
-      const bool in_place = std::find(tops.begin(), tops.end(), blob) != tops.end();
-      touches.Touch(groups.of_blob[blob], i, bottom_need_backward_[i][b] && !in_place);
-    }
-  }
-  const std::vector<int>& first = touches.first;
-  const std::vector<int>& last = touches.last;
-  const std::vector<bool> excluded = BlobsOutsideThePlan(groups.of_blob, num_groups);
-  // Backward runs from the last layer down: step num_layers - 1 - i is layer i's.
-  std::vector<Lifetime> lifetimes;
-  for (int g = 0; g < num_groups; ++g) {
-    if (first[g] >= 0 && touches.first_writes[g] && last[g] < first[g] && !excluded[g]) {
-      lifetimes.push_back({g, num_layers - 1 - first[g], num_layers - 1 - last[g]});
-    }
-  }
-  return PackBuffers(lifetimes, groups, &Tensor::UseDiffBuffer, name_, "gradients");
-}
-
-size_t Net::ShareDataBuffers(const std::vector<std::string>& keep) {
-  const int num_layers = static_cast<int>(layers_.size());
-  const BufferGroups groups = GroupBlobs(blobs_, [](const Tensor& t) { return t.data().get(); });
-  const int num_groups = static_cast<int>(groups.tensors.size());
-  // For each group: the first and last layer whose Forward touches its data, whether the first
-  // one only writes it (a top, not also a bottom), and whether some Backward reads it. Fused
-  // layers do nothing themselves and are skipped.
-  Touches touches(num_groups);
-  std::vector<bool> backward_reads(num_groups, false);
-  for (int i = 0; i < num_layers; ++i) {
-    const Layer& layer = *layers_[i];
-    if (layer.fused_into() != nullptr) continue;
-    auto touch = [&](int g, bool writes, bool read_by_backward) {
-      touches.Touch(g, i, writes);
-      backward_reads[g] = backward_reads[g] || (layer_need_backward_[i] && read_by_backward);
-    };
-    const auto& bottoms = bottom_ids_[i];
-    for (size_t b = 0; b < bottoms.size(); ++b) {
-      touch(groups.of_blob[bottoms[b]], false, layer.BackwardReadsBottomData(static_cast<int>(b)));
-    }
-    for (size_t t = 0; t < top_ids_[i].size(); ++t) {
-      const int blob = top_ids_[i][t];
-      const bool in_place = std::find(bottoms.begin(), bottoms.end(), blob) != bottoms.end();
-      touch(groups.of_blob[blob], !in_place, layer.BackwardReadsTopData(static_cast<int>(t)));
-    }
-  }
-  std::vector<bool> excluded = BlobsOutsideThePlan(groups.of_blob, num_groups);
-  for (const std::string& name : keep) {
-    blob_by_name(name);  // throws kNotFound naming it
-    excluded[groups.of_blob[blob_index_.at(name)]] = true;
-  }
-  // Only data that Backward never reads can give its buffer away once Forward is past it.
-  std::vector<Lifetime> lifetimes;
-  for (int g = 0; g < num_groups; ++g) {
-    if (touches.first[g] >= 0 && touches.first_writes[g] && !backward_reads[g] && !excluded[g]) {
-      lifetimes.push_back({g, touches.first[g], touches.last[g]});
-    }
-  }
-  return PackBuffers(lifetimes, groups, &Tensor::UseDataBuffer, name_, "data");
-}
-
 void Net::ClearParamDiffs() {
+  // One call for all of them (padding included) while they are still views of the flat buffer.
+  if (flat_diff_ != nullptr && flat_diff_count_ <= INT_MAX && FlatDiffIntact()) {
+    if (math::dev::OnGpu(*ctx_)) {
+      math::dev::Set(*ctx_, static_cast<int>(flat_diff_count_), 0.0f,
+                     static_cast<float*>(flat_diff_->mutable_device_data()));
+    } else {
+      std::fill_n(static_cast<float*>(flat_diff_->mutable_host_data()), flat_diff_count_, 0.0f);
+    }
+    return;
+  }
 #if CORTADO_WITH_CUDA
   if (math::dev::OnGpu(*ctx_)) {  // one launch, not one per parameter
     std::vector<math::gpu::DeviceSpan> diffs;
@@ -758,11 +525,7 @@ void Net::CopyTrainedLayersFrom(const caffe::NetParameter& trained) {
 void Net::CopyTrainedLayersFrom(const std::string& path) {
   caffe::NetParameter trained = io::IsHdf5File(path) ? io::ReadNetParameterHdf5(path)
                                                      : io::ReadNetParameterFromBinaryFile(path);
-  try {
-    CopyTrainedLayersFrom(trained);
-  } catch (const Error& e) {
-    throw Error(e.code(), fmt::format("{}: {}", path, e.what()), e.file(), e.line());
-  }
+  WithContext(path, [&] { CopyTrainedLayersFrom(trained); });
 }
 
 void Net::ShareTrainedLayersWith(const Net& other) {

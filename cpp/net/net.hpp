@@ -7,12 +7,17 @@
 // and backward runs only where it can reach a loss. Errors name the layer, its type and the
 // shapes of its bottoms. A Net is used by one thread at a time.
 //
-// Then, unless the environment sets CORTADO_FUSE=0, each in-place BatchNorm followed in place
-// by a per-channel Scale (and a ReLU) is fused: the BatchNorm layer computes all of them and the
-// others do nothing (BatchNormLayer::FuseScale). A partial ForwardFromTo that ends between
-// fused layers therefore runs the whole group.
+// Then, unless NetOptions::fuse is false, each in-place BatchNorm followed in place by a
+// per-channel Scale (and a ReLU) is fused: the BatchNorm layer computes all of them and the
+// others do nothing (BatchNormLayer::FuseScale); so is each Eltwise SUM followed in place by a
+// ReLU. A partial ForwardFromTo that ends between fused layers therefore runs the whole group.
+//
+// Finally the gradients (diffs) of the learnable parameters are laid out in one allocation (see
+// flat_diff below), so that a collective can reduce them all at once.
 #pragma once
 
+#include <cstddef>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -21,6 +26,7 @@
 #include "core/context.hpp"
 #include "core/tensor.hpp"
 #include "layers/layer.hpp"
+#include "net/net_options.hpp"
 #include "proto/caffe.pb.h"
 
 namespace cortado {
@@ -28,10 +34,10 @@ namespace cortado {
 class Net {
  public:
   // Builds the net for param.state() (phase defaults to TEST, as in Caffe).
-  Net(const caffe::NetParameter& param, Context* ctx);
+  Net(const caffe::NetParameter& param, Context* ctx, const NetOptions& options = {});
   // Reads a prototxt (upgrading old formats) and builds it for `phase`, `level` and `stages`.
   Net(const std::string& path, caffe::Phase phase, Context* ctx, int level = 0,
-      const std::vector<std::string>& stages = {});
+      const std::vector<std::string>& stages = {}, const NetOptions& options = {});
   Net(const Net&) = delete;
   Net& operator=(const Net&) = delete;
 
@@ -40,7 +46,20 @@ class Net {
   float ForwardFromTo(int start, int end);
   // Runs backward over the layers that need it (param diffs accumulate: see ClearParamDiffs).
   void Backward();
+  // Runs layers start, start - 1, ..., end (inclusive), those that need backward.
   void BackwardFromTo(int start, int end);
+  // Adds a hook (Caffe's Net::add_after_backward) that Backward and BackwardFromTo call with a
+  // layer's index once that layer's parameters have their gradients for this pass: right after
+  // the layer's Backward, on the thread running Backward, in backward order (descending layer
+  // index), for every layer that runs backward (layer_need_backward()), whether or not it has
+  // parameters. On a GPU context the gradients are queued on the context's stream, not
+  // finished: a hook that hands them to another stream must order it after this one. A layer
+  // fused into another (see the top of this file) is computed by that layer's Backward, so its
+  // call comes right after that one, just before the call for the layer it is fused into
+  // (the order stays descending). Hooks run in the order they were added; a hook that throws
+  // stops the pass and the error propagates out of Backward. Add hooks before training, not
+  // from within a hook.
+  void AddAfterBackward(std::function<void(int layer_id)> hook);
   // ClearParamDiffs, Forward, Backward; returns the loss.
   float ForwardBackward();
   // Re-runs every layer's Reshape (after the inputs changed shape).
@@ -61,13 +80,10 @@ class Net {
   // holds what a later layer wrote. The blobs named in `keep` stay out of the plan too (those a
   // caller reads after Forward, such as features); an unknown name is kNotFound.
   size_t ShareDataBuffers(const std::vector<std::string>& keep = {});
-  // Whether callers should plan: false when the environment sets CORTADO_SHARE_BUFFERS=0 (one
-  // buffer of each kind per blob, every blob's data and diff readable after a step).
-  static bool BufferSharingWanted();
   // For nets that only ever run Forward (test nets): Backward then does nothing, and layers drop
   // what they keep only for it (BatchNorm's normalised copy).
   void SetForwardOnly();
-  // Zeroes the diffs of the learnable parameters.
+  // Zeroes the diffs of the learnable parameters (the whole flat diff buffer, in one call).
   void ClearParamDiffs();
   // data -= diff for every learnable parameter.
   void Update();
@@ -88,6 +104,8 @@ class Net {
 
   const std::string& name() const { return name_; }
   caffe::Phase phase() const { return phase_; }
+  // What the net was built with (callers read share_buffers to decide whether to plan).
+  const NetOptions& options() const { return options_; }
   Context* context() const { return ctx_; }
   const std::vector<std::unique_ptr<Layer>>& layers() const { return layers_; }
   const std::vector<std::string>& layer_names() const { return layer_names_; }
@@ -124,6 +142,32 @@ class Net {
   // "layer_name" / param index for each entry of params(), for messages and snapshots.
   const std::vector<std::string>& param_display_names() const { return param_display_names_; }
 
+  // The learnable parameters' gradients as one buffer (what a gradient collective reduces).
+  // The net builds it at construction: the diff of each entry of learnable_params() (shared
+  // parameters once, through their owner) is a view (SyncedMemory's view constructor) into one
+  // SyncedMemory of flat_diff_count() floats, at learnable_param_offsets()[i] floats from its
+  // start, in learnable_params() order. Each offset is rounded up to a multiple of
+  // kFlatDiffAlignment floats (64 bytes, as a host buffer of its own is aligned; the vectorised
+  // GPU paths and cuDNN's graph plans need 16), so consecutive parameters may have
+  // up to kFlatDiffAlignment - 1 floats of padding between them; the padding is zero after
+  // ClearParamDiffs and no layer or solver writes it. So p->mutable_cpu_diff() and the like
+  // keep working, and writes through either are seen by the other. Host and device copies move
+  // the whole buffer at once (its sync state is shared by all the views). The layout holds while
+  // the parameters keep their shapes: reshaping one beyond its count gives it a diff of its own,
+  // and the flat accessors then throw kInternal.
+  static constexpr size_t kFlatDiffAlignment = 16;
+  size_t flat_diff_count() const { return flat_diff_count_; }
+  const std::vector<size_t>& learnable_param_offsets() const { return learnable_param_offsets_; }
+  // The whole buffer, on the host or the device (the device ones throw kUnimplemented in a
+  // build without CUDA); the mutable ones mark it as written there, as Tensor's accessors do.
+  // nullptr when the net has no learnable parameter.
+  const float* flat_cpu_diff() const;
+  float* mutable_flat_cpu_diff();
+  const float* flat_gpu_diff() const;
+  float* mutable_flat_gpu_diff();
+  // The buffer itself, for callers that keep it (nullptr without learnable parameters).
+  const std::shared_ptr<SyncedMemory>& flat_diff() const { return flat_diff_; }
+
   // Keeps the layers whose include/exclude rules accept param.state().
   static caffe::NetParameter FilterNet(const caffe::NetParameter& param);
   static bool StateMeetsRule(const caffe::NetState& state, const caffe::NetStateRule& rule);
@@ -145,11 +189,21 @@ class Net {
   bool FusableInPlace(int i, int blob, const char* type) const;
   // Tells layers that never run backward to keep nothing for it.
   void DropUnneededBackwardState();
-  // For each buffer group (see net.cpp), whether the memory plans must leave it alone.
+  // Puts the learnable parameters' diffs into flat_diff_ (memory_plan.cpp).
+  void FlattenParamDiffs();
+  // Throws kInternal unless every learnable parameter's diff is still its view of flat_diff_.
+  void CheckFlatDiff() const;
+  // Whether every learnable parameter's diff is still its view of flat_diff_.
+  bool FlatDiffIntact() const;
+  // Calls the after-backward hooks for layer `i` (after its Backward ran) and for the layers
+  // fused into it.
+  void RunAfterBackward(int i);
+  // For each buffer group (see memory_plan.cpp), whether the memory plans must leave it alone.
   std::vector<bool> BlobsOutsideThePlan(const std::vector<int>& group_of_blob,
                                         int num_groups) const;
 
   Context* ctx_;
+  NetOptions options_;
   std::string name_;
   caffe::Phase phase_ = caffe::TEST;
   std::vector<std::unique_ptr<Layer>> layers_;
@@ -181,6 +235,11 @@ class Net {
   std::vector<bool> has_params_lr_;
   std::vector<float> params_weight_decay_;
   std::vector<bool> has_params_decay_;
+  std::shared_ptr<SyncedMemory> flat_diff_;
+  size_t flat_diff_count_ = 0;
+  std::vector<size_t> learnable_param_offsets_;
+  std::vector<std::shared_ptr<SyncedMemory>> flat_diff_views_;  // one per learnable param
+  std::vector<std::function<void(int)>> after_backward_;
 };
 
 }  // namespace cortado

@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
-// ReplicaSync: how the replicas of a data-parallel Trainer combine their parameters, with two
-// backends: NCCL (one communicator per device, collectives on each replica's stream) and device
+// ReplicaSync: how the replicas of a data-parallel Trainer combine their parameters, with three
+// backends: NCCL (one communicator per device, collectives on each replica's stream), device
 // copies (root gathers, sums and hands back through cudaMemcpyPeerAsync; replicas may share a
-// device, and no NCCL is needed).
+// device, and no NCCL is needed) and host memory (CPU replicas: root sums in place).
 //
 // Every replica's thread calls each operation, in the same order, with its own buffers: device
 // memory on its own device, buffer i holding the same number of floats on every replica. An
@@ -23,7 +23,7 @@
 
 namespace cortado {
 
-// `count` floats of device memory.
+// `count` floats of the replica's memory: device memory, or host memory for a CPU replica.
 struct DeviceBuffer {
   float* data = nullptr;
   int count = 0;
@@ -33,7 +33,7 @@ class ReplicaSync {
  public:
   virtual ~ReplicaSync() = default;
 
-  // "nccl" or "device copies", for the log.
+  // "nccl", "device copies" or "host memory", for the log.
   virtual const char* name() const = 0;
   // Replica `rank`'s buffers become replica 0's.
   virtual void Broadcast(int rank, const std::vector<DeviceBuffer>& buffers) = 0;
@@ -43,6 +43,9 @@ class ReplicaSync {
   // waiting on a device for a replica that never joined them. Never throws.
   virtual void Abort() noexcept {}
 };
+
+// For `num_replicas` CPU replicas sharing `barrier` (which must outlive the returned object).
+std::unique_ptr<ReplicaSync> CreateHostSync(int num_replicas, Barrier* barrier);
 
 #if CORTADO_WITH_CUDA
 // contexts[r]: replica r's context, on a CUDA device (devices may repeat); `barrier` is shared by

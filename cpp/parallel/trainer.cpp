@@ -4,7 +4,7 @@
 #include <algorithm>
 #include <chrono>
 #include <exception>
-#include <mutex>
+#include <filesystem>
 #include <random>
 #include <thread>
 #include <utility>
@@ -12,17 +12,17 @@
 #include "core/config.hpp"
 #include "core/error.hpp"
 #include "core/logging.hpp"
+#include "data/feed_data_layer.hpp"
 
 namespace cortado {
 namespace {
 
-#if CORTADO_WITH_CUDA
 // Replica `rank`'s solver parameters: root's are the caller's; the others display nothing,
 // build no test nets and write no snapshots.
 caffe::SolverParameter ReplicaParam(const caffe::SolverParameter& param, int rank,
                                     const Device& device, int64_t seed) {
   caffe::SolverParameter p = param;
-  p.set_device_id(device.id);
+  if (device.is_cuda()) p.set_device_id(device.id);
   p.set_random_seed(seed);
   if (rank > 0) {
     p.set_display(0);
@@ -42,27 +42,63 @@ int64_t DrawSeed() {
   const auto now = std::chrono::high_resolution_clock::now().time_since_epoch().count();
   return (static_cast<int64_t>(now) ^ static_cast<int64_t>(std::random_device{}())) & 0x7fffffff;
 }
-#endif
 
-// The gradients the replicas sum: the diffs of the learnable parameters, on the replica's device.
-std::vector<DeviceBuffer> GradientBuffers(Net* net) {
-  std::vector<DeviceBuffer> buffers;
-  for (Tensor* p : net->learnable_params()) buffers.push_back({p->mutable_gpu_diff(), p->count()});
-  return buffers;
+// The memory of a tensor on its replica's device: the GPU copy for a CUDA replica, the host
+// copy for a CPU one.
+float* MutableDiffOn(Tensor* t, const Device& device) {
+  return device.is_cuda() ? t->mutable_gpu_diff() : t->mutable_cpu_diff();
+}
+float* MutableDataOn(Tensor* t, const Device& device) {
+  return device.is_cuda() ? t->mutable_gpu_data() : t->mutable_cpu_data();
 }
 
-// Every parameter the net owns (shared ones once), learnable or not (BatchNorm statistics).
-std::vector<DeviceBuffer> ParameterBuffers(Net* net) {
+// The gradients the replicas sum: the learnable parameters' diffs as the net's one flat buffer
+// (padding included), or one buffer per parameter when a reshape broke the flat layout.
+std::vector<DeviceBuffer> GradientBuffers(Net* net, const Device& device) {
+  if (net->flat_diff() != nullptr) {
+    try {
+      float* flat = device.is_cuda() ? net->mutable_flat_gpu_diff() : net->mutable_flat_cpu_diff();
+      return {{flat, static_cast<int>(net->flat_diff_count())}};
+    } catch (const Error& e) {
+      if (e.code() != ErrorCode::kInternal) throw;
+      CORTADO_LOG_WARN_ONCE("{}: the gradients are no longer one buffer; summing them one by one",
+                            net->name());
+    }
+  }
   std::vector<DeviceBuffer> buffers;
-  const auto& params = net->params();
-  for (size_t i = 0; i < params.size(); ++i) {
-    if (net->param_owners()[i] >= 0) continue;
-    buffers.push_back({params[i]->mutable_gpu_data(), params[i]->count()});
+  for (Tensor* p : net->learnable_params()) {
+    buffers.push_back({MutableDiffOn(p, device), p->count()});
   }
   return buffers;
 }
 
+// Every parameter the net owns (shared ones once), learnable or not (BatchNorm statistics).
+std::vector<DeviceBuffer> ParameterBuffers(Net* net, const Device& device) {
+  std::vector<DeviceBuffer> buffers;
+  const auto& params = net->params();
+  for (size_t i = 0; i < params.size(); ++i) {
+    if (net->param_owners()[i] >= 0) continue;
+    buffers.push_back({MutableDataOn(params[i].get(), device), params[i]->count()});
+  }
+  return buffers;
+}
+
+// Splits "TRAIN/data" into (phase, name); a plain name has no phase.
+std::pair<std::string, std::string> SplitFeedName(const std::string& layer) {
+  const size_t slash = layer.find('/');
+  if (slash == std::string::npos) return {"", layer};
+  return {layer.substr(0, slash), layer.substr(slash + 1)};
+}
+
 }  // namespace
+
+Device SolverDevice(const caffe::SolverParameter& param) {
+  if (param.solver_mode() != caffe::SolverParameter::GPU) return Device::Cpu();
+  if (Context::CudaDeviceCount() > 0) return Device::Cuda(param.device_id());
+  CORTADO_LOG_WARN_ONCE(
+      "solver_mode is GPU but this build or machine has no CUDA device; training on the CPU");
+  return Device::Cpu();
+}
 
 template <typename F>
 void Trainer::RunOnReplicas(F&& body) {
@@ -76,87 +112,105 @@ void Trainer::RunOnReplicas(F&& body) {
       std::lock_guard<std::mutex> lock(mutex);
       if (!first) first = std::move(error);
     }
-    barrier_->Abort();
+    if (barrier_) barrier_->Abort();
+  };
+  auto run = [&](int r) {
+    try {
+      contexts_[r]->MakeCurrent();
+      if (n == 1) {
+        body(r);
+      } else {
+        WithContext(fmt::format("replica {} on {}", r, devices_[r].ToString()), [&] { body(r); });
+      }
+    } catch (...) {
+      fail(std::current_exception());
+    }
   };
   std::vector<std::thread> threads;
-  threads.reserve(n);
+  threads.reserve(n > 0 ? n - 1 : 0);
   try {
-    for (int r = 0; r < n; ++r) {
+    for (int r = 1; r < n; ++r) {
       threads.emplace_back([&, r] {
-        try {
-          SetThreadQuiet(r > 0);
-          try {
-            contexts_[r]->MakeCurrent();
-            body(r);
-          } catch (const Error& e) {
-            throw Error(e.code(),
-                        fmt::format("replica {} on {}: {}", r, devices_[r].ToString(), e.what()),
-                        e.file(), e.line());
-          }
-        } catch (...) {
-          fail(std::current_exception());
-        }
+        SetThreadQuiet(true);
+        run(r);
       });
     }
   } catch (...) {
     fail(std::current_exception());  // a thread that could not start
   }
+  if (!first) run(0);
   for (auto& thread : threads) thread.join();
+  if (n > 1) contexts_[0]->MakeCurrent();
   if (first) {
-    failed_ = true;
+    // Replicas that failed apart leave the barrier aborted: no second try with them.
+    if (n > 1) failed_ = true;
     if (sync_) sync_->Abort();
+    if (aborted_.load()) {
+      std::lock_guard<std::mutex> lock(abort_mutex_);
+      CORTADO_THROW(kAborted, "training aborted: {}", abort_reason_);
+    }
     std::rethrow_exception(first);
   }
 }
 
-Trainer::Trainer(const caffe::SolverParameter& param, const std::vector<Device>& devices)
+Trainer::Trainer(const caffe::SolverParameter& param, const std::vector<Device>& devices,
+                 const TrainerOptions& options)
     : devices_(devices) {
   if (devices_.empty()) CORTADO_THROW(kInvalidArgument, "a trainer needs at least one device");
   const int n = static_cast<int>(devices_.size());
+  for (const Device& device : devices_) {
+    if (device.type != devices_[0].type) {
+      CORTADO_THROW(kInvalidArgument,
+                    "the replicas of a trainer are all on CPUs or all on CUDA devices, not on "
+                    "both ({} and {})",
+                    devices_[0].ToString(), device.ToString());
+    }
+  }
   contexts_.resize(n);
   solvers_.resize(n);
   stop_now_.assign(n, 0);
-  if (n == 1) {
-    contexts_[0] = std::make_unique<Context>(devices_[0]);
-    contexts_[0]->MakeCurrent();
-    solvers_[0] = CreateSolver(param, contexts_[0].get());
-    return;
-  }
-#if CORTADO_WITH_CUDA
-  for (const Device& device : devices_) {
-    if (!device.is_cuda()) {
-      CORTADO_THROW(kInvalidArgument,
-                    "data-parallel training with {} replicas needs CUDA devices, but one replica "
-                    "is on {} (several CPU replicas are not supported)",
-                    n, device.ToString());
-    }
-  }
   int64_t seed = param.random_seed();
-  if (seed < 0) {
+  if (n > 1 && seed < 0) {
     seed = DrawSeed();
     CORTADO_LOG_INFO("random_seed is not set: the {} replicas share the seed {}", n, seed);
   }
   // Contexts first, in this thread: a device that does not exist fails here, by name.
-  for (int r = 0; r < n; ++r) contexts_[r] = std::make_unique<Context>(devices_[r], seed);
+  for (int r = 0; r < n; ++r) {
+    contexts_[r] = n == 1 ? std::make_unique<Context>(devices_[r])
+                          : std::make_unique<Context>(devices_[r], seed);
+  }
   barrier_ = std::make_unique<Barrier>(n);
   try {
-    RunOnReplicas([&](int rank) {
-      solvers_[rank] =
-          CreateSolver(ReplicaParam(param, rank, devices_[rank], seed), contexts_[rank].get());
-      solvers_[rank]->net()->SetDataShard(rank, n);
-    });
-    std::vector<Context*> contexts;
-    for (const auto& ctx : contexts_) contexts.push_back(ctx.get());
+    if (n == 1) {
+      contexts_[0]->MakeCurrent();
+      caffe::SolverParameter p = param;
+      if (devices_[0].is_cuda()) p.set_device_id(devices_[0].id);
+      solvers_[0] = CreateSolver(p, contexts_[0].get(), options.net);
+    } else {
+      RunOnReplicas([&](int rank) {
+        solvers_[rank] = CreateSolver(ReplicaParam(param, rank, devices_[rank], seed),
+                                      contexts_[rank].get(), options.net);
+        solvers_[rank]->net()->SetDataShard(rank, n);
+      });
+      if (devices_[0].is_cpu()) {
+        sync_ = CreateHostSync(n, barrier_.get());
+      } else {
+#if CORTADO_WITH_CUDA
+        std::vector<Context*> contexts;
+        for (const auto& ctx : contexts_) contexts.push_back(ctx.get());
 #if CORTADO_WITH_NCCL
-    // NCCL takes one rank per device: replicas that share a GPU go through device copies.
-    bool distinct = true;
-    for (int r = 0; r < n; ++r) {
-      for (int q = 0; q < r; ++q) distinct = distinct && devices_[q].id != devices_[r].id;
-    }
-    if (distinct) sync_ = CreateNcclSync(contexts, barrier_.get());
+        // NCCL takes one rank per device: replicas that share a GPU go through device copies.
+        bool distinct = true;
+        for (int r = 0; r < n; ++r) {
+          for (int q = 0; q < r; ++q) distinct = distinct && devices_[q].id != devices_[r].id;
+        }
+        if (distinct) sync_ = CreateNcclSync(contexts, barrier_.get());
 #endif
-    if (!sync_) sync_ = CreateDeviceCopySync(contexts, barrier_.get());
-    contexts_[0]->MakeCurrent();
+        if (!sync_) sync_ = CreateDeviceCopySync(contexts, barrier_.get());
+#endif
+      }
+      contexts_[0]->MakeCurrent();
+    }
   } catch (...) {
     Release();
     throw;
@@ -165,19 +219,20 @@ Trainer::Trainer(const caffe::SolverParameter& param, const std::vector<Device>&
     solvers_[r]->set_on_gradients_ready([this, r] { OnGradientsReady(r); });
     solvers_[r]->set_action_callback([this, r] { return ReplicaAction(r); });
   }
-  std::string names;
-  for (const Device& device : devices_) names += (names.empty() ? "" : ", ") + device.ToString();
-  CORTADO_LOG_INFO("Data-parallel training with {} replicas ({}); gradients are summed through {}",
-                   n, names, sync_->name());
-#else
-  CORTADO_THROW(kUnimplemented,
-                "data-parallel training with {} replicas needs CUDA, and this build of Cortado has "
-                "no CUDA support (built without nvcc)",
-                n);
-#endif
+  if (n > 1) {
+    std::string names;
+    for (const Device& device : devices_) names += (names.empty() ? "" : ", ") + device.ToString();
+    CORTADO_LOG_INFO(
+        "Data-parallel training with {} replicas ({}); gradients are summed through {}", n, names,
+        sync_->name());
+  }
 }
 
-Trainer::~Trainer() { Release(); }
+Trainer::~Trainer() {
+  // Feeds first: a pusher blocked on a full feed returns before the nets go away.
+  Abort("the training session was closed");
+  Release();
+}
 
 void Trainer::Release() noexcept {
   sync_.reset();
@@ -194,21 +249,50 @@ void Trainer::Release() noexcept {
 }
 
 void Trainer::set_action_callback(Solver::ActionCallback callback) {
-  if (num_replicas() == 1) {
-    solvers_[0]->set_action_callback(std::move(callback));
+  user_callback_ = std::move(callback);
+}
+
+void Trainer::set_on_display(std::function<void(const Display&)> callback) {
+  root()->set_on_display(std::move(callback));
+}
+
+void Trainer::set_on_test(std::function<void(int iter)> callback) {
+  root()->set_on_test(std::move(callback));
+}
+
+void Trainer::set_snapshot_sink(SnapshotSink sink) {
+  snapshot_sink_ = std::move(sink);
+  if (snapshot_sink_) {
+    root()->set_snapshot_writer([this] { WriteSnapshotToSink(); });
   } else {
-    user_callback_ = std::move(callback);
+    root()->set_snapshot_writer(nullptr);
   }
 }
 
-void Trainer::Solve(const std::string& resume_file) {
-  if (num_replicas() == 1) {
-    solvers_[0]->Solve(resume_file);
-    return;
+void Trainer::WriteSnapshotToSink() {
+  Solver* solver = root();
+  const std::string model_file =
+      std::filesystem::path(solver->SnapshotFilename(".caffemodel")).filename().string();
+  snapshot_sink_(solver->iter(), ModelBytes(), StateBytes(model_file));
+}
+
+void Trainer::CheckUsable() const {
+  if (aborted_.load()) {
+    std::lock_guard<std::mutex> lock(abort_mutex_);
+    CORTADO_THROW(kAborted, "training aborted: {}", abort_reason_);
   }
   if (failed_) {
     CORTADO_THROW(kAborted, "this trainer failed earlier and cannot train again; build a new one");
   }
+}
+
+void Trainer::BroadcastParameters(int rank) {
+  if (!sync_) return;
+  sync_->Broadcast(rank, ParameterBuffers(solvers_[rank]->net(), devices_[rank]));
+}
+
+void Trainer::Solve(const std::string& resume_file) {
+  CheckUsable();
   pending_stop_ = false;
   pending_snapshot_ = false;
   stop_at_.store(-1);
@@ -216,12 +300,137 @@ void Trainer::Solve(const std::string& resume_file) {
   RunOnReplicas([&](int rank) {
     Solver* solver = solvers_[rank].get();
     if (!resume_file.empty()) solver->Restore(resume_file);
-    sync_->Broadcast(rank, ParameterBuffers(solver->net()));
+    BroadcastParameters(rank);
     solver->Solve();
   });
+  parameters_synced_ = true;
+  CheckUsable();
+}
+
+void Trainer::Step(int iters) {
+  CheckUsable();
+  if (iters < 0) CORTADO_THROW(kInvalidArgument, "cannot train {} iterations", iters);
+  pending_stop_ = false;
+  pending_snapshot_ = false;
+  stop_at_.store(-1);
+  std::fill(stop_now_.begin(), stop_now_.end(), 0);
+  const bool broadcast = !parameters_synced_;
+  RunOnReplicas([&](int rank) {
+    if (broadcast) BroadcastParameters(rank);
+    solvers_[rank]->Step(iters);
+  });
+  parameters_synced_ = true;
+  CheckUsable();
+}
+
+void Trainer::TestAll() {
+  CheckUsable();
+  contexts_[0]->MakeCurrent();
+  root()->TestAll();
+}
+
+std::string Trainer::ModelBytes() const {
+  std::string bytes;
+  if (!root()->ModelProto().SerializeToString(&bytes)) {
+    CORTADO_THROW(kInvalidArgument, "cannot serialise the model (over 2 GiB?)");
+  }
+  return bytes;
+}
+
+std::string Trainer::StateBytes(const std::string& learned_net) const {
+  std::string bytes;
+  if (!root()->StateProto(learned_net).SerializeToString(&bytes)) {
+    CORTADO_THROW(kInvalidArgument, "cannot serialise the solver state (over 2 GiB?)");
+  }
+  return bytes;
+}
+
+void Trainer::Restore(const std::string& model, const std::string* state,
+                      const std::string& source) {
+  CheckUsable();
+  caffe::NetParameter weights;
+  if (!weights.ParseFromString(model)) {
+    CORTADO_THROW(kParse, "{}: the model bytes are not a binary NetParameter (.caffemodel)",
+                  source);
+  }
+  if (state == nullptr) {
+    contexts_[0]->MakeCurrent();
+    WithContext(source, [&] {
+      root()->net()->CopyTrainedLayersFrom(weights);
+      for (const auto& test_net : root()->test_nets()) test_net->CopyTrainedLayersFrom(weights);
+    });
+  } else {
+    caffe::SolverState solver_state;
+    if (!solver_state.ParseFromString(*state)) {
+      CORTADO_THROW(kParse, "{}: the state bytes are not a binary SolverState (.solverstate)",
+                    source);
+    }
+    RunOnReplicas([&](int rank) {
+      solvers_[rank]->Restore(solver_state, weights, source + " (solver state)",
+                              source + " (model)");
+    });
+  }
+  parameters_synced_ = false;
+}
+
+std::vector<std::pair<std::string, std::shared_ptr<BatchFeed>>> Trainer::Feeds(int replica) const {
+  if (replica < 0 || replica >= num_replicas()) {
+    CORTADO_THROW(kInvalidArgument, "replica {} does not exist (the session has {})", replica,
+                  num_replicas());
+  }
+  std::vector<std::pair<std::string, std::shared_ptr<BatchFeed>>> feeds;
+  auto collect = [&](const Net& net) {
+    const std::string phase = net.phase() == caffe::TRAIN ? "TRAIN" : "TEST";
+    for (size_t i = 0; i < net.layers().size(); ++i) {
+      const auto* layer = dynamic_cast<const FeedDataLayer*>(net.layers()[i].get());
+      if (layer != nullptr && layer->feed()) {
+        feeds.emplace_back(phase + "/" + net.layer_names()[i], layer->feed());
+      }
+    }
+  };
+  const Solver* solver = solvers_[replica].get();
+  collect(*solver->net());
+  for (const auto& test_net : solver->test_nets()) collect(*test_net);
+  return feeds;
+}
+
+std::shared_ptr<BatchFeed> Trainer::Feed(int replica, const std::string& layer) const {
+  const auto feeds = Feeds(replica);
+  const auto [phase, name] = SplitFeedName(layer);
+  for (const char* wanted : {"TRAIN", "TEST"}) {
+    if (!phase.empty() && phase != wanted) continue;
+    for (const auto& [qualified, feed] : feeds) {
+      if (qualified == std::string(wanted) + "/" + name) return feed;
+    }
+  }
+  CORTADO_THROW(kNotFound, "replica {} has no feed layer '{}' (its feed layers: {})", replica,
+                layer, fmt::join(FeedLayers(replica), ", "));
+}
+
+std::vector<std::string> Trainer::FeedLayers(int replica) const {
+  std::vector<std::string> names;
+  for (const auto& entry : Feeds(replica)) names.push_back(entry.first);
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+void Trainer::Abort(const std::string& reason) {
+  {
+    std::lock_guard<std::mutex> lock(abort_mutex_);
+    if (aborted_.load()) return;
+    abort_reason_ = reason;
+    aborted_.store(true);
+  }
+  // The solvers stay alive while this runs: the owner destroys them only after Abort returns.
+  for (int r = 0; r < num_replicas(); ++r) {
+    if (!solvers_[r]) continue;
+    for (const auto& entry : Feeds(r)) entry.second->Abort(reason);
+  }
+  if (barrier_) barrier_->Abort();
 }
 
 void Trainer::PollUser() {
+  if (aborted_.load()) pending_stop_ = true;
   if (!user_callback_) return;
   const SolverAction action = user_callback_();
   if (action == SolverAction::kStop) pending_stop_ = true;
@@ -234,15 +443,28 @@ void Trainer::OnGradientsReady(int rank) {
     PollUser();
     if (pending_stop_) stop_at_.store(solver->iter());
   }
-  // AllReduce starts with a barrier: root's stop_at_ is visible to every replica after it.
-  sync_->AllReduce(rank, GradientBuffers(solver->net()), 1.0f / static_cast<float>(num_replicas()));
+  const std::vector<DeviceBuffer> gradients = GradientBuffers(solver->net(), devices_[rank]);
+  if (sync_) {
+    // AllReduce starts with a barrier: root's stop_at_ is visible to every replica after it.
+    sync_->AllReduce(rank, gradients, 1.0f / static_cast<float>(num_replicas()));
+    if (gradient_hook_) {
+      if (rank == 0) gradient_hook_(gradients);
+      sync_->Broadcast(rank, gradients);
+    }
+  } else if (gradient_hook_) {
+    gradient_hook_(gradients);
+  }
   stop_now_[rank] = stop_at_.load() == solver->iter();
 }
 
 SolverAction Trainer::ReplicaAction(int rank) {
   if (stop_now_[rank]) return SolverAction::kStop;
-  if (rank != 0) return SolverAction::kNone;
+  if (rank != 0) return aborted_.load() ? SolverAction::kStop : SolverAction::kNone;
   PollUser();
+  if (num_replicas() == 1 && pending_stop_) {
+    pending_stop_ = false;
+    return SolverAction::kStop;
+  }
   if (pending_snapshot_) {
     pending_snapshot_ = false;
     return SolverAction::kSnapshot;

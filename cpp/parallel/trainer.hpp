@@ -1,42 +1,52 @@
 // SPDX-License-Identifier: Apache-2.0
-// Trainer: data-parallel training on several devices of one process (Caffe's `caffe train
-// --gpu=0,1`; DESIGN.md section 4).
+// Trainer: the one training session. `cortado train` and the JNI shim (a Spark task) both build
+// one and call it; nothing else runs a training loop (DESIGN.md section 4, docs/dev/training.md).
 //
-// One Solver replica per device, each with its own Context, built and run on its own thread
-// with its device made current first (device memory is allocated on the current device).
-// Every replica is seeded from the same random_seed (one drawn for all when the solver sets
-// none), so fillers and data layers draw alike; each replica's train net reads its own shard of
-// the data (Net::SetDataShard: replica r of R reads batch k * R + r at its k-th forward).
-// Replica 0, the root, logs, tests, snapshots and answers the action callback; the others run
-// with display, test nets and snapshots off and log warnings and errors only.
+// Replicas: one Solver per device, each with its own Context, built and run on its own thread
+// with its device made current first (replica 0, the root, runs on the calling thread, so the
+// callbacks below arrive there). Devices are all CPUs or all CUDA devices; a CUDA device may
+// repeat. Every replica is seeded from the same random_seed (one drawn for all when the solver
+// sets none), so fillers and data layers draw alike; each replica's train net reads its own
+// shard of the data (Net::SetDataShard: replica r of R reads batch k * R + r at its k-th
+// forward), and a pushed feed (Feed) is filled per replica by its caller. The root logs, tests,
+// snapshots and answers the action callback; the others run with display, test nets and
+// snapshots off and log warnings and errors only.
 //
-// Synchronisation: every replica starts from root's parameters (broadcast at the start of
-// Solve, after --weights were copied into root or each replica restored the same snapshot).
-// After each iteration's backward the learnable parameters' gradients are summed over the
-// replicas and scaled by 1/R (in Solver's on_gradients_ready hook, before regularisation,
-// clipping and the update rule), so R replicas with batch b train like one with batch R * b,
-// and every replica applies the same update. The sum goes through NCCL when the build has it
-// and the devices are distinct, and through device copies otherwise (replicas sharing a GPU).
+// The gradient seam: every replica's Solver calls the trainer after each iteration's backward,
+// before regularisation, clipping and the update rule, with one device too. There the learnable
+// parameters' gradients are summed over the local replicas and scaled by 1/R (NCCL, device
+// copies or host memory), the gradient hook (set_gradient_hook: the place of an inter-process
+// allreduce) runs on the root over root's gradients, and the result is handed back to every
+// replica. So R replicas with batch b train like one with batch R * b, and every replica applies
+// the same update. Every replica starts from root's parameters (broadcast before the first
+// iteration, after weights were copied into root or the replicas restored the same state).
+//
+// Cadence: Solve, Train and Step run Caffe's loop (Solver::Step): display every `display`
+// iterations, test every `test_interval`, snapshot every `snapshot`; each is reported to the
+// callbacks (set_on_display, set_on_test) and, with a snapshot sink, snapshots go there as
+// bytes instead of files.
 //
 // Stopping: the action callback is polled by root only: at each gradient hook (before the
 // replicas meet), at Solver's own polls after the update, and during root's test passes. A
 // snapshot request is acted on at once by root. A stop request is published at the next
 // gradient hook, and every replica leaves its loop after that iteration's update; a stop seen
-// during a test pass lets the pass finish (a lone Solver interrupts it).
+// during a test pass lets the pass finish. Abort (any thread) stops the feeds and the loops at
+// once; the call that was training then throws kAborted with the reason.
 // Failures: the first exception of any replica aborts the others (no replica is left waiting)
-// and is rethrown by Solve; the trainer cannot be used again afterwards.
-//
-// With a single device none of this applies: the trainer builds one plain Solver in the calling
-// thread and Solve is Solver::Solve, with no threads and no hooks.
-// A Trainer is used by one thread at a time.
+// and is rethrown; the trainer cannot train again afterwards.
+// A Trainer is used by one thread at a time, except Abort.
 #pragma once
 
 #include <atomic>
+#include <functional>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
 #include "core/context.hpp"
+#include "data/batch_feed.hpp"
+#include "net/net_options.hpp"
 #include "parallel/barrier.hpp"
 #include "parallel/replica_sync.hpp"
 #include "proto/caffe.pb.h"
@@ -44,14 +54,35 @@
 
 namespace cortado {
 
+// How the replicas' nets are built.
+struct TrainerOptions {
+  NetOptions net;
+};
+
+// The device a solver asks for: the CPU unless solver_mode is GPU (Caffe's default) and a CUDA
+// device exists; then device_id. Without a CUDA device a GPU solver trains on the CPU, with a
+// warning.
+Device SolverDevice(const caffe::SolverParameter& param);
+
 class Trainer {
  public:
-  // Builds one replica per entry of `devices` (at least one). Several replicas need CUDA devices
-  // (kInvalidArgument otherwise); a device may repeat, which puts several replicas on it. A
-  // device that does not exist is an error naming it and the number of devices. Throws what
+  // Runs on root's thread over root's gradients, already summed over the local replicas and
+  // scaled by 1/R; what it leaves in the buffers is what every replica applies. The gradients
+  // are the net's flat diff buffer (Net::flat_diff: one DeviceBuffer of flat_diff_count()
+  // floats, zero padding included), or one buffer per learnable parameter if a reshape broke
+  // that layout. On a GPU the buffer's values are queued on root's stream, not yet final.
+  using GradientHook = std::function<void(const std::vector<DeviceBuffer>& gradients)>;
+  // A snapshot as bytes: .caffemodel and .solverstate (binary protos); the state names the model
+  // by the file name of <snapshot_prefix>_iter_<iter>.caffemodel.
+  using SnapshotSink =
+      std::function<void(int iter, const std::string& model, const std::string& state)>;
+
+  // Builds one replica per entry of `devices` (at least one). A device that does not exist is
+  // an error naming it and the number of devices; CPU and CUDA devices may not mix. Throws what
   // building a Solver throws. Leaves root's device current in the calling thread, so the caller
-  // may work on root() (copy weights into it) before Solve.
-  Trainer(const caffe::SolverParameter& param, const std::vector<Device>& devices);
+  // may work on root() (copy weights into it) before training.
+  Trainer(const caffe::SolverParameter& param, const std::vector<Device>& devices,
+          const TrainerOptions& options = {});
   ~Trainer();
   Trainer(const Trainer&) = delete;
   Trainer& operator=(const Trainer&) = delete;
@@ -59,29 +90,67 @@ class Trainer {
   int num_replicas() const { return static_cast<int>(solvers_.size()); }
   Solver* root() const { return solvers_[0].get(); }
   Solver* replica(int rank) const { return solvers_.at(rank).get(); }
-  // "nccl" or "device copies"; "none" with a single replica.
+  // "nccl", "device copies" or "host memory"; "none" with a single replica.
   const char* sync_name() const { return sync_ ? sync_->name() : "none"; }
 
   // Signals and time limits, polled by root (see above).
   void set_action_callback(Solver::ActionCallback callback);
+  void set_gradient_hook(GradientHook hook) { gradient_hook_ = std::move(hook); }
+  // Root's display iterations and test passes (scores: root()->TestScores()).
+  void set_on_display(std::function<void(const Display&)> callback);
+  void set_on_test(std::function<void(int iter)> callback);
+  // Snapshots go to `sink` instead of files (none written); unset: files, as Caffe.
+  void set_snapshot_sink(SnapshotSink sink);
 
-  // Trains every replica to max_iter: each restores `resume_file` when given, all start from
-  // root's parameters, and they train together. Rethrows the first failure of any replica
-  // (naming the replica and its device); kAborted when called again after a failure.
+  // Trains every replica to max_iter (Caffe's Solver::Solve: the closing snapshot, display and
+  // test included): each restores `resume_file` when given, all start from root's parameters.
+  // Rethrows the first failure of any replica (naming the replica and its device); kAborted
+  // after Abort, or when called again after a failure.
   void Solve(const std::string& resume_file = "");
+  // Runs `iters` iterations with the same cadence, without the closing pass.
+  void Step(int iters);
+  // Runs root's test nets once; the scores are in root()->TestScores().
+  void TestAll();
+
+  // The model and the state, serialised as Solver::Snapshot writes binary-proto files; the
+  // state names `learned_net` as its model.
+  std::string ModelBytes() const;
+  std::string StateBytes(const std::string& learned_net) const;
+  // Every replica restores the state and the weights (bytes of a .solverstate and a
+  // .caffemodel; errors name `source`). A null `state` copies the weights alone into root's
+  // nets (fine-tuning); every replica starts from them.
+  void Restore(const std::string& model, const std::string* state, const std::string& source);
+
+  // The feed of layer `layer` ("TRAIN/data", "TEST/data", or a plain name meaning the TRAIN
+  // net's, else the TEST net's) of replica `replica`; kNotFound lists the replica's feeds.
+  std::shared_ptr<BatchFeed> Feed(int replica, const std::string& layer) const;
+  // Replica `replica`'s feed layers, qualified by phase, sorted.
+  std::vector<std::string> FeedLayers(int replica) const;
+
+  // From any thread: aborts every feed with `reason` and makes the replicas leave their loops;
+  // the training call throws kAborted with `reason`. Idempotent (the first reason is kept).
+  void Abort(const std::string& reason);
+  bool aborted() const { return aborted_.load(); }
 
  private:
-  // Runs body(rank) on one thread per replica, with the replica's device current and non-root
-  // replicas quiet; the first exception aborts the barrier, and is rethrown after every thread
-  // has been joined.
+  // Runs body(rank) for every replica, root on the calling thread and the others on threads of
+  // their own, each with its device current and non-root replicas quiet; the first exception
+  // aborts the barrier, and is rethrown once every thread has been joined.
   template <typename F>
   void RunOnReplicas(F&& body);
+  // Throws kAborted after Abort or a failure.
+  void CheckUsable() const;
+  // Every replica takes root's parameters, once before the first iteration after a change.
+  void BroadcastParameters(int rank);
   // Destroys the replicas, each with its device current; never throws.
   void Release() noexcept;
   void OnGradientsReady(int rank);
   SolverAction ReplicaAction(int rank);
   // Root only: polls the user's callback and records what it asks.
   void PollUser();
+  void WriteSnapshotToSink();
+  // (phase, feed) of every feed layer of replica `replica`'s nets.
+  std::vector<std::pair<std::string, std::shared_ptr<BatchFeed>>> Feeds(int replica) const;
 
   std::vector<Device> devices_;
   std::vector<std::unique_ptr<Context>> contexts_;
@@ -89,7 +158,14 @@ class Trainer {
   std::unique_ptr<Barrier> barrier_;
   std::unique_ptr<ReplicaSync> sync_;
   Solver::ActionCallback user_callback_;
+  GradientHook gradient_hook_;
+  SnapshotSink snapshot_sink_;
   bool failed_ = false;
+  bool parameters_synced_ = false;
+
+  std::atomic<bool> aborted_{false};
+  mutable std::mutex abort_mutex_;
+  std::string abort_reason_;
 
   // Stop and snapshot requests. pending_* are root's alone; stop_at_ is the iteration after whose
   // update every replica stops (-1: none), written by root before the replicas meet in the

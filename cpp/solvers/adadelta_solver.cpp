@@ -14,7 +14,8 @@ namespace {
 
 class AdaDeltaSolver final : public Solver {
  public:
-  AdaDeltaSolver(const caffe::SolverParameter& param, Context* ctx) : Solver(param, ctx) {
+  AdaDeltaSolver(const caffe::SolverParameter& param, Context* ctx, const NetOptions& net_options)
+      : Solver(param, ctx, net_options) {
     AddHistorySet();
   }
   const char* type() const override { return "AdaDelta"; }

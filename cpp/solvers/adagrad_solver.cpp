@@ -10,7 +10,8 @@ namespace {
 
 class AdaGradSolver final : public Solver {
  public:
-  AdaGradSolver(const caffe::SolverParameter& param, Context* ctx) : Solver(param, ctx) {
+  AdaGradSolver(const caffe::SolverParameter& param, Context* ctx, const NetOptions& net_options)
+      : Solver(param, ctx, net_options) {
     if (param_.momentum() != 0.0f) {
       CORTADO_THROW(kInvalidArgument, "solver: momentum cannot be used with AdaGrad (got {})",
                     param_.momentum());

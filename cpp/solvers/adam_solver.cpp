@@ -14,7 +14,8 @@ namespace {
 
 class AdamSolver final : public Solver {
  public:
-  AdamSolver(const caffe::SolverParameter& param, Context* ctx) : Solver(param, ctx) {
+  AdamSolver(const caffe::SolverParameter& param, Context* ctx, const NetOptions& net_options)
+      : Solver(param, ctx, net_options) {
     AddHistorySet();
   }
   const char* type() const override { return "Adam"; }

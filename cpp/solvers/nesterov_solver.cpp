@@ -11,7 +11,8 @@ namespace {
 
 class NesterovSolver final : public Solver {
  public:
-  NesterovSolver(const caffe::SolverParameter& param, Context* ctx) : Solver(param, ctx) {}
+  NesterovSolver(const caffe::SolverParameter& param, Context* ctx, const NetOptions& net_options)
+      : Solver(param, ctx, net_options) {}
   const char* type() const override { return "Nesterov"; }
 
  protected:

@@ -11,7 +11,8 @@ namespace {
 
 class RMSPropSolver final : public Solver {
  public:
-  RMSPropSolver(const caffe::SolverParameter& param, Context* ctx) : Solver(param, ctx) {
+  RMSPropSolver(const caffe::SolverParameter& param, Context* ctx, const NetOptions& net_options)
+      : Solver(param, ctx, net_options) {
     if (param_.momentum() != 0.0f) {
       CORTADO_THROW(kInvalidArgument, "solver: momentum cannot be used with RMSProp (got {})",
                     param_.momentum());

@@ -12,7 +12,8 @@ namespace {
 
 class SGDSolver final : public Solver {
  public:
-  SGDSolver(const caffe::SolverParameter& param, Context* ctx) : Solver(param, ctx) {}
+  SGDSolver(const caffe::SolverParameter& param, Context* ctx, const NetOptions& net_options)
+      : Solver(param, ctx, net_options) {}
   const char* type() const override { return "SGD"; }
 
  protected:

@@ -42,16 +42,6 @@ std::string LossSuffix(float loss_weight, float value) {
   return fmt::format(" (* {:g} = {:g} loss)", loss_weight, loss_weight * value);
 }
 
-// Runs `body`; an Error from it is rethrown with `context` in front of its message.
-template <typename F>
-auto WithContext(const std::string& context, F&& body) -> decltype(body()) {
-  try {
-    return body();
-  } catch (const Error& e) {
-    throw Error(e.code(), fmt::format("{}: {}", context, e.what()), e.file(), e.line());
-  }
-}
-
 caffe::NetParameter ReadNetFile(const std::string& what, const std::string& path) {
   return WithContext(what, [&] { return io::ReadNetParameterFromTextFile(path); });
 }
@@ -79,7 +69,8 @@ const std::vector<std::string>& Solver::LrPolicies() {
   return policies;
 }
 
-Solver::Solver(const caffe::SolverParameter& param, Context* ctx) : param_(param), ctx_(ctx) {
+Solver::Solver(const caffe::SolverParameter& param, Context* ctx, const NetOptions& net_options)
+    : param_(param), ctx_(ctx), net_options_(net_options) {
   CORTADO_CHECK(ctx_ != nullptr, "a solver needs a context");
   CORTADO_LOG_INFO("Initializing solver from parameters: \n{}", param_.DebugString());
   if (param_.average_loss() < 1) {
@@ -99,22 +90,9 @@ Solver::Solver(const caffe::SolverParameter& param, Context* ctx) : param_(param
     CORTADO_THROW(kInvalidArgument, "solver: unknown regularization_type '{}' (known: L1, L2)",
                   param_.regularization_type());
   }
-  if (param_.snapshot() > 0) {
-    // Caffe's CheckSnapshotWritePermissions: fail now rather than after hours of training.
-    if (!param_.has_snapshot_prefix()) {
-      CORTADO_THROW(kInvalidArgument, "solver: snapshot is {} but snapshot_prefix is not set",
-                    param_.snapshot());
-    }
-    const std::string probe = SnapshotFilename(".tempfile");
-    std::ofstream out(probe);
-    if (!out.good()) {
-      CORTADO_THROW(kIo,
-                    "cannot write to snapshot_prefix '{}' (could not create '{}'); make sure "
-                    "the directory exists and is writable",
-                    param_.snapshot_prefix(), probe);
-    }
-    out.close();
-    std::remove(probe.c_str());
+  if (param_.snapshot() > 0 && !param_.has_snapshot_prefix()) {
+    CORTADO_THROW(kInvalidArgument, "solver: snapshot is {} but snapshot_prefix is not set",
+                  param_.snapshot());
   }
   if (param_.random_seed() >= 0) {
     base_seed_ = param_.random_seed();
@@ -166,10 +144,10 @@ void Solver::InitTrainNet() {
   state.MergeFrom(net_param.state());
   state.MergeFrom(param_.train_state());
   *net_param.mutable_state() = state;
-  net_ = std::make_unique<Net>(net_param, ctx_);
+  net_ = std::make_unique<Net>(net_param, ctx_, net_options_);
   // The memory plan: blobs whose gradients, or whose data, are never alive together share
   // buffers.
-  if (Net::BufferSharingWanted()) {
+  if (net_->options().share_buffers) {
     const size_t diffs = net_->ShareDiffBuffers();
     const size_t data = net_->ShareDataBuffers();
     CORTADO_LOG_INFO(
@@ -234,10 +212,10 @@ void Solver::InitTestNets() {
     if (param_.test_state_size()) state.MergeFrom(param_.test_state(i));
     *net_params[i].mutable_state() = state;
     CORTADO_LOG_INFO("Creating test net (#{}) specified by {}", i, sources[i]);
-    test_nets_.push_back(std::make_unique<Net>(net_params[i], ctx_));
+    test_nets_.push_back(std::make_unique<Net>(net_params[i], ctx_, net_options_));
     // Test nets only run forward: a blob's data is alive from its producer to its last consumer.
     test_nets_.back()->SetForwardOnly();
-    if (Net::BufferSharingWanted()) test_nets_.back()->ShareDataBuffers();
+    if (test_nets_.back()->options().share_buffers) test_nets_.back()->ShareDataBuffers();
   }
   test_scores_.resize(num_instances);
 }
@@ -275,6 +253,32 @@ void Solver::SeedIteration(int purpose) {
   ctx_->Seed(static_cast<int64_t>(mixed >> 1));  // non-negative: a negative seed means "clock"
 }
 
+void Solver::CheckSnapshotPrefix() {
+  // Caffe's CheckSnapshotWritePermissions: fail now rather than after hours of training. Only
+  // for snapshots written to files: a snapshot writer stores them elsewhere.
+  if (snapshot_writer_ || snapshot_prefix_checked_) return;
+  if (param_.snapshot() <= 0 && !param_.snapshot_after_train()) return;
+  const std::string probe = SnapshotFilename(".tempfile");
+  std::ofstream out(probe);
+  if (!out.good()) {
+    CORTADO_THROW(kIo,
+                  "cannot write to snapshot_prefix '{}' (could not create '{}'); make sure "
+                  "the directory exists and is writable",
+                  param_.snapshot_prefix(), probe);
+  }
+  out.close();
+  std::remove(probe.c_str());
+  snapshot_prefix_checked_ = true;
+}
+
+void Solver::TakeSnapshot() {
+  if (snapshot_writer_) {
+    snapshot_writer_();
+  } else {
+    Snapshot();
+  }
+}
+
 void Solver::Solve(const std::string& resume_file) {
   CORTADO_LOG_INFO("Solving {}", net_->name());
   CORTADO_LOG_INFO("Learning Rate Policy: {}", param_.lr_policy());
@@ -284,7 +288,7 @@ void Solver::Solve(const std::string& resume_file) {
   Step(param_.max_iter() - iter_);
   // The final snapshot, unless the loop just wrote this iteration's.
   if (param_.snapshot_after_train() && (!param_.snapshot() || iter_ % param_.snapshot() != 0)) {
-    Snapshot();
+    TakeSnapshot();
   }
   if (requested_early_exit_) {
     CORTADO_LOG_INFO("Optimization stopped early.");
@@ -297,6 +301,7 @@ void Solver::Solve(const std::string& resume_file) {
     const float loss = net_->Forward();
     UpdateSmoothedLoss(loss, start_iter, param_.average_loss());
     CORTADO_LOG_INFO("Iteration {}, loss = {:g}", iter_, smoothed_loss_);
+    if (on_display_) on_display_(Display{iter_, smoothed_loss_, last_rate_, 0, 0.0});
   }
   if (param_.test_interval() && iter_ % param_.test_interval() == 0) {
     SeedIteration(kTestDraws);
@@ -306,6 +311,7 @@ void Solver::Solve(const std::string& resume_file) {
 }
 
 void Solver::Step(int iters) {
+  CheckSnapshotPrefix();
   const int start_iter = iter_;
   const int stop_iter = iter_ + iters;
   const int average_loss = param_.average_loss();
@@ -340,6 +346,9 @@ void Solver::Step(int iters) {
           static_cast<float>(iter_ - iterations_last_) / (lapse != 0.0f ? lapse : 1.0f);
       CORTADO_LOG_INFO("Iteration {} ({:g} iter/s, {:g}s/{} iters), loss = {:g}", iter_, per_s,
                        lapse, param_.display(), smoothed_loss_);
+      // Reported after the update, with its learning rate.
+      pending_display_ =
+          Display{iter_, smoothed_loss_, 0.0f, iter_ - iterations_last_, now - last_display_time_};
       last_display_time_ = now;
       iterations_last_ = iter_;
       const auto& outputs = net_->output_blobs();
@@ -357,13 +366,17 @@ void Solver::Step(int iters) {
     }
     if (on_gradients_ready_) on_gradients_ready_();
     ApplyUpdate();
+    if (display && on_display_) {
+      pending_display_.learning_rate = last_rate_;
+      on_display_(pending_display_);
+    }
     // iter_ counts the updates applied so far.
     ++iter_;
 
     const SolverAction request = RequestedAction();
     if ((param_.snapshot() && iter_ % param_.snapshot() == 0) ||
         request == SolverAction::kSnapshot) {
-      Snapshot();
+      TakeSnapshot();
     }
     if (request == SolverAction::kStop) {
       requested_early_exit_ = true;
@@ -389,6 +402,30 @@ void Solver::TestAll() {
   for (size_t id = 0; id < test_nets_.size() && !requested_early_exit_; ++id) {
     Test(static_cast<int>(id));
   }
+  if (on_test_ && !requested_early_exit_ && !test_nets_.empty()) on_test_(iter_);
+}
+
+std::vector<std::string> Solver::TestOutputNames() const {
+  // The order of Test's scores: output blobs in order, each element in order.
+  std::vector<std::string> names;
+  for (size_t i = 0; i < test_nets_.size(); ++i) {
+    const Net& net = *test_nets_[i];
+    for (size_t j = 0; j < net.output_blobs().size(); ++j) {
+      const std::string& blob = net.blob_names()[net.output_blob_indices()[j]];
+      const int count = net.output_blobs()[j]->count();
+      for (int k = 0; k < count; ++k) {
+        names.push_back(count == 1 ? fmt::format("{}/{}", i, blob)
+                                   : fmt::format("{}/{}[{}]", i, blob, k));
+      }
+    }
+  }
+  return names;
+}
+
+std::vector<float> Solver::TestScores() const {
+  std::vector<float> values;
+  for (const auto& scores : test_scores_) values.insert(values.end(), scores.begin(), scores.end());
+  return values;
 }
 
 void Solver::Test(int test_net_id) {
@@ -401,7 +438,7 @@ void Solver::Test(int test_net_id) {
   float loss = 0.0f;
   for (int i = 0; i < test_iter; ++i) {
     const SolverAction request = RequestedAction();
-    if (request == SolverAction::kSnapshot) Snapshot();
+    if (request == SolverAction::kSnapshot) TakeSnapshot();
     if (request == SolverAction::kStop) {
       requested_early_exit_ = true;
       break;
@@ -494,6 +531,7 @@ float Solver::GetLearningRate() {
 
 void Solver::ApplyUpdate() {
   const float rate = GetLearningRate();
+  last_rate_ = rate;
   if (param_.display() && iter_ % param_.display() == 0) {
     CORTADO_LOG_INFO("Iteration {}, lr = {:g}", iter_, rate);
   }
@@ -549,22 +587,32 @@ void Solver::Regularize(int param_id) {
   }
 }
 
+caffe::NetParameter Solver::ModelProto() const {
+  caffe::NetParameter net_param;
+  net_->ToProto(&net_param, param_.snapshot_diff());
+  return net_param;
+}
+
+caffe::SolverState Solver::StateProto(const std::string& learned_net) const {
+  caffe::SolverState state;
+  state.set_iter(iter_);
+  state.set_learned_net(learned_net);
+  state.set_current_step(current_step_);
+  for (const auto& h : history_) h->ToProto(state.add_history());
+  return state;
+}
+
 void Solver::Snapshot() {
   const bool hdf5 = param_.snapshot_format() == caffe::SolverParameter::HDF5;
   const auto format = param_.snapshot_format();
   // The model goes first: a state file must never name a model that is not there.
   const std::string model_file = SnapshotFilename(hdf5 ? ".caffemodel.h5" : ".caffemodel");
   CORTADO_LOG_INFO("Snapshotting to {} file {}", hdf5 ? "HDF5" : "binary proto", model_file);
-  caffe::NetParameter net_param;
-  net_->ToProto(&net_param, param_.snapshot_diff());
+  const caffe::NetParameter net_param = ModelProto();
   WithContext(fmt::format("snapshot at iteration {}", iter_),
               [&] { snapshot::WriteModel(net_param, model_file, format, param_.snapshot_diff()); });
 
-  caffe::SolverState state;
-  state.set_iter(iter_);
-  state.set_learned_net(model_file);
-  state.set_current_step(current_step_);
-  for (const auto& h : history_) h->ToProto(state.add_history());
+  const caffe::SolverState state = StateProto(model_file);
   const std::string state_file = SnapshotFilename(hdf5 ? ".solverstate.h5" : ".solverstate");
   CORTADO_LOG_INFO("Snapshotting solver state to {} file {}", hdf5 ? "HDF5" : "binary proto",
                    state_file);
@@ -575,13 +623,25 @@ void Solver::Snapshot() {
 void Solver::Restore(const std::string& state_file) {
   CORTADO_LOG_INFO("Restoring previous solver status from {}", state_file);
   const caffe::SolverState state = snapshot::ReadState(state_file);
+  caffe::NetParameter weights;
+  std::string model_file;
+  if (!state.learned_net().empty()) {
+    model_file = ResolveLearnedNet(state_file, state.learned_net());
+    weights = snapshot::ReadModel(model_file);
+  }
+  Restore(
+      state, weights, state_file,
+      model_file.empty() ? "" : fmt::format("{} (the learned_net of {})", model_file, state_file));
+}
 
+void Solver::Restore(const caffe::SolverState& state, const caffe::NetParameter& weights,
+                     const std::string& state_source, const std::string& model_source) {
   // Check everything before changing anything.
   if (state.history_size() != static_cast<int>(history_.size())) {
     CORTADO_THROW(kInvalidArgument,
                   "{}: the solver state holds {} history blob(s) but the {} solver of net '{}' "
                   "has {} ({} learnable parameter(s))",
-                  state_file, state.history_size(), type(), net_->name(), history_.size(),
+                  state_source, state.history_size(), type(), net_->name(), history_.size(),
                   net_->learnable_params().size());
   }
   const int num_params = static_cast<int>(net_->learnable_params().size());
@@ -595,32 +655,25 @@ void Solver::Restore(const std::string& state_file) {
       CORTADO_THROW(kInvalidArgument,
                     "{}: history blob {} (parameter {} '{}') has shape {} ({} values) but the "
                     "net's parameter has shape {}",
-                    state_file, i, param_id, LearnableParamName(param_id), ProtoShapeString(blob),
+                    state_source, i, param_id, LearnableParamName(param_id), ProtoShapeString(blob),
                     blob.double_data_size() > 0 ? blob.double_data_size() : blob.data_size(),
                     history_[i]->ShapeString());
     }
   }
-  caffe::NetParameter weights;
-  std::string model_file;
-  if (!state.learned_net().empty()) {
-    model_file = ResolveLearnedNet(state_file, state.learned_net());
-    weights = snapshot::ReadModel(model_file);
-  }
-
   // Copy the weights; if they do not fit, put the old values back so nothing changes.
   std::vector<std::vector<float>> backup;
   for (const auto& p : net_->params())
     backup.emplace_back(p->cpu_data(), p->cpu_data() + p->count());
-  try {
-    net_->CopyTrainedLayersFrom(weights);
-  } catch (const Error& e) {
-    for (size_t i = 0; i < backup.size(); ++i) {
-      std::copy(backup[i].begin(), backup[i].end(), net_->params()[i]->mutable_cpu_data());
+  WithContext(model_source, [&] {
+    try {
+      net_->CopyTrainedLayersFrom(weights);
+    } catch (const Error&) {
+      for (size_t i = 0; i < backup.size(); ++i) {
+        std::copy(backup[i].begin(), backup[i].end(), net_->params()[i]->mutable_cpu_data());
+      }
+      throw;
     }
-    throw Error(e.code(),
-                fmt::format("{} (the learned_net of {}): {}", model_file, state_file, e.what()),
-                e.file(), e.line());
-  }
+  });
   for (int i = 0; i < state.history_size(); ++i) history_[i]->FromProto(state.history(i), false);
   iter_ = state.iter();
   current_step_ = state.current_step();
@@ -629,18 +682,30 @@ void Solver::Restore(const std::string& state_file) {
   for (const auto& layer : net_->layers()) layer->Seek(batch);
 }
 
-std::unique_ptr<Solver> CreateSolver(const caffe::SolverParameter& param, Context* ctx) {
-  return SolverRegistry::Get().Create(param.type(), "solver type", param, ctx);
+std::unique_ptr<Solver> CreateSolver(const caffe::SolverParameter& param, Context* ctx,
+                                     const NetOptions& net_options) {
+  return SolverRegistry::Get().Create(param.type(), "solver type", param, ctx, net_options);
+}
+
+std::string SnapshotPrefixFor(const std::string& solver_path, const std::string& prefix,
+                              bool prefix_is_directory) {
+  if (prefix.empty()) return fs::path(solver_path).replace_extension().string();
+  if (prefix_is_directory || prefix.back() == '/') {
+    std::string dir = prefix;
+    if (dir.back() != '/') dir += '/';
+    return dir + fs::path(solver_path).stem().string();
+  }
+  return prefix;
 }
 
 caffe::SolverParameter ReadSolverFile(const std::string& path) {
   caffe::SolverParameter param = io::ReadSolverParameterFromTextFile(path);
   std::error_code ec;
   if (!param.has_snapshot_prefix()) {
-    param.set_snapshot_prefix(fs::path(path).replace_extension().string());
+    param.set_snapshot_prefix(SnapshotPrefixFor(path, "", false));
     CORTADO_LOG_INFO("snapshot_prefix was not specified and is set to {}", param.snapshot_prefix());
   } else if (fs::is_directory(param.snapshot_prefix(), ec)) {
-    param.set_snapshot_prefix((fs::path(param.snapshot_prefix()) / fs::path(path).stem()).string());
+    param.set_snapshot_prefix(SnapshotPrefixFor(path, param.snapshot_prefix(), true));
     CORTADO_LOG_INFO("snapshot_prefix is a directory and is set to {}", param.snapshot_prefix());
   }
   return param;

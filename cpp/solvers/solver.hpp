@@ -40,6 +40,15 @@ namespace cortado {
 // What the action callback asks the training loop to do (Caffe's SolverAction).
 enum class SolverAction { kNone, kStop, kSnapshot };
 
+// A display iteration, as Caffe logs it: `Iteration <iter> (...), loss = <loss>` and `lr =`.
+struct Display {
+  int iter = 0;
+  float loss = 0.0f;           // the smoothed loss (average_loss)
+  float learning_rate = 0.0f;  // the rate of this iteration's update
+  int iterations = 0;          // iterations since the previous display (0 for the closing one)
+  double seconds = 0.0;        // the time they took
+};
+
 class Solver {
  public:
   using ActionCallback = std::function<SolverAction()>;
@@ -48,9 +57,11 @@ class Solver {
   // Builds the train net and the test nets (Caffe's InitTrainNet / InitTestNets). Throws
   // kInvalidArgument for an inconsistent parameter (no or several train nets, test_iter counts,
   // unknown lr_policy or regularization_type, average_loss < 1, iter_size < 1), kNotFound for a
-  // missing net file (relative paths are relative to the current directory, as in Caffe), and
-  // kIo when `snapshot` is set and snapshot_prefix is not writable.
-  Solver(const caffe::SolverParameter& param, Context* ctx);
+  // missing net file (relative paths are relative to the current directory, as in Caffe). An
+  // unwritable snapshot_prefix is reported by the first Step (see CheckSnapshotPrefix). The
+  // nets are built with `net_options`; with share_buffers the train net's memory is planned
+  // (Net::ShareDiffBuffers and ShareDataBuffers) and the test nets' data buffers are shared.
+  Solver(const caffe::SolverParameter& param, Context* ctx, const NetOptions& net_options = {});
   virtual ~Solver();
   Solver(const Solver&) = delete;
   Solver& operator=(const Solver&) = delete;
@@ -67,10 +78,21 @@ class Solver {
   void TestAll();
   // Writes <prefix>_iter_<iter>.caffemodel[.h5] and then the matching .solverstate[.h5].
   void Snapshot();
+  // What Snapshot writes, without files: the model (Net::ToProto, with diffs when
+  // snapshot_diff) and the state naming `learned_net` as its model. Serialised, these are the
+  // bytes of the binary-proto files.
+  caffe::NetParameter ModelProto() const;
+  caffe::SolverState StateProto(const std::string& learned_net) const;
   // Loads a .solverstate (binary or HDF5, by content): the weights from its learned_net, the
   // history, iter and current_step. A history of the wrong length or shapes, or weights that do
   // not fit, throw kInvalidArgument naming the file and leave the solver unchanged.
   void Restore(const std::string& state_file);
+  // The same from protos in memory; `state_source` and `model_source` name them in errors.
+  void Restore(const caffe::SolverState& state, const caffe::NetParameter& weights,
+               const std::string& state_source, const std::string& model_source);
+  // Throws kIo now when snapshots go to files and snapshot_prefix is not writable (Caffe's
+  // CheckSnapshotWritePermissions); Step calls it first. Nothing to check with a writer.
+  void CheckSnapshotPrefix();
 
   // The learning rate for the current iteration (Caffe's GetLearningRate); for "step" and
   // "multistep" it also advances current_step.
@@ -83,6 +105,13 @@ class Solver {
   // Called after the gradients of an iteration are accumulated and before the update (the
   // data-parallel trainer averages gradients across replicas here).
   void set_on_gradients_ready(Hook hook) { on_gradients_ready_ = std::move(hook); }
+  // Called at each display iteration after its update (and for Caffe's closing display).
+  void set_on_display(std::function<void(const Display&)> hook) { on_display_ = std::move(hook); }
+  // Called after each complete TestAll with the iteration; the scores are in TestScores().
+  void set_on_test(std::function<void(int iter)> hook) { on_test_ = std::move(hook); }
+  // Replaces Snapshot() wherever the loop snapshots (the interval, snapshot_after_train, an
+  // action): the writer stores ModelProto/StateProto elsewhere (bytes for the JVM).
+  void set_snapshot_writer(Hook writer) { snapshot_writer_ = std::move(writer); }
 
   const caffe::SolverParameter& param() const { return param_; }
   Net* net() const { return net_.get(); }
@@ -96,6 +125,10 @@ class Solver {
   const std::vector<std::shared_ptr<Tensor>>& history() const { return history_; }
   // Mean of each test net output element over the last test pass of each test net.
   const std::vector<std::vector<float>>& test_scores() const { return test_scores_; }
+  // test_scores() flattened, and their names: "<test net index>/<blob>", with "[k]" for each
+  // element of a blob of several values ("0/accuracy").
+  std::vector<float> TestScores() const;
+  std::vector<std::string> TestOutputNames() const;
   // snapshot_prefix + "_iter_" + iter + extension.
   std::string SnapshotFilename(const std::string& extension) const;
 
@@ -115,6 +148,7 @@ class Solver {
 
   caffe::SolverParameter param_;
   Context* ctx_;
+  NetOptions net_options_;
   std::unique_ptr<Net> net_;
   std::vector<std::unique_ptr<Net>> test_nets_;
   int iter_ = 0;
@@ -134,6 +168,8 @@ class Solver {
   void Regularize(int param_id);
   void UpdateSmoothedLoss(float loss, int start_iter, int average_loss);
   SolverAction RequestedAction() const;
+  // The snapshot writer, or Snapshot().
+  void TakeSnapshot();
   // Reseeds the context from (base seed, iteration, purpose).
   void SeedIteration(int purpose);
   std::string LearnableParamName(int param_id) const;
@@ -146,29 +182,42 @@ class Solver {
   ActionCallback action_callback_;
   Hook on_start_;
   Hook on_gradients_ready_;
+  std::function<void(const Display&)> on_display_;
+  std::function<void(int)> on_test_;
+  Hook snapshot_writer_;
+  bool snapshot_prefix_checked_ = false;
+  float last_rate_ = 0.0f;
+  Display pending_display_;
   double last_display_time_ = 0.0;
   int iterations_last_ = 0;
 };
 
-using SolverRegistry = Registry<Solver, const caffe::SolverParameter&, Context*>;
+using SolverRegistry = Registry<Solver, const caffe::SolverParameter&, Context*, const NetOptions&>;
 
-// Creates the solver named by param.type(); an unknown type lists the known ones.
-std::unique_ptr<Solver> CreateSolver(const caffe::SolverParameter& param, Context* ctx);
+// Creates the solver named by param.type(), its nets built with `net_options`; an unknown type
+// lists the known ones.
+std::unique_ptr<Solver> CreateSolver(const caffe::SolverParameter& param, Context* ctx,
+                                     const NetOptions& net_options = {});
 
-// Reads a solver prototxt (upgrading old fields) and applies Caffe's snapshot_prefix rule: an
-// unset prefix becomes the solver file's path without extension, and a prefix naming a
-// directory gets the solver file's stem appended.
+// Reads a solver prototxt (upgrading old fields) and applies Caffe's snapshot_prefix rule
+// (SnapshotPrefixFor, the directory checked on the local file system).
 caffe::SolverParameter ReadSolverFile(const std::string& path);
+
+// Caffe's snapshot_prefix rule for the solver file at `solver_path`: an empty prefix becomes the
+// solver file's path without extension; a prefix naming a directory (`prefix_is_directory`, or
+// ending in '/') gets the solver file's stem appended; any other prefix is kept.
+std::string SnapshotPrefixFor(const std::string& solver_path, const std::string& prefix,
+                              bool prefix_is_directory);
 
 }  // namespace cortado
 
 // Ends an update rule's .cpp: CORTADO_REGISTER_SOLVER(SGD, SGDSolver);
-#define CORTADO_REGISTER_SOLVER(type, Class)                                       \
-  static ::cortado::Registerer<::cortado::Solver, const ::caffe::SolverParameter&, \
-                               ::cortado::Context*>                                \
-      cortado_solver_registerer_##type(                                            \
-          #type,                                                                   \
-          [](const ::caffe::SolverParameter& param,                                \
-             ::cortado::Context* ctx) -> std::unique_ptr<::cortado::Solver> {      \
-            return std::make_unique<Class>(param, ctx);                            \
+#define CORTADO_REGISTER_SOLVER(type, Class)                                                   \
+  static ::cortado::Registerer<::cortado::Solver, const ::caffe::SolverParameter&,             \
+                               ::cortado::Context*, const ::cortado::NetOptions&>              \
+      cortado_solver_registerer_##type(                                                        \
+          #type,                                                                               \
+          [](const ::caffe::SolverParameter& param, ::cortado::Context* ctx,                   \
+             const ::cortado::NetOptions& net_options) -> std::unique_ptr<::cortado::Solver> { \
+            return std::make_unique<Class>(param, ctx, net_options);                           \
           })

@@ -31,8 +31,5 @@ int ConvertIdxCommand(int argc, char** argv);
 std::vector<std::string> SplitList(const std::string& text);
 // Copies the weights of a .caffemodel (binary or HDF5) into `net`; errors name the file.
 void CopyWeightsFromFile(const std::string& path, Net* net);
-// The device a solver file asks for; solver_mode GPU without a CUDA device warns once and
-// returns the CPU.
-Device SolverDevice(const caffe::SolverParameter& param);
 
 }  // namespace cortado::tools

@@ -5,6 +5,7 @@
 // loss contribution for loss outputs).
 #include "core/logging.hpp"
 #include "net/net.hpp"
+#include "net/net_options.hpp"
 #include "tools/commands.hpp"
 #include "tools/flags.hpp"
 #include "tools/gpu_flag.hpp"
@@ -38,9 +39,9 @@ int TestCommand(int argc, char** argv) {
   ctx.MakeCurrent();
   if (ctx.device().is_cuda()) CORTADO_LOG_INFO("Use GPU with device ID {}", ctx.device().id);
   Net net(flags.Get("model"), caffe::TEST, &ctx, flags.GetInt("level"),
-          SplitList(flags.Get("stage")));
+          SplitList(flags.Get("stage")), NetOptionsFromEnvironment());
   net.SetForwardOnly();
-  if (Net::BufferSharingWanted()) net.ShareDataBuffers();
+  if (net.options().share_buffers) net.ShareDataBuffers();
   for (const auto& path : SplitList(flags.Get("weights"))) CopyWeightsFromFile(path, &net);
   CORTADO_LOG_INFO("Running for {} iterations.", iterations);
 

@@ -81,19 +81,7 @@ class SignalGuard {
 
 void CopyWeightsFromFile(const std::string& path, Net* net) {
   const caffe::NetParameter weights = snapshot::ReadModel(path);
-  try {
-    net->CopyTrainedLayersFrom(weights);
-  } catch (const Error& e) {
-    throw Error(e.code(), fmt::format("{}: {}", path, e.what()), e.file(), e.line());
-  }
-}
-
-Device SolverDevice(const caffe::SolverParameter& param) {
-  if (param.solver_mode() != caffe::SolverParameter::GPU) return Device::Cpu();
-  if (Context::CudaDeviceCount() > 0) return Device::Cuda(param.device_id());
-  CORTADO_LOG_WARN_ONCE(
-      "solver_mode is GPU but this build or machine has no CUDA device; training on the CPU");
-  return Device::Cpu();
+  WithContext(path, [&] { net->CopyTrainedLayersFrom(weights); });
 }
 
 int TrainCommand(int argc, char** argv) {
@@ -152,7 +140,9 @@ int TrainCommand(int argc, char** argv) {
   }
 
   CORTADO_LOG_INFO("Starting Optimization");
-  Trainer trainer(param, devices);
+  TrainerOptions options;
+  options.net = NetOptionsFromEnvironment();
+  Trainer trainer(param, devices, options);
   Solver* solver = trainer.root();
   SignalGuard signals(sigint_effect, sighup_effect);
   trainer.set_action_callback([&signals] { return signals.Check(); });

@@ -46,7 +46,7 @@ struct CosFixture {
   std::unique_ptr<Layer> layer = CreateLayer(testing::LayerParam(kCosLayer), &ctx);
   Tensor data, label;
   CosFixture() { layer->Initialize({}, {&data, &label}); }
-  BatchFeed& feed() { return *FeedRegistry::Get().Find(&ctx, "data"); }
+  BatchFeed& feed() { return *FeedOf(*layer); }
 };
 
 TEST(FeedDataLayerTest, CosDataShapesFollowCaffeOnSpark) {
@@ -170,7 +170,7 @@ TEST(FeedDataLayerTest, CloseAndAbortUnblockAWaitingForward) {
 
 TEST(FeedDataLayerTest, AbortUnblocksAPusherAndDestroyingTheLayerToo) {
   CosFixture f;
-  std::shared_ptr<BatchFeed> feed = FeedRegistry::Get().Find(&f.ctx, "data");
+  std::shared_ptr<BatchFeed> feed = FeedOf(*f.layer);
   auto pusher = std::async(std::launch::async, [&] {
     for (int k = 0;; ++k) PushBatch(*feed, k);  // ends by throwing when the layer goes
   });
@@ -183,7 +183,8 @@ TEST(FeedDataLayerTest, AbortUnblocksAPusherAndDestroyingTheLayerToo) {
     EXPECT_EQ(e.code(), ErrorCode::kAborted);
     EXPECT_NE(std::string(e.what()).find("was destroyed"), std::string::npos) << e.what();
   }
-  EXPECT_THROW(FeedRegistry::Get().Find(&f.ctx, "data"), Error);
+  // The pusher's share of the queue outlives the layer, and stays aborted.
+  EXPECT_THROW(PushBatch(*feed, 0), Error);
 }
 
 TEST(FeedDataLayerTest, AWrongSizeNamesTheLayerTheTopAndBothShapes) {
@@ -246,7 +247,7 @@ TEST(FeedDataLayerTest, MemoryDataWithSourceClassIsAFeed) {
   EXPECT_EQ(data.shape(), (std::vector<int>{2, 1, 1, 2}));
   EXPECT_EQ(label.shape(), (std::vector<int>{2}));
   const std::vector<float> d = {1, 2, 3, 4}, l = {5, 6};
-  FeedRegistry::Get().Find(&ctx, "mem")->Push({d.data(), l.data()}, {4, 2});
+  FeedOf(*fed)->Push({d.data(), l.data()}, {4, 2});
   fed->Forward({}, {&data, &label});
   EXPECT_EQ(Values(data), d);
   EXPECT_EQ(Values(label), l);
@@ -328,12 +329,14 @@ TEST(FeedDataLayerTest, CaffeOnSparkLenetParsesBuildsAndRunsFromTheFeed) {
     Net net(p, &ctx);
     EXPECT_EQ(net.blob_by_name("data")->shape(), (std::vector<int>{64, 1, 28, 28}));
     EXPECT_EQ(net.blob_by_name("label")->shape(), (std::vector<int>{64, 1, 1, 1}));
-    EXPECT_EQ(FeedRegistry::Get().Names(&ctx),
-              std::vector<std::string>{std::string(caffe::Phase_Name(phase)) + "/data"});
+    std::vector<std::string> feeds;
+    for (size_t i = 0; i < net.layers().size(); ++i) {
+      if (FeedOf(*net.layers()[i])) feeds.push_back(net.layer_names()[i]);
+    }
+    EXPECT_EQ(feeds, std::vector<std::string>{"data"});
     std::vector<float> images(64 * 28 * 28, 0.5f), labels(64);
     for (int i = 0; i < 64; ++i) labels[static_cast<size_t>(i)] = static_cast<float>(i % 10);
-    FeedRegistry::Get()
-        .Find(&ctx, "data")
+    FeedOf(*net.layer_by_name("data"))
         ->Push({images.data(), labels.data()}, {images.size(), labels.size()});
     const float loss = net.Forward();
     EXPECT_GT(loss, 0.0f);
@@ -341,24 +344,38 @@ TEST(FeedDataLayerTest, CaffeOnSparkLenetParsesBuildsAndRunsFromTheFeed) {
   }
 }
 
-TEST(FeedDataLayerTest, RegistryQualifiesNamesByPhase) {
+TEST(FeedDataLayerTest, FeedOfGivesTheFeedOfFeedLayersOnly) {
   Context ctx(Device::Cpu(), 1);
-  auto train = CreateLayer(testing::LayerParam(std::string(kCosLayer) + " phase: TRAIN"), &ctx);
-  auto test = CreateLayer(testing::LayerParam(std::string(kCosLayer) + " phase: TEST"), &ctx);
-  Tensor a, b, c, d;
-  train->Initialize({}, {&a, &b});
-  test->Initialize({}, {&c, &d});
-  auto& registry = FeedRegistry::Get();
-  EXPECT_EQ(registry.Names(&ctx), (std::vector<std::string>{"TEST/data", "TRAIN/data"}));
-  EXPECT_EQ(registry.Find(&ctx, "data"), static_cast<FeedDataLayer*>(train.get())->feed());
-  EXPECT_EQ(registry.Find(&ctx, "TRAIN/data"), static_cast<FeedDataLayer*>(train.get())->feed());
-  EXPECT_EQ(registry.Find(&ctx, "TEST/data"), static_cast<FeedDataLayer*>(test.get())->feed());
+  auto cos = CreateLayer(testing::LayerParam(kCosLayer), &ctx);
+  Tensor a, b;
+  EXPECT_EQ(FeedOf(*cos), nullptr);  // not set up yet
+  cos->Initialize({}, {&a, &b});
+  EXPECT_EQ(FeedOf(*cos), static_cast<FeedDataLayer*>(cos.get())->feed());
+  auto relu = CreateLayer(testing::LayerParam(R"(name: "r" type: "ReLU")"), &ctx);
+  EXPECT_EQ(FeedOf(*relu), nullptr);
+}
+
+TEST(FeedDataLayerTest, FeedShapesOfFollowsTheLayersRulesWithoutBuildingIt) {
+  const caffe::LayerParameter cos = testing::LayerParam(kCosLayer);
+  EXPECT_TRUE(FeedDataLayer::IsFeedLayer(cos));
+  EXPECT_EQ(FeedDataLayer::FeedShapesOf(cos, "cos"), (std::vector<std::vector<int>>{{2, 3}, {2}}));
+  const caffe::LayerParameter mem = testing::LayerParam(R"(
+    name: "mem" type: "MemoryData" top: "data" top: "label" source_class: "x"
+    memory_data_param { batch_size: 5 channels: 1 height: 2 width: 3 })");
+  EXPECT_TRUE(FeedDataLayer::IsFeedLayer(mem));
+  EXPECT_EQ(FeedDataLayer::FeedShapesOf(mem, "mem"),
+            (std::vector<std::vector<int>>{{5, 1, 2, 3}, {5}}));
+  caffe::LayerParameter plain = mem;
+  plain.clear_source_class();
+  EXPECT_FALSE(FeedDataLayer::IsFeedLayer(plain));
+  caffe::LayerParameter bad = mem;
+  bad.mutable_memory_data_param()->set_height(0);
   try {
-    registry.Find(&ctx, "images");
+    FeedDataLayer::FeedShapesOf(bad, "layer 'mem' (MemoryData)");
     FAIL();
   } catch (const Error& e) {
-    EXPECT_EQ(e.code(), ErrorCode::kNotFound);
-    EXPECT_NE(std::string(e.what()).find("feed layers: TEST/data, TRAIN/data"), std::string::npos)
+    EXPECT_NE(std::string(e.what()).find("layer 'mem' (MemoryData): memory_data_param"),
+              std::string::npos)
         << e.what();
   }
 }
@@ -392,7 +409,7 @@ TEST(FeedDataLayerTest, TransformParamIsAppliedToEachSampleAsItLeavesTheFeed) {
   layer->Initialize({}, {&data, &label});
   EXPECT_EQ(data.shape(), (std::vector<int>{2, 1, 2, 2}));
   EXPECT_EQ(label.shape(), (std::vector<int>{2}));
-  BatchFeed& feed = *FeedRegistry::Get().Find(&ctx, "img");
+  BatchFeed& feed = *FeedOf(*layer);
   EXPECT_EQ(feed.shapes()[0], (std::vector<int>{2, 1, 4, 4}));  // what the feeder pushes
 
   std::vector<float> pixels(32);
@@ -420,7 +437,7 @@ TEST(FeedDataLayerTest, TrainingCropsAndMirrorsAreRandomAndWithinTheSample) {
   Tensor data, label;
   layer->Initialize({}, {&data, &label});
   ASSERT_EQ(data.shape(), (std::vector<int>{1, 1, 2, 2}));
-  BatchFeed& feed = *FeedRegistry::Get().Find(&ctx, "mem");
+  BatchFeed& feed = *FeedOf(*layer);
   const std::vector<float> sample = {0, 1, 2, 3, 4, 5, 6, 7, 8};
   const float zero = 0;
   std::set<std::vector<float>> possible, seen;

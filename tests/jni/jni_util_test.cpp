@@ -146,8 +146,8 @@ TEST_F(JniUtilTest, APendingJavaExceptionIsNeverReplaced) {
   env_->DeleteLocalRef(illegal_state);
 }
 
-TEST_F(JniUtilTest, WithSourcePrefixesTheMessage) {
-  Guard(env_, [] { WithSource("net.prototxt", [] { CORTADO_THROW(kNotFound, "layer 'x'"); }); });
+TEST_F(JniUtilTest, ContextAddedOnTheWayUpReachesJava) {
+  Guard(env_, [] { WithContext("net.prototxt", [] { CORTADO_THROW(kNotFound, "layer 'x'"); }); });
   const Thrown thrown = TakePending(env_);
   EXPECT_EQ(thrown.class_name, "io.cortado.CortadoIOException");
   EXPECT_EQ(thrown.message, "net.prototxt: layer 'x'");

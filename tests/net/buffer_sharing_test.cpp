@@ -4,7 +4,7 @@
 // input gradient and loss as without, over nets that exercise every kind of buffer use (branches
 // through Split, Concat, Slice and Eltwise; in-place and fused chains; layers that alias their
 // top's buffers to their bottom's; losses with labels; layers that do not propagate); and it
-// does save memory. A Solver plans its training net unless CORTADO_SHARE_BUFFERS=0.
+// does save memory. A Solver plans its training net unless NetOptions::share_buffers is false.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -282,8 +282,9 @@ TEST(BufferSharingTest, SolverPlansItsTrainingNetUnlessTurnedOff) {
   const int planned_data = DistinctDataBuffers(*solver->net());
   std::unique_ptr<Solver> unplanned;
   {
-    testing::ScopedEnv off("CORTADO_SHARE_BUFFERS", "0");
-    unplanned = CreateSolver(param, &ctx);
+    NetOptions off;
+    off.share_buffers = false;
+    unplanned = CreateSolver(param, &ctx, off);
   }
   EXPECT_LT(planned, DistinctDiffBuffers(*unplanned->net()));
   EXPECT_LT(planned_data, DistinctDataBuffers(*unplanned->net()));

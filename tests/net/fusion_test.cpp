@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 // BatchNorm + Scale (+ ReLU) fusion: a net that fuses the chain computes what the same net
-// computes with the layers run one by one (CORTADO_FUSE=0): the same loss, tops, running
+// computes with the layers run one by one (NetOptions::fuse false): the same loss, tops, running
 // statistics, input gradient and parameter gradients, in TRAIN and TEST, with and without the
 // Scale's bias, with a leaky ReLU, with a frozen Scale; and on the GPU against the CPU. Chains
 // that cannot be fused (not in place, a ReLU of negative slope, a Scale over other axes) are
@@ -17,12 +17,9 @@
 #include "math/math.hpp"
 #include "net/net.hpp"
 #include "support/gpu_check.hpp"
-#include "support/scoped_env.hpp"
 
 namespace cortado {
 namespace {
-
-using testing::ScopedEnv;
 
 struct ChainOptions {
   std::string phase = "TRAIN";
@@ -61,8 +58,9 @@ caffe::NetParameter ChainNet(const ChainOptions& o) {
 }
 
 std::unique_ptr<Net> Build(const caffe::NetParameter& param, Context* ctx, bool fuse) {
-  ScopedEnv env("CORTADO_FUSE", fuse ? "1" : "0");
-  return std::make_unique<Net>(param, ctx);
+  NetOptions options;
+  options.fuse = fuse;
+  return std::make_unique<Net>(param, ctx, options);
 }
 
 // Standard normal values in the net's inputs "x" and "target", drawn from `rng`.
@@ -148,7 +146,8 @@ TEST(BatchNormFusionTest, FusesScaleAndReluInPlace) {
   EXPECT_TRUE(Fused(o, "relu"));
   Context ctx(Device::Cpu(), 1701);
   auto net = Build(ChainNet(o), &ctx, false);
-  EXPECT_EQ(net->layer_by_name("scale")->fused_into(), nullptr) << "CORTADO_FUSE=0 is ignored";
+  EXPECT_EQ(net->layer_by_name("scale")->fused_into(), nullptr)
+      << "NetOptions::fuse = false is ignored";
 }
 
 TEST(BatchNormFusionTest, TrainMatchesSeparateLayers) { ExpectSameAsUnfused({}); }

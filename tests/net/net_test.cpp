@@ -3,7 +3,10 @@
 
 #include <gtest/gtest.h>
 
+#include <vector>
+
 #include "io/proto_io.hpp"
+#include "math/math.hpp"
 #include "net/insert_splits.hpp"
 #include "support/gradient_checker.hpp"
 
@@ -88,6 +91,130 @@ TEST(NetTest, InputOnlyNetExposesBlobs) {
   EXPECT_EQ(net.output_blobs().size(), 2u);
   EXPECT_THROW(net.blob_by_name("z"), Error);
   EXPECT_FLOAT_EQ(net.Forward(), 0.0f);
+}
+
+// Input -> ip1 (frozen) -> ReLU -> ip2 -> loss: only ip2 and the loss run backward.
+const char kFrozenFirstLayer[] = R"(
+  name: "frozen"
+  layer { name: "in" type: "Input" top: "x" top: "target"
+          input_param { shape { dim: 2 dim: 3 } shape { dim: 2 dim: 2 } } }
+  layer { name: "ip1" type: "InnerProduct" bottom: "x" top: "h"
+          param { lr_mult: 0 } param { lr_mult: 0 }
+          inner_product_param { num_output: 4 weight_filler { type: "gaussian" std: 0.5 } } }
+  layer { name: "relu" type: "ReLU" bottom: "h" top: "h" }
+  layer { name: "ip2" type: "InnerProduct" bottom: "h" top: "out"
+          inner_product_param { num_output: 2 weight_filler { type: "gaussian" std: 0.5 } } }
+  layer { name: "loss" type: "EuclideanLoss" bottom: "out" bottom: "target" top: "loss" }
+)";
+
+void FillInputs(Net* net) {
+  Rng rng(12);
+  for (const char* name : {"x", "target"}) {
+    Tensor* t = net->blob_by_name(name);
+    math::RngGaussian(t->count(), 0.0f, 1.0f, rng, t->mutable_cpu_data());
+  }
+}
+
+// The layers that run backward, highest index first.
+std::vector<int> BackwardOrder(const Net& net) {
+  std::vector<int> order;
+  for (int i = static_cast<int>(net.layers().size()) - 1; i >= 0; --i) {
+    if (net.layer_need_backward()[i]) order.push_back(i);
+  }
+  return order;
+}
+
+TEST(NetTest, AfterBackwardHooksSeeTheLayersThatRunBackwardInReverse) {
+  Context ctx(Device::Cpu(), 3);
+  Net net(NetParam(kFrozenFirstLayer), &ctx);
+  std::vector<int> first, second;
+  net.AddAfterBackward([&](int layer_id) { first.push_back(layer_id); });
+  net.AddAfterBackward([&](int layer_id) {
+    // Hooks run in the order they were added.
+    EXPECT_EQ(first.size(), second.size() + 1);
+    second.push_back(layer_id);
+  });
+  FillInputs(&net);
+  net.ForwardBackward();
+  const std::vector<int> expected{4, 3};  // loss, ip2 (ReLU and ip1 need no backward)
+  EXPECT_EQ(BackwardOrder(net), expected);
+  EXPECT_EQ(first, expected);
+  EXPECT_EQ(second, expected);
+  // A partial pass reports its own layers.
+  first.clear();
+  second.clear();
+  net.BackwardFromTo(3, 0);
+  EXPECT_EQ(first, std::vector<int>{3});
+}
+
+// Input -> Convolution -> BatchNorm -> Scale -> ReLU (in place, fused into the BatchNorm) ->
+// InnerProduct -> loss.
+const char kFusedChain[] = R"(
+  name: "chain" force_backward: true
+  state { phase: TRAIN }
+  layer { name: "in" type: "Input" top: "x" top: "target"
+          input_param { shape { dim: 2 dim: 2 dim: 4 dim: 4 } shape { dim: 2 dim: 2 } } }
+  layer { name: "conv" type: "Convolution" bottom: "x" top: "c"
+          convolution_param { num_output: 3 kernel_size: 3 pad: 1
+                              weight_filler { type: "gaussian" std: 0.5 }
+                              bias_filler { type: "gaussian" std: 0.5 } } }
+  layer { name: "bn" type: "BatchNorm" bottom: "c" top: "c" }
+  layer { name: "scale" type: "Scale" bottom: "c" top: "c" scale_param { bias_term: true } }
+  layer { name: "relu" type: "ReLU" bottom: "c" top: "c" }
+  layer { name: "ip" type: "InnerProduct" bottom: "c" top: "out"
+          inner_product_param { num_output: 2 weight_filler { type: "gaussian" std: 0.3 } } }
+  layer { name: "loss" type: "EuclideanLoss" bottom: "out" bottom: "target" top: "loss" }
+)";
+
+TEST(NetTest, AfterBackwardHooksComeWhenTheLayersGradientsAreFinal) {
+  for (const bool fuse : {false, true}) {
+    SCOPED_TRACE(fuse ? "fused" : "separate layers");
+    Context ctx(Device::Cpu(), 3);
+    NetOptions options;
+    options.fuse = fuse;
+    Net net(NetParam(kFusedChain), &ctx, options);
+    ASSERT_EQ(net.layer_by_name("scale")->fused_into() != nullptr, fuse);
+    // What each layer's parameters hold when its hook runs.
+    std::vector<std::vector<std::vector<float>>> seen(net.layers().size());
+    std::vector<int> order;
+    net.AddAfterBackward([&](int layer_id) {
+      order.push_back(layer_id);
+      for (const auto& blob : net.layers()[layer_id]->blobs()) {
+        seen[layer_id].emplace_back(blob->cpu_diff(), blob->cpu_diff() + blob->count());
+      }
+    });
+    FillInputs(&net);
+    net.ForwardBackward();
+    EXPECT_EQ(order, BackwardOrder(net));
+    ASSERT_GE(order.size(), 6u);  // loss, ip, relu, scale, bn, conv (and the input layer)
+    for (int layer_id : order) {
+      const auto& blobs = net.layers()[layer_id]->blobs();
+      ASSERT_EQ(seen[layer_id].size(), blobs.size());
+      for (size_t j = 0; j < blobs.size(); ++j) {
+        const std::vector<float> final_diff(blobs[j]->cpu_diff(),
+                                            blobs[j]->cpu_diff() + blobs[j]->count());
+        EXPECT_EQ(seen[layer_id][j], final_diff) << net.layer_names()[layer_id] << " blob " << j;
+      }
+    }
+    // The Scale's gradient is not zero: its hook did not come before the BatchNorm computed it.
+    const Tensor& gamma = *net.layer_by_name("scale")->blobs()[0];
+    EXPECT_GT(math::Asum(gamma.count(), gamma.cpu_diff()), 0.0f);
+  }
+}
+
+TEST(NetTest, AnAfterBackwardHookThatThrowsStopsTheBackwardPass) {
+  Context ctx(Device::Cpu(), 3);
+  Net net(NetParam(kFrozenFirstLayer), &ctx);
+  std::vector<int> seen;
+  net.AddAfterBackward([&](int layer_id) {
+    seen.push_back(layer_id);
+    CORTADO_THROW(kAborted, "stop at layer {}", layer_id);
+  });
+  FillInputs(&net);
+  net.Forward();
+  EXPECT_THROW(net.Backward(), Error);
+  EXPECT_EQ(seen, std::vector<int>{4});
+  EXPECT_THROW(net.AddAfterBackward(nullptr), Error);
 }
 
 }  // namespace

@@ -395,13 +395,20 @@ TEST(SnapshotTest, PrefixInAMissingDirectoryIsAnIoErrorNamingIt) {
   Context ctx(Device::Cpu(), 1);
   caffe::SolverParameter param = TinyParam("SGD", 2, dir / "no_such_dir/run");
   param.set_snapshot(1);
+  // Found before the first iteration, not at the first snapshot.
+  auto solver = CreateSolver(param, &ctx);
   try {
-    CreateSolver(param, &ctx);
+    solver->Step(1);
     FAIL() << "expected an error";
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), ErrorCode::kIo);
     EXPECT_NE(std::string(e.what()).find(dir / "no_such_dir/run"), std::string::npos) << e.what();
   }
+  EXPECT_EQ(solver->iter(), 0);
+  // A snapshot writer stores snapshots elsewhere: nothing to check.
+  solver->set_snapshot_writer([] {});
+  solver->Step(1);
+  EXPECT_EQ(solver->iter(), 1);
 }
 
 TEST(SnapshotTest, FailedSnapshotLeavesEarlierSnapshotsIntact) {

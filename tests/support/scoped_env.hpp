@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
-// Sets an environment variable for one scope (the switches Cortado reads when a net or a plan is
-// built: CORTADO_FUSE, CORTADO_CUDNN_API, ...), restoring the old value after.
+// Sets an environment variable for one scope (the switches Cortado reads when a plan is built,
+// such as CORTADO_CUDNN_API, and those NetOptionsFromEnvironment reads), restoring the old value
+// after.
 #pragma once
 
 #include <cstdlib>

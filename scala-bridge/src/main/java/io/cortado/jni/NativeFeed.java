@@ -5,15 +5,14 @@ import io.cortado.NativeLoader;
 import java.nio.ByteBuffer;
 
 /**
- * Natives over the external-input feeds of a net (jni/native_feed_jni.cpp): the "CoSData" layers
- * and the "MemoryData" layers with {@code source_class} set, which a Spark task fills with whole
- * batches. {@code handle} is a live {@link NativeNet} or {@link NativeSolver} handle; a disposed
- * one throws. {@code layer} is a feed layer's name, optionally qualified by phase ({@code
- * "TEST/data"}): a plain name present in a solver's train and test nets means the train net's.
+ * Natives over one external-input feed (jni/native_feed_jni.cpp): the queue of a "CoSData" layer
+ * or a "MemoryData" layer with {@code source_class} set, which a Spark task fills with whole
+ * batches. A feed handle comes from {@link NativeTrainer#feed} or {@link NativeNet#feed} and is
+ * freed exactly once with {@link #dispose}; it keeps the queue alive, not the net: once the net is
+ * gone (its session or net disposed), pushes throw CortadoCommException.
  *
  * <p>Unlike the other natives these are meant for a feeder thread running beside the thread that
- * steps the solver: each feed is a bounded queue (a few batches) that the net's data layer
- * empties. Disposing the net or solver aborts its feeds, so a blocked {@link #push} returns.
+ * trains: each feed is a bounded queue (a few batches) that the net's data layer empties.
  */
 public final class NativeFeed {
   static {
@@ -31,26 +30,29 @@ public final class NativeFeed {
    * names the layer, the top and both shapes) and CortadoCommException once the feed is closed
    * or aborted.
    */
-  public static native void push(long handle, String layer, ByteBuffer[] tops);
+  public static native void push(long feed, ByteBuffer[] tops);
 
   /**
    * Ends the data: batches queued so far are still used, then the net's next forward pass
    * throws CortadoIOException ("end of data"). Later pushes throw. Idempotent.
    */
-  public static native void close(long handle, String layer);
+  public static native void close(long feed);
 
   /**
    * Stops the feed now, dropping queued batches: a waiting or later forward pass throws
    * CortadoCommException carrying {@code reason}, as do pushes.
    */
-  public static native void abort(long handle, String layer, String reason);
-
-  /** The feed layers of the net or solver, qualified by phase ("TRAIN/data"), sorted. */
-  public static native String[] layers(long handle);
+  public static native void abort(long feed, String reason);
 
   /** The layer's top names, in the order {@link #push} takes them. */
-  public static native String[] topNames(long handle, String layer);
+  public static native String[] topNames(long feed);
 
   /** The batch shape of top {@code top} (batch axis first, or last for a transposed top). */
-  public static native int[] topShape(long handle, String layer, int top);
+  public static native int[] topShape(long feed, int top);
+
+  /** Batches pushed so far. */
+  public static native long pushed(long feed);
+
+  /** Frees the handle (the queue lives on while its layer does). */
+  public static native void dispose(long feed);
 }

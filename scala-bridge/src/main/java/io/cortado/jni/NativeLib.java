@@ -37,4 +37,34 @@ public final class NativeLib {
    * @throws io.cortado.CortadoConfigException naming source:line:column
    */
   public static native void validateSolver(String prototxt, String source);
+
+  /**
+   * What the driver needs of a solver: its net, cadence, snapshot settings and device, read
+   * natively (see {@link SolverInfo}). Validates as {@link #validateSolver}.
+   */
+  public static native SolverInfo solverInfo(String prototxt, String source);
+
+  /**
+   * Caffe's snapshot_prefix rule for the solver at {@code solverFile}: an empty {@code prefix}
+   * becomes the solver file's path without extension; a prefix ending in "/" or naming a
+   * directory ({@code prefixIsDirectory}, which the caller checks on its file system) gets the
+   * solver file's name without extension appended; any other prefix is kept.
+   */
+  public static native String snapshotPrefix(
+      String solverFile, String prefix, boolean prefixIsDirectory);
+
+  /**
+   * The data layers of the {@code phase} (NativeNet.TRAIN or TEST) net of a net prototxt, in
+   * order (see {@link DataLayerInfo}).
+   */
+  public static native DataLayerInfo[] dataLayers(String prototxt, String source, int phase);
+
+  /**
+   * The output blobs of the {@code phase} net (the tops no later layer reads, as Caffe finds
+   * them), in order.
+   */
+  public static native String[] outputBlobs(String prototxt, String source, int phase);
+
+  /** Every blob of the {@code phase} net (each top once, in order). */
+  public static native String[] blobNames(String prototxt, String source, int phase);
 }

@@ -77,4 +77,13 @@ public final class NativeNet {
 
   /** The net with its weights as .caffemodel bytes (a binary NetParameter). */
   public static native byte[] saveWeights(long handle);
+
+  /** The net's feed layers, qualified by phase ("TEST/data"), sorted. */
+  public static native String[] feedLayers(long handle);
+
+  /**
+   * A handle on the feed of layer {@code layer} (a plain or phase-qualified name), for {@link
+   * NativeFeed}; free it with {@link NativeFeed#dispose}.
+   */
+  public static native long feed(long handle, String layer);
 }

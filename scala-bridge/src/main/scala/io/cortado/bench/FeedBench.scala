@@ -11,8 +11,7 @@ import org.apache.spark.sql.types._
 
 import io.cortado.CortadoCommException
 import io.cortado.data.{BatchFeeder, RowConverter, TopSpec}
-import io.cortado.jni.{NativeFeed, NativeNet, NativeSolver}
-import io.cortado.spark.Cortado
+import io.cortado.jni.{NativeFeed, NativeNet, NativeTrainer, TrainerListener}
 
 /**
  * How fast the JVM fills a native feed layer, against how fast LeNet consumes data, in one run
@@ -25,8 +24,8 @@ import io.cortado.spark.Cortado
  *  - rows: the same, with the feeder converting Spark rows (784 uint8 pixels as binary, an int
  *    label) with [[RowConverter]] first (what a training task does once per row).
  *  - LeNet: Caffe's LeNet (the given CoSData net, e.g. examples/spark-fashion-mnist's) trained
- *    by a NativeSolver fed the same way; its data consumption is iterations/s times the bytes
- *    of a batch.
+ *    by a NativeTrainer (one CPU replica, no test nets) fed the same way; its data
+ *    consumption is iterations/s times the bytes of a batch.
  *
  * Usage: FeedBench LENET_COS_NET [SECONDS] (seconds per measurement, default 5).
  */
@@ -47,8 +46,15 @@ object FeedBench {
   private val Solver =
     """base_lr: 0.01 momentum: 0.9 weight_decay: 0.0005 lr_policy: "inv" gamma: 0.0001
       |power: 0.75 max_iter: 1000000 display: 0 random_seed: 1701 solver_mode: CPU
-      |test_iter: 1
       |""".stripMargin
+
+  /** The bench reads nothing the session reports. */
+  private val Silent: TrainerListener = new TrainerListener {
+    override def onIteration(iter: Int, loss: Float, learningRate: Float, iterations: Int,
+        seconds: Double): Unit = ()
+    override def onTest(iter: Int, names: Array[String], values: Array[Float]): Unit = ()
+    override def onSnapshot(iter: Int, model: Array[Byte], state: Array[Byte]): Unit = ()
+  }
 
   /** Bytes of one batch as it crosses JNI: float32 pixels and labels. */
   private val BatchBytes = 4.0 * Batch * (Pixels + 1)
@@ -98,13 +104,14 @@ object FeedBench {
   }
 
   /**
-   * Batches per second through a one-layer CoSData net: `push` fills the feed on a thread while
-   * this thread runs forward passes for `seconds` (after a warm-up of 50 batches).
+   * Batches per second through a one-layer CoSData net: `push` fills the feed (given its feed
+   * handle) on a thread while this thread runs forward passes for `seconds` (after a warm-up of
+   * 50 batches).
    */
   private def measureFeed(seconds: Double, push: Long => Unit): Double = {
     val handle = NativeNet.create(FeedNet, "feed.prototxt", NativeNet.TEST, -1, 1L)
     try {
-      whileFeeding(handle, "TEST/data", push) {
+      whileFeeding(NativeNet.feed(handle, "TEST/data"), push) {
         rate(seconds, 50, 1)(() => NativeNet.forward(handle))
       }
     } finally NativeNet.dispose(handle)
@@ -114,31 +121,32 @@ object FeedBench {
   private def measureLenet(netFile: String, seconds: Double,
       samples: Array[Array[Array[Float]]]): Double = {
     val net = new String(Files.readAllBytes(Paths.get(netFile)), StandardCharsets.UTF_8)
-    val solverText = Cortado.trainingSolverText(Solver)
-    val handle = NativeSolver.create(solverText, "bench_solver.prototxt", net, netFile, -1)
+    val handle = NativeTrainer.create(Solver, "bench_solver.prototxt", net, netFile, Array(-1),
+      -1, 0, null, false)
     try {
-      val push: Long => Unit = h =>
-        new BatchFeeder(h, "TRAIN/data").feed(Iterator.continually(samples.iterator).flatten)
-      whileFeeding(handle, "TRAIN/data", push) {
-        rate(seconds, 2, 10)(() => NativeSolver.step(handle, 10))
+      val push: Long => Unit = feed =>
+        new BatchFeeder(feed, "TRAIN/data").feed(Iterator.continually(samples.iterator).flatten)
+      whileFeeding(NativeTrainer.feed(handle, 0, "TRAIN/data"), push) {
+        rate(seconds, 2, 10)(() => NativeTrainer.step(handle, 10, Silent))
       }
-    } finally NativeSolver.dispose(handle)
+    } finally NativeTrainer.dispose(handle)
   }
 
   /**
-   * Runs `body` while `push` fills `layer` of `handle` on its own thread; then aborts the feed
-   * and joins the thread, so a push never sees a freed handle.
+   * Runs `body` while `push` fills the feed `feed` on its own thread; then aborts the feed,
+   * joins the thread and frees the feed handle.
    */
-  private def whileFeeding[T](handle: Long, layer: String, push: Long => Unit)(body: => T): T = {
+  private def whileFeeding[T](feed: Long, push: Long => Unit)(body: => T): T = {
     val pusher = new Thread(() =>
-      try push(handle)
+      try push(feed)
       catch { case _: CortadoCommException => }, "bench-feeder")
     pusher.setDaemon(true)
     pusher.start()
     try body
     finally {
-      NativeFeed.abort(handle, layer, "measured")
+      NativeFeed.abort(feed, "measured")
       pusher.join()
+      NativeFeed.dispose(feed)
     }
   }
 

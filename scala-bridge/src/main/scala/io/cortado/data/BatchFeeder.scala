@@ -6,21 +6,31 @@ import java.nio.{ByteBuffer, ByteOrder, FloatBuffer}
 import io.cortado.jni.NativeFeed
 
 /**
- * Turns rows into whole batches in direct buffers and pushes them into one feed layer of a net
- * or solver (see [[io.cortado.jni.NativeFeed]]). A row holds one `Array[Float]` per top, in the
- * layer's top order, each one sample of that top (its batch shape without the batch axis).
- * Each batch crosses JNI as one buffer per top (one memcpy each); the buffers are reused.
+ * Turns rows into whole batches in direct buffers and pushes them into one feed (see
+ * [[io.cortado.jni.NativeFeed]]): `handle` is a feed handle from NativeTrainer.feed or
+ * NativeNet.feed, which the caller owns and disposes after this feeder's last call. A row holds
+ * one `Array[Float]` per top, in the layer's top order, each one sample of that top (its batch
+ * shape without the batch axis). Each batch crosses JNI as one buffer per top (one memcpy
+ * each); the buffers are reused.
  *
- * Meant for the feeder thread of a Spark task; `handle` must stay live while it pushes (disposing
- * the net or solver makes a blocked push throw). Not thread-safe: one feeder per instance.
- * Transposed CoSData tops (batch axis last) are not supported yet.
+ * Meant for the feeder thread of a Spark task. Once the net behind the feed is gone (its
+ * session or net disposed, or the session aborted), a push throws CortadoCommException. Not
+ * thread-safe: one feeder per instance. Transposed CoSData tops (batch axis last) are not
+ * supported yet.
+ *
+ * @param layer the feed layer's name, for messages ("TRAIN/data"); empty when unknown
  */
 final class BatchFeeder(handle: Long, val layer: String) {
 
+  /** A feeder whose messages name no layer. */
+  def this(handle: Long) = this(handle, "")
+
+  private val what = if (layer.isEmpty) "feed" else s"feed layer '$layer'"
+
   /** The layer's top names and batch shapes, as the native layer reports them. */
-  val topNames: IndexedSeq[String] = NativeFeed.topNames(handle, layer).toIndexedSeq
+  val topNames: IndexedSeq[String] = NativeFeed.topNames(handle).toIndexedSeq
   val shapes: IndexedSeq[IndexedSeq[Int]] =
-    topNames.indices.map(i => NativeFeed.topShape(handle, layer, i).toIndexedSeq)
+    topNames.indices.map(i => NativeFeed.topShape(handle, i).toIndexedSeq)
 
   /** Samples per batch: the leading axis of every top. */
   val batchSize: Int = shapes.head.head
@@ -43,20 +53,20 @@ final class BatchFeeder(handle: Long, val layer: String) {
     var batches = 0L
     rows.foreach { row =>
       require(row.length == topNames.length,
-        s"feed layer '$layer': a row needs ${topNames.length} tops (${topNames.mkString(", ")})" +
-          s", got ${row.length}")
+        s"$what: a row needs ${topNames.length} tops (${topNames.mkString(", ")}), got " +
+          row.length)
       var i = 0
       while (i < row.length) {
         require(row(i).length == sampleSizes(i),
-          s"feed layer '$layer': top '${topNames(i)}' needs ${sampleSizes(i)} floats per " +
-            s"sample, got ${row(i).length}")
+          s"$what: top '${topNames(i)}' needs ${sampleSizes(i)} floats per sample, got " +
+            row(i).length)
         floats(i).position(filled * sampleSizes(i))
         floats(i).put(row(i))
         i += 1
       }
       filled += 1
       if (filled == batchSize) {
-        NativeFeed.push(handle, layer, buffers)
+        NativeFeed.push(handle, buffers)
         batches += 1
         filled = 0
       }
@@ -64,9 +74,12 @@ final class BatchFeeder(handle: Long, val layer: String) {
     batches
   }
 
+  /** Batches pushed into the feed so far (by any feeder). */
+  def pushed: Long = NativeFeed.pushed(handle)
+
   /** End of data: queued batches are still used, then the net's forward pass fails. */
-  def close(): Unit = NativeFeed.close(handle, layer)
+  def close(): Unit = NativeFeed.close(handle)
 
   /** Stops the feed at once (a killed task); the waiting forward pass fails with `reason`. */
-  def abort(reason: String): Unit = NativeFeed.abort(handle, layer, reason)
+  def abort(reason: String): Unit = NativeFeed.abort(handle, reason)
 }

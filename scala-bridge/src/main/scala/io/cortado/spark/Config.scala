@@ -16,11 +16,13 @@ import io.cortado.cli.Options
  * @param snapshot   a .solverstate to resume training from (-snapshot; needs `weights`)
  * @param snapshotPrefix   where train() writes its snapshots: Caffe's
  *                   `<prefix>_iter_<N>.caffemodel` and `.solverstate`. Empty: the solver's
- *                   `snapshot_prefix` (as Caffe upgrades it: the solver file's path without
- *                   extension when unset, the solver file's name appended when it ends in
- *                   `/`), a Hadoop path on the default file system when not a URI
+ *                   `snapshot_prefix`. Either is upgraded as Caffe upgrades it (the solver
+ *                   file's path without extension when unset, the solver file's name appended
+ *                   when it ends in `/` or names a directory), a Hadoop path on the default
+ *                   file system when not a URI
  * @param snapshotInterval train() snapshots every this many iterations; negative: the
- *                   solver's `snapshot` (0 when unset); 0: no snapshots
+ *                   solver's `snapshot` (0 when unset); 0: no snapshots (nor the closing one
+ *                   of `snapshot_after_train`)
  * @param resumeLatest     train() resumes from the newest complete snapshot under the
  *                   snapshot prefix, and starts from scratch when there is none; excludes
  *                   `weights` and `snapshot`

@@ -1,14 +1,11 @@
 // SPDX-License-Identifier: Apache-2.0
 package io.cortado.spark
 
-import java.nio.charset.StandardCharsets
-
 import org.apache.hadoop.conf.Configuration
-import org.apache.hadoop.fs.Path
 import org.apache.spark.sql.{DataFrame, SparkSession}
 
 import io.cortado.CortadoConfigException
-import io.cortado.storage.HadoopFiles
+import io.cortado.jni.{DataLayerInfo, NativeLib, NativeNet}
 
 /**
  * Where CaffeOnSpark's main class finds a phase's data: the source named by the net's feed layer
@@ -79,41 +76,35 @@ object DataSource {
 
   /**
    * The data source of the `phase` ("TRAIN" or "TEST") net of the solver at `solverFile`,
-   * whose net is found as [[Cortado]] finds it. An LMDB database is opened here (in the
-   * driver), so a missing one fails now, naming it. Throws CortadoConfigException, naming the
-   * net and the layer, when the phase has no feed layer with a source (a CoSData layer, or a
-   * MemoryData layer with source_class LMDB), or its source cannot be read through Spark
-   * (LevelDB, sequence files, LMDB on HDFS); CortadoIOException for a missing LMDB database.
+   * whose net is found as [[Cortado]] finds it; the layers are read natively
+   * (NativeLib.dataLayers). An LMDB database is opened here (in the driver), so a missing one
+   * fails now, naming it. Throws CortadoConfigException, naming the net and the layer, when
+   * the phase has no feed layer with a source (a CoSData layer, or a MemoryData layer with
+   * source_class LMDB), or its source cannot be read through Spark (LevelDB, sequence files,
+   * LMDB on HDFS); CortadoIOException for a missing LMDB database.
    */
   def of(solverFile: String, phase: String, conf: Configuration): DataSource = {
-    val (netText, netSource) = netOf(solverFile, conf)
-    val layers = Prototxt.parse(netText).messages("layer").filter(inPhase(_, phase))
-    def describe(l: Prototxt) =
-      s"$netSource: layer '${l.get("name").getOrElse("")}' (${l.get("type").getOrElse("")})"
-    def isFeed(l: Prototxt) = l.get("type").contains("CoSData") ||
-      (l.get("type").contains("MemoryData") && l.get("source_class").exists(_.nonEmpty))
-    layers.filter(isFeed) match {
+    val info = NativeLib.solverInfo(JobPlan.readText(solverFile, conf), solverFile)
+    val (netText, netSource) = JobPlan.netOf(solverFile, info, conf)
+    val phaseId = if (phase == "TRAIN") NativeNet.TRAIN else NativeNet.TEST
+    val layers = NativeLib.dataLayers(netText, netSource, phaseId).toSeq
+    def describe(l: DataLayerInfo) = s"$netSource: layer '${l.name}' (${l.`type`})"
+    layers.filter(_.feed) match {
       case Seq(layer) =>
-        val name = layer.get("name").getOrElse("")
-        val sourceClass = layer.get("source_class").getOrElse("")
-        if (layer.get("type").contains("MemoryData")) {
-          memoryData(layer, name, sourceClass, describe(layer), phase)
-        } else {
-          cosData(layer, name, sourceClass, describe(layer), phase)
-        }
+        if (layer.`type` == "MemoryData") memoryData(layer, describe(layer), phase)
+        else cosData(layer, describe(layer), phase)
       case Seq() =>
         val hint = layers.collectFirst {
-          case l if l.get("type").exists(Set("Data", "ImageData")) =>
-            s" ${describe(l)} reads ${l.message("data_param").flatMap(_.get("source"))
-              .getOrElse("a database")}: $DataLayerHint"
-          case l if l.get("type").contains("MemoryData") =>
-            l.message("memory_data_param").flatMap(_.get("source")).filter(_.nonEmpty) match {
-              case Some(source) =>
-                s" ${describe(l)} reads $source but has no source_class: set source_class: " +
-                  s"$Quoted to read it as an LMDB database"
-              case None =>
-                s" ${describe(l)} names no source; a MemoryData layer is fed through the " +
-                  "DataFrame API (io.cortado.spark.Cortado), not by the main class"
+          case l if l.`type` == "Data" || l.`type` == "ImageData" =>
+            s" ${describe(l)} reads ${if (l.source.nonEmpty) l.source else "a database"}: " +
+              DataLayerHint
+          case l if l.`type` == "MemoryData" =>
+            if (l.source.nonEmpty) {
+              s" ${describe(l)} reads ${l.source} but has no source_class: set source_class: " +
+                s"$Quoted to read it as an LMDB database"
+            } else {
+              s" ${describe(l)} names no source; a MemoryData layer is fed through the " +
+                "DataFrame API (io.cortado.spark.Cortado), not by the main class"
             }
         }.getOrElse("")
         throw new CortadoConfigException(
@@ -122,44 +113,39 @@ object DataSource {
       case several =>
         throw new CortadoConfigException(
           s"$netSource: the $phase net has ${several.size} feed layers (CoSData, or MemoryData " +
-            s"with source_class: ${several.flatMap(_.get("name")).mkString(", ")}); one is " +
-            "supported")
+            s"with source_class: ${several.map(_.name).mkString(", ")}); one is supported")
     }
   }
 
   /** A MemoryData layer with source_class: LMDB only; its tops name the columns. */
-  private def memoryData(layer: Prototxt, name: String, sourceClass: String, owner: String,
-      phase: String): DataSource = {
+  private def memoryData(layer: DataLayerInfo, owner: String, phase: String): DataSource = {
+    val sourceClass = layer.sourceClass
     if (sourceClass != LmdbSource.SourceClass) {
       throw new CortadoConfigException(
         s"$owner: source_class $sourceClass is not supported on a MemoryData layer; it reads " +
           s"an LMDB database with source_class: $Quoted (DataFrames are " +
           "read by CoSData layers)")
     }
-    val param = layer.message("memory_data_param")
-    val source = param.flatMap(_.get("source")).getOrElse("")
-    if (source.isEmpty) {
+    if (layer.source.isEmpty) {
       throw new CortadoConfigException(
         s"$owner: memory_data_param.source is not set: it names the $phase LMDB database")
     }
-    val tops = layer.all("top")
-    val lmdb = lmdbSource(name, source, sourceClass, owner, tops.headOption.getOrElse("data"),
-      tops.lift(1))
-    val shape = Seq("channels", "height", "width").map(f => param.map(_.int(f, 0)).getOrElse(0))
+    val columns = layer.columns.toSeq
+    val lmdb = lmdbSource(layer, owner, columns.headOption.getOrElse("data"), columns.lift(1))
+    // The data top's sample (channels x height x width), as the feed takes it.
+    val shape = layer.sampleShapes.headOption.map(_.toSeq).getOrElse(Seq.empty)
     if (shape.product != lmdb.db.sampleSize) {
       throw new CortadoConfigException(
         s"$owner: memory_data_param gives samples of shape ${shape.mkString(" x ")} " +
-          s"(${shape.product} values), but the records of LMDB database '$source' are " +
+          s"(${shape.product} values), but the records of LMDB database '${layer.source}' are " +
           s"${lmdb.db.shape.mkString(" x ")} (${lmdb.db.sampleSize} values)")
     }
     lmdb
   }
 
   /** A CoSData layer: a DataFrame, or an LMDB database with source_class LMDB. */
-  private def cosData(layer: Prototxt, name: String, sourceClass: String, owner: String,
-      phase: String): DataSource = {
-    val cos = layer.message("cos_data_param")
-    val source = cos.flatMap(_.get("source")).getOrElse("")
+  private def cosData(layer: DataLayerInfo, owner: String, phase: String): DataSource = {
+    val sourceClass = layer.sourceClass
     val known = DataFrameClasses + LmdbSource.SourceClass
     if (!known(sourceClass)) {
       throw new CortadoConfigException(
@@ -167,67 +153,40 @@ object DataSource {
           s"(${DataFrameClasses.filter(_.nonEmpty).mkString(", ")}, or none) or LMDB " +
           s"databases (${LmdbSource.SourceClass})")
     }
-    if (source.isEmpty) {
+    if (layer.source.isEmpty) {
       throw new CortadoConfigException(
         s"$owner: cos_data_param.source is not set: it names the $phase data " +
           (if (sourceClass == LmdbSource.SourceClass) "(an LMDB database)"
           else "(a Parquet directory, or a path in cos_data_param.dataframe_format)"))
     }
     if (sourceClass != LmdbSource.SourceClass) {
-      DataFrameSource(name, source, cos.flatMap(_.get("dataframe_format")).getOrElse("parquet"),
-        sourceClass)
+      val format = if (layer.dataframeFormat.isEmpty) "parquet" else layer.dataframeFormat
+      DataFrameSource(layer.name, layer.source, format, sourceClass)
     } else {
       // The data goes to the top that is not a scalar (INT, FLOAT), the label to the other.
-      val tops = cos.toSeq.flatMap(_.messages("top"))
-      def scalar(t: Prototxt) = t.get("type").exists(Set("INT", "FLOAT"))
-      val ordered = if (tops.size == 2 && scalar(tops.head) && !scalar(tops(1))) tops.reverse
-        else tops
+      val tops = layer.columns.indices
+      def scalar(i: Int) = layer.topTypes(i) == "INT" || layer.topTypes(i) == "FLOAT"
+      val ordered = if (tops.size == 2 && scalar(0) && !scalar(1)) tops.reverse else tops
       if (ordered.isEmpty || ordered.size > 2) {
         throw new CortadoConfigException(
           s"$owner: an LMDB source gives a data and a label column, so cos_data_param needs " +
             s"one or two tops, not ${ordered.size}")
       }
-      val names = ordered.map(_.get("name").getOrElse(""))
-      lmdbSource(name, source, sourceClass, owner, names.head, names.lift(1))
+      val names = ordered.map(layer.columns(_))
+      lmdbSource(layer, owner, names.head, names.lift(1))
     }
   }
 
   /** Opens the database in the driver: a missing path fails before any job. */
-  private def lmdbSource(name: String, source: String, sourceClass: String, owner: String,
-      data: String, label: Option[String]): LmdbDataSource = {
+  private def lmdbSource(layer: DataLayerInfo, owner: String, data: String,
+      label: Option[String]): LmdbDataSource = {
     val columns = data +: label.toSeq
     if (columns.contains("id") || columns.distinct.size != columns.size) {
       throw new CortadoConfigException(
         s"$owner: the tops read from an LMDB database (${columns.mkString(", ")}) need distinct " +
           "names other than 'id', the column of the records' keys")
     }
-    LmdbDataSource(name, source, sourceClass, data, label, LmdbSource.info(source, owner), owner)
-  }
-
-  /** The net text and its source name: the solver's `net`/`train_net` file, or `net_param`. */
-  private def netOf(solverFile: String, conf: Configuration): (String, String) = {
-    val solver = Prototxt.parse(readText(solverFile, conf))
-    solver.get("net").orElse(solver.get("train_net")) match {
-      case Some(path) =>
-        val p = new Path(path)
-        val resolved =
-          if (p.isAbsolute || HadoopFiles.exists(path, conf)) path
-          else new Path(new Path(solverFile).getParent, p).toString
-        (readText(resolved, conf), resolved)
-      case None =>
-        val embedded = solver.message("net_param").orElse(solver.message("train_net_param"))
-        (embedded.map(_.text).getOrElse {
-          throw new CortadoConfigException(s"$solverFile: the solver names no net")
-        }, solverFile)
-    }
-  }
-
-  private def readText(path: String, conf: Configuration): String =
-    new String(HadoopFiles.readBytes(path, conf), StandardCharsets.UTF_8)
-
-  private def inPhase(layer: Prototxt, phase: String): Boolean = {
-    val includes = layer.messages("include")
-    if (includes.nonEmpty) includes.exists(r => r.get("phase").forall(_ == phase))
-    else !layer.messages("exclude").exists(_.get("phase").contains(phase))
+    LmdbDataSource(layer.name, layer.source, layer.sourceClass, data, label,
+      LmdbSource.info(layer.source, owner), owner)
   }
 }

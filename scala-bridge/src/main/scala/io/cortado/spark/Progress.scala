@@ -22,9 +22,12 @@ sealed trait TrainingEvent extends Serializable {
 }
 
 /**
- * Every `display` iterations: the smoothed loss (Caffe's display), the learning rate of the
- * next iteration and the speed over the iterations since the last event (solver steps only:
- * test passes and snapshots are not counted).
+ * A display iteration of the native session (Caffe's cadence: iteration 0, every `display`
+ * iterations, and the closing one at max_iter): the smoothed loss (Caffe's display), the
+ * learning rate of this iteration's update (Caffe's `lr =` line) and the speed over the
+ * `iterations` since the previous display, in wall time as Caffe's log measures it (0 and no
+ * speed for the displays at iteration 0 and at the end, which count no iterations of their
+ * own). Images per second are iterations per second times the feed's batch size.
  */
 final case class IterationEvent(
     iteration: Int,

@@ -4,13 +4,13 @@ package io.cortado.api
 import org.scalatest.funsuite.AnyFunSuite
 
 import io.cortado.Arm.withResource
-import io.cortado.jni.NativeSolverSuite
+import io.cortado.jni.NativeTrainerSuite
 
 class SolverSuite extends AnyFunSuite {
 
   test("Solver: trains, tests, snapshots and restores") {
-    val solverText = NativeSolverSuite.Solver
-    val netText = Some(NativeSolverSuite.RegressionNet)
+    val solverText = NativeTrainerSuite.Solver
+    val netText = Some(NativeTrainerSuite.RegressionNet)
     val (snapshot, loss) = withResource(Solver(solverText, "solver.prototxt", netText)) { s =>
       val first = s.step(1)
       val later = s.step(20)
@@ -23,5 +23,21 @@ class SolverSuite extends AnyFunSuite {
       assert(s.iter === 21)
       assert(s.step(1) === loss)
     }
+  }
+
+  test("Solver: weights alone for fine-tuning, the learning rate; close is idempotent") {
+    val solverText = NativeTrainerSuite.Solver
+    val netText = Some(NativeTrainerSuite.RegressionNet)
+    val model = withResource(Solver(solverText, "solver.prototxt", netText)) { s =>
+      s.step(3)
+      s.snapshot("regression_iter_3.caffemodel").model
+    }
+    val s = Solver(solverText, "solver.prototxt", netText)
+    s.loadWeights(model)
+    assert(s.iter === 0)
+    assert(s.snapshot("w.caffemodel").model === model)
+    assert(s.learningRate === 0.05f)
+    s.close()
+    s.close()
   }
 }

@@ -9,7 +9,7 @@ import scala.util.Random
 import org.scalatest.funsuite.AnyFunSuite
 
 import io.cortado.CortadoIOException
-import io.cortado.jni.{NativeSolver, NativeFeedSuite}
+import io.cortado.jni.NativeFeedSuite
 
 class BatchFeederSuite extends AnyFunSuite {
   import NativeFeedSuite._
@@ -25,8 +25,9 @@ class BatchFeederSuite extends AnyFunSuite {
   }
 
   test("a net trains from a feeder thread and its loss falls") {
-    withSolver { solver =>
-      val feeder = new BatchFeeder(solver, "data")
+    withFeed { (solver, feed) =>
+      val feeder = new BatchFeeder(feed, "TRAIN/data")
+      assert(feeder.layer === "TRAIN/data")
       assert(feeder.batchSize === BatchSize)
       assert(feeder.sampleSizes === Seq(4, 1))
       // 41 whole batches and a partial one, which is not pushed.
@@ -35,23 +36,31 @@ class BatchFeederSuite extends AnyFunSuite {
         feeder.close()
         n
       }
-      val first = NativeSolver.step(solver, 1)
-      val later = NativeSolver.step(solver, 40)
+      val first = step(solver, 1)
+      val later = step(solver, 40)
       assert(Await.result(pushed, 60.seconds) === 41)
+      assert(feeder.pushed === 41L)
       assert(later < first / 3, s"loss $first -> $later")
       // Every whole batch was used: the next step finds the end of the data.
-      val e = intercept[CortadoIOException](NativeSolver.step(solver, 1))
+      val e = intercept[CortadoIOException](step(solver, 1))
       assert(e.getMessage.contains("end of data"))
     }
   }
 
   test("rows of the wrong shape are rejected before anything is pushed") {
-    withSolver { solver =>
-      val feeder = new BatchFeeder(solver, "data")
+    withFeed { (_, feed) =>
+      val feeder = new BatchFeeder(feed, "TRAIN/data")
       val e = intercept[IllegalArgumentException] {
         feeder.feed(Iterator(Array(Array(1f, 2f, 3f), Array(0f))))
       }
-      assert(e.getMessage.contains("top 'data' needs 4 floats per sample, got 3"))
+      assert(e.getMessage.contains(
+        "feed layer 'TRAIN/data': top 'data' needs 4 floats per sample, got 3"), e.getMessage)
+      val unnamed = intercept[IllegalArgumentException] {
+        new BatchFeeder(feed).feed(Iterator(Array(Array(1f, 2f, 3f, 4f))))
+      }
+      assert(unnamed.getMessage.contains("feed: a row needs 2 tops (data, label), got 1"),
+        unnamed.getMessage)
+      assert(feeder.pushed === 0L)
     }
   }
 }

@@ -10,8 +10,7 @@ import scala.concurrent.duration._
 
 import org.scalatest.funsuite.AnyFunSuite
 
-import io.cortado.{CortadoCommException, CortadoConfigException, CortadoException,
-  CortadoIOException}
+import io.cortado.{CortadoCommException, CortadoConfigException, CortadoIOException}
 
 object NativeFeedSuite {
 
@@ -41,11 +40,20 @@ object NativeFeedSuite {
       |type: "SGD"
       |""".stripMargin
 
-  def withSolver[T](body: Long => T): T = {
-    val handle = NativeSolver.create(Solver, "solver.prototxt", FeedNet, "feed.prototxt", -1)
-    try body(handle)
-    finally NativeSolver.dispose(handle)
+  /** A session of FeedNet on the CPU and the feed of its TRAIN layer; both freed after. */
+  def withFeed[T](body: (Long, Long) => T): T = {
+    val handle = NativeTrainer.create(Solver, "solver.prototxt", FeedNet, "feed.prototxt",
+      Array(-1), -1, -1, null, false)
+    try {
+      val feed = NativeTrainer.feed(handle, 0, "data")
+      try body(handle, feed)
+      finally NativeFeed.dispose(feed)
+    } finally NativeTrainer.dispose(handle)
   }
+
+  /** Runs `iterations` iterations, reporting nothing; returns the smoothed loss. */
+  def step(handle: Long, iterations: Int): Float =
+    NativeTrainerSuite.step(handle, iterations)
 
   def floats(n: Int, value: Float = 0f): ByteBuffer = {
     val buffer = ByteBuffer.allocateDirect(4 * n).order(ByteOrder.nativeOrder())
@@ -61,19 +69,29 @@ object NativeFeedSuite {
 class NativeFeedSuite extends AnyFunSuite {
   import NativeFeedSuite._
 
-  test("a solver lists its feed layers and their tops") {
-    withSolver { solver =>
-      assert(NativeFeed.layers(solver).toSeq === Seq("TRAIN/data"))
-      assert(NativeFeed.topNames(solver, "data").toSeq === Seq("data", "label"))
-      assert(NativeFeed.topShape(solver, "data", 0).toSeq === Seq(BatchSize, 4))
-      assert(NativeFeed.topShape(solver, "TRAIN/data", 1).toSeq === Seq(BatchSize))
+  test("a session lists its feed layers; a feed gives its tops") {
+    withFeed { (handle, feed) =>
+      assert(NativeTrainer.feedLayers(handle, 0).toSeq === Seq("TRAIN/data"))
+      assert(NativeFeed.topNames(feed).toSeq === Seq("data", "label"))
+      assert(NativeFeed.topShape(feed, 0).toSeq === Seq(BatchSize, 4))
+      assert(NativeFeed.topShape(feed, 1).toSeq === Seq(BatchSize))
+      assert(NativeFeed.pushed(feed) === 0L)
+      // A phase-qualified name gives the same queue.
+      val same = NativeTrainer.feed(handle, 0, "TRAIN/data")
+      try {
+        NativeFeed.push(same, batch())
+        assert(NativeFeed.pushed(feed) === 1L)
+      } finally NativeFeed.dispose(same)
     }
   }
 
   test("pushed batches are what the net sees") {
     val handle = NativeNet.create(FeedNet, "feed.prototxt", 1, -1, 1701L)
     try {
-      NativeFeed.push(handle, "data", batch(0.25f))
+      assert(NativeNet.feedLayers(handle).toSeq === Seq("TEST/data"))
+      val feed = NativeNet.feed(handle, "data")
+      try NativeFeed.push(feed, batch(0.25f))
+      finally NativeFeed.dispose(feed)
       NativeNet.forward(handle)
       val out = ByteBuffer.allocateDirect(4 * BatchSize * 4).order(ByteOrder.nativeOrder())
       assert(NativeNet.copyBlobData(handle, "data", out) === BatchSize * 4)
@@ -82,68 +100,76 @@ class NativeFeedSuite extends AnyFunSuite {
   }
 
   test("a wrongly sized batch throws with the native message") {
-    withSolver { solver =>
+    withFeed { (_, feed) =>
       val e = intercept[CortadoConfigException] {
-        NativeFeed.push(solver, "data", Array(floats((BatchSize - 1) * 4), floats(BatchSize)))
+        NativeFeed.push(feed, Array(floats((BatchSize - 1) * 4), floats(BatchSize)))
       }
       assert(e.getMessage ===
         "layer 'data' (CoSData): top 'data' needs a batch of shape 8 4 (32), got 7 4 (28)")
       val tops = intercept[CortadoConfigException] {
-        NativeFeed.push(solver, "data", Array(floats(BatchSize * 4)))
+        NativeFeed.push(feed, Array(floats(BatchSize * 4)))
       }
       assert(tops.getMessage.contains("needs 2 tops (data, label), got 1"))
       val heap = intercept[CortadoConfigException] {
-        NativeFeed.push(solver, "data", Array(ByteBuffer.allocate(4 * BatchSize * 4),
-          floats(BatchSize)))
+        NativeFeed.push(feed, Array(ByteBuffer.allocate(4 * BatchSize * 4), floats(BatchSize)))
       }
       assert(heap.getMessage.contains("tops[0]"))
-      intercept[CortadoConfigException](NativeFeed.push(solver, "data", null))
-      val unknown = intercept[CortadoIOException](NativeFeed.push(solver, "images", batch()))
-      assert(unknown.getMessage.contains("no feed layer 'images'"))
-      assert(unknown.getMessage.contains("feed layers: TRAIN/data"))
+      intercept[CortadoConfigException](NativeFeed.push(feed, null))
+      assert(NativeFeed.pushed(feed) === 0L)
     }
   }
 
-  test("a zero or disposed handle throws") {
-    intercept[CortadoConfigException](NativeFeed.push(0L, "data", batch()))
-    val handle = NativeSolver.create(Solver, "solver.prototxt", FeedNet, "feed.prototxt", -1)
-    NativeSolver.dispose(handle)
-    val e = intercept[CortadoConfigException](NativeFeed.layers(handle))
-    assert(e.getMessage.contains("not a live NativeNet or NativeSolver handle"))
+  test("an unknown layer or a zero handle throws") {
+    intercept[CortadoConfigException](NativeFeed.push(0L, batch()))
+    val handle = NativeNet.create(FeedNet, "feed.prototxt", 1, -1, 1701L)
+    try {
+      val unknown = intercept[CortadoIOException](NativeNet.feed(handle, "images"))
+      assert(unknown.getMessage.contains("no feed layer 'images'"), unknown.getMessage)
+      assert(unknown.getMessage.contains("TEST/data"), unknown.getMessage)
+    } finally NativeNet.dispose(handle)
+    val e = intercept[CortadoConfigException](NativeTrainer.feed(0L, 0, "data"))
+    assert(e.getMessage.contains("null handle"), e.getMessage)
   }
 
-  test("close unblocks a waiting solver after the queued batches") {
-    withSolver { solver =>
-      NativeFeed.push(solver, "data", batch())
-      assert(!NativeSolver.step(solver, 1).isNaN)
-      val step = Future(NativeSolver.step(solver, 1))
+  test("close unblocks a waiting session after the queued batches") {
+    withFeed { (handle, feed) =>
+      NativeFeed.push(feed, batch())
+      assert(!step(handle, 1).isNaN)
+      val next = Future(step(handle, 1))
       // The step waits for data ...
-      intercept[TimeoutException](Await.ready(step, 200.millis))
-      NativeFeed.close(solver, "data")
+      intercept[TimeoutException](Await.ready(next, 200.millis))
+      NativeFeed.close(feed)
       // ... and fails once the feed is closed.
-      val e = intercept[CortadoIOException](Await.result(step, 30.seconds))
+      val e = intercept[CortadoIOException](Await.result(next, 30.seconds))
       assert(e.getMessage.contains("layer 'data' (CoSData): end of data"))
-      intercept[CortadoCommException](NativeFeed.push(solver, "data", batch()))
+      intercept[CortadoCommException](NativeFeed.push(feed, batch()))
     }
   }
 
-  test("abort unblocks a waiting solver with the reason") {
-    withSolver { solver =>
-      val step = Future(NativeSolver.step(solver, 1))
-      intercept[TimeoutException](Await.ready(step, 200.millis))
-      NativeFeed.abort(solver, "data", "task 3 was killed")
-      val e = intercept[CortadoCommException](Await.result(step, 30.seconds))
+  test("abort unblocks a waiting session with the reason") {
+    withFeed { (handle, feed) =>
+      val next = Future(step(handle, 1))
+      intercept[TimeoutException](Await.ready(next, 200.millis))
+      NativeFeed.abort(feed, "task 3 was killed")
+      val e = intercept[CortadoCommException](Await.result(next, 30.seconds))
       assert(e.getMessage.contains("task 3 was killed"))
     }
   }
 
-  test("a full feed blocks the pusher until the solver is disposed") {
-    val handle = NativeSolver.create(Solver, "solver.prototxt", FeedNet, "feed.prototxt", -1)
-    val pusher = Future {
-      while (true) NativeFeed.push(handle, "data", batch())
-    }
-    intercept[TimeoutException](Await.ready(pusher, 200.millis))
-    NativeSolver.dispose(handle)
-    intercept[CortadoException](Await.result(pusher, 30.seconds))
+  test("a full feed blocks the pusher until the session is disposed; the handle outlives it") {
+    val handle = NativeTrainer.create(Solver, "solver.prototxt", FeedNet, "feed.prototxt",
+      Array(-1), -1, -1, null, false)
+    val feed = NativeTrainer.feed(handle, 0, "data")
+    try {
+      val pusher = Future {
+        while (true) NativeFeed.push(feed, batch())
+      }
+      intercept[TimeoutException](Await.ready(pusher, 200.millis))
+      NativeTrainer.dispose(handle)
+      intercept[CortadoCommException](Await.result(pusher, 30.seconds))
+      // The feed handle stays usable: pushes throw, the count remains.
+      intercept[CortadoCommException](NativeFeed.push(feed, batch()))
+      assert(NativeFeed.pushed(feed) > 0L)
+    } finally NativeFeed.dispose(feed)
   }
 }

@@ -159,6 +159,17 @@ class NativeNetSuite extends AnyFunSuite {
     withNet(TinyNet)(net => assert(forwardIp(net, Seq(0f, 0f, 0f)) === Seq(1f, 1f)))
   }
 
+  test("a net's feed layers, qualified by phase, and their feeds") {
+    withNet(TinyNet)(net => assert(NativeNet.feedLayers(net).isEmpty))
+    withNet(NativeFeedSuite.FeedNet, phase = NativeNet.TRAIN) { net =>
+      assert(NativeNet.feedLayers(net).toSeq === Seq("TRAIN/data"))
+      val feed = NativeNet.feed(net, "TRAIN/data")
+      try assert(NativeFeed.topShape(feed, 0).toSeq === Seq(NativeFeedSuite.BatchSize, 4))
+      finally NativeFeed.dispose(feed)
+      intercept[CortadoIOException](NativeNet.feed(net, "TEST/data"))
+    }
+  }
+
   test("misuse of buffers, blobs and handles throws, never crashes") {
     withNet(TinyNet) { net =>
       val small = ByteBuffer.allocateDirect(8).order(ByteOrder.nativeOrder())

@@ -90,6 +90,8 @@ class CortadoSuite extends AnyFunSuite with PerTest {
       // No temporary file is left: it was renamed (Hadoop's local file system adds a .crc).
       val names = Files.list(dir.resolve("out")).iterator().asScala.map(_.getFileName.toString)
       assert(names.filterNot(_.endsWith(".crc")).toSeq === Seq("tiny.caffemodel"))
+      // The solver sets no snapshot interval: no snapshot, not even snapshot_after_train's.
+      assert(!Files.list(dir).iterator().asScala.exists(_.getFileName.toString.contains("_iter_")))
 
       val metrics = cortado.test(separable(100, seed = 11), config)
       assert(metrics.keySet === Set("accuracy", "loss"))

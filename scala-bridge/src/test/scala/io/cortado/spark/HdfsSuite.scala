@@ -5,6 +5,9 @@ import java.io.File
 import java.nio.charset.StandardCharsets
 import java.nio.file.{Files, Path => JPath}
 import java.util.Comparator
+import java.util.concurrent.ConcurrentLinkedQueue
+
+import scala.collection.JavaConverters._
 
 import org.apache.hadoop.conf.Configuration
 import org.apache.hadoop.fs.Path
@@ -15,7 +18,7 @@ import org.scalatest.funsuite.AnyFunSuite
 
 import io.cortado.Arm.withResource
 import io.cortado.api.Solver
-import io.cortado.jni.NativeSolverSuite
+import io.cortado.jni.NativeTrainerSuite
 import io.cortado.storage.{HadoopFiles, Snapshots}
 
 /**
@@ -111,7 +114,7 @@ class HdfsSuite extends AnyFunSuite with BeforeAndAfterAll with PerTest {
   test("Snapshots on hdfs: written with Caffe's names, the latest found, a solver resumed") {
     val prefix = s"$uri/storage/regression"
     def newSolver(): Solver =
-      Solver(NativeSolverSuite.Solver, "solver.prototxt", Some(NativeSolverSuite.RegressionNet))
+      Solver(NativeTrainerSuite.Solver, "solver.prototxt", Some(NativeTrainerSuite.RegressionNet))
     assert(Snapshots.latest(prefix, dfsConf) === None)
     val expected = withResource(newSolver()) { solver =>
       solver.step(5)
@@ -148,12 +151,23 @@ class HdfsSuite extends AnyFunSuite with BeforeAndAfterAll with PerTest {
     assert(trainDF.inputFiles.forall(_.startsWith(s"$uri/")), trainDF.inputFiles.toSeq)
 
     val cortado = new Cortado(ss)
+    val logged = new ConcurrentLinkedQueue[String]()
+    val listener: ProgressListener = {
+      case LogEvent(text) => logged.add(text)
+      case _ =>
+    }
+    cortado.addProgressListener(listener)
     val model = s"$base/out/tiny.caffemodel"
     val config = Config(solver, model = model)
     assert(cortado.train(trainDF, config) === model)
+    cortado.removeProgressListener(listener)
     val snapshots = s"$base/snapshots"
     assert(snapshotIters(snapshots, "tiny") === both(100, 200, 300))
     val prefix = s"$snapshots/tiny"
+    // Caffe's lines for each snapshot the session took, naming the files on HDFS.
+    assert(logged.asScala.toSeq.filter(_.startsWith("Snapshotting")) === Seq(100, 200, 300)
+      .flatMap(i => Seq(s"Snapshotting to binary proto file ${prefix}_iter_$i.caffemodel",
+        s"Snapshotting solver state to binary proto file ${prefix}_iter_$i.solverstate")))
     assert(Snapshots.latest(prefix, dfsConf).map(_.iter) === Some(300))
     val before = Seq(100, 200, 300).map(i => i -> modificationTime(s"${prefix}_iter_$i.solverstate"))
 

@@ -53,22 +53,26 @@ class TrainWithValidationSuite extends AnyFunSuite with PerTest {
     assert(tests.map(_._1.iteration) === Seq(0, 20, 40, 60, 80, 100))
     assert(tests.forall(_._2), "a test pass arrived after the job had ended")
     assert(tests.map(_._1.outputs.map(_._2)) === rows.map(r => Seq(r.getDouble(1), r.getDouble(2))))
+    // Caffe's displays: at 0, every 25 iterations, and the closing one at max_iter (which
+    // counts no iterations of its own).
     val iterations = events.collect { case (i: IterationEvent, live) => (i, live) }
-    assert(iterations.map(_._1.iteration) === Seq(25, 50, 75, 100))
+    assert(iterations.map(_._1.iteration) === Seq(0, 25, 50, 75, 100))
     assert(iterations.forall(_._2))
     iterations.map(_._1).foreach { i =>
       assert(i.learningRate === 0.1f)
+      assert(i.logLines.head.startsWith("Iteration " + i.iteration + " ("), i.logLines)
+      assert(i.logLines.last === s"Iteration ${i.iteration}, lr = 0.1")
+    }
+    iterations.map(_._1).filter(i => i.iteration % 100 != 0).foreach { i =>
       assert(i.iterations === 25)
       assert(i.iterationsPerSecond > 0)
       assert(math.abs(i.imagesPerSecond - 8 * i.iterationsPerSecond) < 1e-6 * i.imagesPerSecond)
-      assert(i.logLines.head.startsWith("Iteration " + i.iteration + " ("), i.logLines)
-      assert(i.logLines.last === s"Iteration ${i.iteration}, lr = 0.1")
     }
     val ordered = events.map(_._1).collect {
       case i: IterationEvent => ("iter", i.iteration)
       case t: TestEvent => ("test", t.iteration)
     }
-    assert(ordered.take(3) === Seq(("test", 0), ("test", 20), ("iter", 25)))
+    assert(ordered.take(4) === Seq(("test", 0), ("iter", 0), ("test", 20), ("iter", 25)))
     val done = events.collect { case (LogEvent(text), _) => text }
     assert(done.last === "Optimization Done.")
     assert(done.exists(_.matches("Trained 100 iterations in .* ms/iter, .* images/s")), done)
@@ -79,9 +83,10 @@ class TrainWithValidationSuite extends AnyFunSuite with PerTest {
       "lr_policy: \"step\" gamma: 0.5 stepsize: 50")
     val (_, events) = trainAndRecord(ss, solver)
     val rates = events.collect { case (i: IterationEvent, _) => i.iteration -> i.learningRate }
-    // The rate of the next iteration: 0.1 before 50, 0.05 from 50, 0.025 from 100.
-    assert(rates.map(_._1) === Seq(25, 50, 75, 100))
-    rates.map(_._2).zip(Seq(0.1, 0.05, 0.05, 0.025)).foreach { case (got, want) =>
+    // The rate of the displayed iteration's update, as Caffe logs it: 0.1 before 50, 0.05 from
+    // 50; the closing display repeats the last update's.
+    assert(rates.map(_._1) === Seq(0, 25, 50, 75, 100))
+    rates.map(_._2).zip(Seq(0.1, 0.1, 0.05, 0.05, 0.05)).foreach { case (got, want) =>
       assert(math.abs(got - want) < 1e-7, rates)
     }
   }

@@ -7,14 +7,14 @@ import org.scalatest.funsuite.AnyFunSuite
 import io.cortado.Arm.withResource
 import io.cortado.TestDirs.withTempDir
 import io.cortado.api.Solver
-import io.cortado.jni.NativeSolverSuite
+import io.cortado.jni.NativeTrainerSuite
 
 class SnapshotsSuite extends AnyFunSuite {
 
   private val conf = new Configuration()
 
   private def newSolver(): Solver =
-    Solver(NativeSolverSuite.Solver, "solver.prototxt", Some(NativeSolverSuite.RegressionNet))
+    Solver(NativeTrainerSuite.Solver, "solver.prototxt", Some(NativeTrainerSuite.RegressionNet))
 
   test("snapshots are written with Caffe's names, the latest is found, and a run resumes") {
     withTempDir("cortado-snapshots") { dir =>

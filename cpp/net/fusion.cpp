@@ -1,0 +1,69 @@
+// SPDX-License-Identifier: Apache-2.0
+// The fusion pass of a Net (net.hpp): BatchNorm + Scale (+ ReLU) chains and Eltwise SUM + ReLU
+// pairs computed by their first layer.
+#include <string>
+
+#include "layers/batch_norm_layer.hpp"
+#include "layers/eltwise_layer.hpp"
+#include "layers/scale_layer.hpp"
+#include "net/net.hpp"
+
+namespace cortado {
+
+bool Net::FusableInPlace(int i, int blob, const char* type) const {
+  return i < static_cast<int>(layers_.size()) && std::string(layers_[i]->type()) == type &&
+         bottom_ids_[i].size() == 1 && top_ids_[i].size() == 1 && bottom_ids_[i][0] == blob &&
+         top_ids_[i][0] == blob && layers_[i]->layer_param().propagate_down_size() == 0 &&
+         layers_[i]->loss(0) == 0.0f && layers_[i]->fused_into() == nullptr;
+}
+
+int Net::FuseBatchNormChains() {
+  const int num_layers = static_cast<int>(layers_.size());
+  auto in_place_on = [&](int i, int blob, const char* type) {
+    return FusableInPlace(i, blob, type);
+  };
+  int fused = 0;
+  for (int i = 0; i < num_layers; ++i) {
+    if (top_ids_[i].size() != 1) continue;
+    const int blob = top_ids_[i][0];
+    if (!in_place_on(i, blob, "BatchNorm") || !in_place_on(i + 1, blob, "Scale")) continue;
+    auto* scale = dynamic_cast<ScaleLayer*>(layers_[i + 1].get());
+    if (scale == nullptr || !scale->ScalesChannels()) continue;
+    const bool relu = in_place_on(i + 2, blob, "ReLU") &&
+                      layers_[i + 2]->layer_param().relu_param().negative_slope() >= 0.0f;
+    auto* bn = static_cast<BatchNormLayer*>(layers_[i].get());
+    bn->FuseScale(scale, layer_need_backward_[i + 1], relu,
+                  relu ? layers_[i + 2]->layer_param().relu_param().negative_slope() : 0.0f);
+    scale->set_fused_into(bn);
+    bool need_backward = layer_need_backward_[i] || layer_need_backward_[i + 1];
+    if (relu) {
+      layers_[i + 2]->set_fused_into(bn);
+      need_backward = need_backward || layer_need_backward_[i + 2];
+    }
+    layer_need_backward_[i] = need_backward;
+    ++fused;
+  }
+  return fused;
+}
+
+int Net::FuseEltwiseRelus() {
+  int fused = 0;
+  for (size_t i = 0; i + 1 < layers_.size(); ++i) {
+    if (std::string(layers_[i]->type()) != "Eltwise" || top_ids_[i].size() != 1) continue;
+    if (layers_[i]->layer_param().eltwise_param().operation() != caffe::EltwiseParameter::SUM ||
+        layers_[i]->loss(0) != 0.0f) {
+      continue;
+    }
+    const int next = static_cast<int>(i) + 1;
+    if (!FusableInPlace(next, top_ids_[i][0], "ReLU")) continue;
+    const float slope = layers_[next]->layer_param().relu_param().negative_slope();
+    if (slope < 0.0f) continue;
+    static_cast<EltwiseLayer*>(layers_[i].get())->FuseRelu(slope);
+    layers_[next]->set_fused_into(layers_[i].get());
+    layer_need_backward_[i] = layer_need_backward_[i] || layer_need_backward_[next];
+    ++fused;
+  }
+  return fused;
+}
+
+}  // namespace cortado

@@ -1,0 +1,285 @@
+// SPDX-License-Identifier: Apache-2.0
+// The memory layout of a Net (net.hpp): the training memory plan (ShareDiffBuffers,
+// ShareDataBuffers) and the learnable parameters' gradients in one buffer (flat_diff).
+#include <algorithm>
+#include <cstring>
+#include <map>
+#include <set>
+
+#include "core/logging.hpp"
+#include "net/net.hpp"
+
+namespace cortado {
+namespace {
+
+// Blobs that already share one buffer (a Split's tops share their bottom's data; Flatten,
+// Reshape and the like alias their top's data and diff to their bottom's) are planned as one
+// group. `buffer_of` picks the data or the diff buffer.
+struct BufferGroups {
+  std::vector<int> of_blob;                   // group of each blob
+  std::vector<std::vector<Tensor*>> tensors;  // blobs of each group
+  std::vector<size_t> bytes;                  // the largest blob of each group
+};
+
+template <typename BufferOf>
+BufferGroups GroupBlobs(const std::vector<std::shared_ptr<Tensor>>& blobs, BufferOf buffer_of) {
+  BufferGroups groups;
+  std::map<const SyncedMemory*, int> group_of_buffer;
+  for (const auto& blob : blobs) {
+    const auto [it, added] =
+        group_of_buffer.emplace(buffer_of(*blob), static_cast<int>(groups.tensors.size()));
+    if (added) {
+      groups.tensors.emplace_back();
+      groups.bytes.push_back(0);
+    }
+    groups.of_blob.push_back(it->second);
+    groups.tensors[it->second].push_back(blob.get());
+    groups.bytes[it->second] =
+        std::max(groups.bytes[it->second], sizeof(float) * static_cast<size_t>(blob->count()));
+  }
+  return groups;
+}
+
+// Which layers of a pass touch each group's buffer: the first and last (layer indices, in the
+// pass's order) and whether every touch by the first one only writes it.
+struct Touches {
+  explicit Touches(int num_groups)
+      : first(num_groups, -1), last(num_groups, -1), first_writes(num_groups, false) {}
+  void Touch(int group, int layer, bool writes) {
+    if (first[group] < 0) {
+      first[group] = layer;
+      first_writes[group] = writes;
+    } else if (first[group] == layer) {
+      first_writes[group] = first_writes[group] && writes;
+    }
+    last[group] = layer;
+  }
+  std::vector<int> first, last;
+  std::vector<bool> first_writes;
+};
+
+// A group's use of its buffer: from step `start` to step `end` (inclusive) of a pass.
+struct Lifetime {
+  int group;
+  int start;
+  int end;
+};
+
+// Packs lifetimes into as few bytes of buffers as a greedy pass finds: in order of start, each
+// takes a buffer whose last user ended strictly before it starts (two groups never meet in one
+// layer's step), the smallest that fits, else the largest free one grown, else a new one.
+// Gives each group of `groups` that has a lifetime its buffer and returns the bytes saved;
+// `what` ("gradients") names them in the debug log of net `net`.
+size_t PackBuffers(std::vector<Lifetime> lifetimes, const BufferGroups& groups,
+                   void (Tensor::*use)(std::shared_ptr<SyncedMemory>), const std::string& net,
+                   const char* what) {
+  std::stable_sort(lifetimes.begin(), lifetimes.end(),
+                   [](const Lifetime& a, const Lifetime& b) { return a.start < b.start; });
+  struct Buffer {
+    size_t bytes = 0;
+    int busy_until = 0;
+    std::vector<int> groups;
+  };
+  std::vector<Buffer> buffers;
+  size_t separate = 0;
+  for (const Lifetime& life : lifetimes) {
+    const size_t bytes = groups.bytes[life.group];
+    separate += bytes;
+    Buffer* best = nullptr;
+    for (Buffer& buffer : buffers) {
+      if (buffer.busy_until >= life.start) continue;
+      const bool fits = buffer.bytes >= bytes;
+      if (best == nullptr || (fits && (best->bytes < bytes || buffer.bytes < best->bytes)) ||
+          (!fits && best->bytes < bytes && buffer.bytes > best->bytes)) {
+        best = &buffer;
+      }
+    }
+    if (best == nullptr) {
+      buffers.emplace_back();
+      best = &buffers.back();
+    }
+    best->bytes = std::max(best->bytes, bytes);
+    best->busy_until = life.end;
+    best->groups.push_back(life.group);
+  }
+  size_t shared = 0;
+  for (const Buffer& buffer : buffers) {
+    auto memory = std::make_shared<SyncedMemory>(buffer.bytes);
+    for (int g : buffer.groups) {
+      for (Tensor* t : groups.tensors[g]) (t->*use)(memory);
+    }
+    shared += buffer.bytes;
+  }
+  CORTADO_LOG_DEBUG("net '{}': {} blobs' {} in {} MiB instead of {} MiB", net, lifetimes.size(),
+                    what, shared >> 20, separate >> 20);
+  return separate - shared;
+}
+
+}  // namespace
+
+std::vector<bool> Net::BlobsOutsideThePlan(const std::vector<int>& group_of_blob,
+                                           int num_groups) const {
+  // The net's inputs and outputs (what callers read and write), losses (their diffs hold the
+  // loss weights) and the tops of layers without bottoms (data layers, filled from outside).
+  std::vector<bool> excluded(num_groups, false);
+  const std::set<const Tensor*> inputs(input_blobs_.begin(), input_blobs_.end());
+  for (size_t blob = 0; blob < blobs_.size(); ++blob) {
+    if (inputs.count(blobs_[blob].get()) || blobs_[blob]->count() == 0 ||
+        (blob < blob_loss_weights_.size() && blob_loss_weights_[blob] != 0.0f)) {
+      excluded[group_of_blob[blob]] = true;
+    }
+  }
+  for (int blob : output_blob_indices_) excluded[group_of_blob[blob]] = true;
+  for (size_t i = 0; i < layers_.size(); ++i) {
+    if (bottom_ids_[i].empty()) {
+      for (int blob : top_ids_[i]) excluded[group_of_blob[blob]] = true;
+    }
+  }
+  return excluded;
+}
+
+size_t Net::ShareDiffBuffers() {
+  const int num_layers = static_cast<int>(layers_.size());
+  const BufferGroups groups = GroupBlobs(blobs_, [](const Tensor& t) { return t.diff().get(); });
+  const int num_groups = static_cast<int>(groups.tensors.size());
+  // For each group, the highest and lowest index of the backward-running layers that touch its
+  // diff (as a top, or as a bottom), and whether all touches at the highest one overwrite it
+  // without reading it (a bottom it propagates to, and not one of its tops).
+  Touches touches(num_groups);
+  for (int i = num_layers - 1; i >= 0; --i) {
+    if (!layer_need_backward_[i]) continue;
+    const auto& tops = top_ids_[i];
+    for (int blob : tops) touches.Touch(groups.of_blob[blob], i, false);
+    for (size_t b = 0; b < bottom_ids_[i].size(); ++b) {
+      const int blob = bottom_ids_[i][b];
+      const bool in_place = std::find(tops.begin(), tops.end(), blob) != tops.end();
+      touches.Touch(groups.of_blob[blob], i, bottom_need_backward_[i][b] && !in_place);
+    }
+  }
+  const std::vector<int>& first = touches.first;
+  const std::vector<int>& last = touches.last;
+  const std::vector<bool> excluded = BlobsOutsideThePlan(groups.of_blob, num_groups);
+  // Backward runs from the last layer down: step num_layers - 1 - i is layer i's.
+  std::vector<Lifetime> lifetimes;
+  for (int g = 0; g < num_groups; ++g) {
+    if (first[g] >= 0 && touches.first_writes[g] && last[g] < first[g] && !excluded[g]) {
+      lifetimes.push_back({g, num_layers - 1 - first[g], num_layers - 1 - last[g]});
+    }
+  }
+  return PackBuffers(lifetimes, groups, &Tensor::UseDiffBuffer, name_, "gradients");
+}
+
+size_t Net::ShareDataBuffers(const std::vector<std::string>& keep) {
+  const int num_layers = static_cast<int>(layers_.size());
+  const BufferGroups groups = GroupBlobs(blobs_, [](const Tensor& t) { return t.data().get(); });
+  const int num_groups = static_cast<int>(groups.tensors.size());
+  // For each group: the first and last layer whose Forward touches its data, whether the first
+  // one only writes it (a top, not also a bottom), and whether some Backward reads it. Fused
+  // layers do nothing themselves and are skipped.
+  Touches touches(num_groups);
+  std::vector<bool> backward_reads(num_groups, false);
+  for (int i = 0; i < num_layers; ++i) {
+    const Layer& layer = *layers_[i];
+    if (layer.fused_into() != nullptr) continue;
+    auto touch = [&](int g, bool writes, bool read_by_backward) {
+      touches.Touch(g, i, writes);
+      backward_reads[g] = backward_reads[g] || (layer_need_backward_[i] && read_by_backward);
+    };
+    const auto& bottoms = bottom_ids_[i];
+    for (size_t b = 0; b < bottoms.size(); ++b) {
+      touch(groups.of_blob[bottoms[b]], false, layer.BackwardReadsBottomData(static_cast<int>(b)));
+    }
+    for (size_t t = 0; t < top_ids_[i].size(); ++t) {
+      const int blob = top_ids_[i][t];
+      const bool in_place = std::find(bottoms.begin(), bottoms.end(), blob) != bottoms.end();
+      touch(groups.of_blob[blob], !in_place, layer.BackwardReadsTopData(static_cast<int>(t)));
+    }
+  }
+  std::vector<bool> excluded = BlobsOutsideThePlan(groups.of_blob, num_groups);
+  for (const std::string& name : keep) {
+    blob_by_name(name);  // throws kNotFound naming it
+    excluded[groups.of_blob[blob_index_.at(name)]] = true;
+  }
+  // Only data that Backward never reads can give its buffer away once Forward is past it.
+  std::vector<Lifetime> lifetimes;
+  for (int g = 0; g < num_groups; ++g) {
+    if (touches.first[g] >= 0 && touches.first_writes[g] && !backward_reads[g] && !excluded[g]) {
+      lifetimes.push_back({g, touches.first[g], touches.last[g]});
+    }
+  }
+  return PackBuffers(lifetimes, groups, &Tensor::UseDataBuffer, name_, "data");
+}
+
+void Net::FlattenParamDiffs() {
+  flat_diff_.reset();
+  flat_diff_views_.clear();
+  learnable_param_offsets_.clear();
+  size_t end = 0;
+  for (Tensor* param : learnable_params_) {
+    const size_t offset = (end + kFlatDiffAlignment - 1) / kFlatDiffAlignment * kFlatDiffAlignment;
+    learnable_param_offsets_.push_back(offset);
+    end = offset + static_cast<size_t>(param->count());
+  }
+  flat_diff_count_ = end;
+  if (flat_diff_count_ == 0) return;  // nothing to lay out
+  flat_diff_ = std::make_shared<SyncedMemory>(sizeof(float) * flat_diff_count_);
+  for (size_t i = 0; i < learnable_params_.size(); ++i) {
+    Tensor* param = learnable_params_[i];
+    const size_t bytes = sizeof(float) * static_cast<size_t>(param->count());
+    auto view = std::make_shared<SyncedMemory>(flat_diff_,
+                                               sizeof(float) * learnable_param_offsets_[i], bytes);
+    // Gradients are zero until the first Backward, but keep whatever a layer already wrote.
+    const std::shared_ptr<SyncedMemory>& old = param->diff();
+    if (old != nullptr && old->head() != SyncedMemory::Head::kUninitialized && bytes > 0) {
+      std::memcpy(view->mutable_host_data(), old->host_data(), bytes);
+    }
+    param->UseDiffBuffer(view);
+    flat_diff_views_.push_back(std::move(view));
+  }
+  // Shared parameters took their owner's diff when they were appended: take the view instead.
+  for (size_t i = 0; i < params_.size(); ++i) {
+    if (param_owners_[i] >= 0) params_[i]->ShareDiff(*params_[param_owners_[i]]);
+  }
+}
+
+bool Net::FlatDiffIntact() const {
+  for (size_t i = 0; i < flat_diff_views_.size(); ++i) {
+    if (learnable_params_[i]->diff() != flat_diff_views_[i]) return false;
+  }
+  return true;
+}
+
+void Net::CheckFlatDiff() const {
+  for (size_t i = 0; i < flat_diff_views_.size(); ++i) {
+    CORTADO_CHECK(learnable_params_[i]->diff() == flat_diff_views_[i],
+                  "net '{}': the gradient of learnable parameter {} ({}) no longer lives in the "
+                  "flat gradient buffer (was it reshaped?)",
+                  name_, i, param_display_names_[learnable_param_ids_[i]]);
+  }
+}
+
+const float* Net::flat_cpu_diff() const {
+  if (flat_diff_ == nullptr) return nullptr;
+  CheckFlatDiff();
+  return static_cast<const float*>(flat_diff_->host_data());
+}
+
+float* Net::mutable_flat_cpu_diff() {
+  if (flat_diff_ == nullptr) return nullptr;
+  CheckFlatDiff();
+  return static_cast<float*>(flat_diff_->mutable_host_data());
+}
+
+const float* Net::flat_gpu_diff() const {
+  if (flat_diff_ == nullptr) return nullptr;
+  CheckFlatDiff();
+  return static_cast<const float*>(flat_diff_->device_data());
+}
+
+float* Net::mutable_flat_gpu_diff() {
+  if (flat_diff_ == nullptr) return nullptr;
+  CheckFlatDiff();
+  return static_cast<float*>(flat_diff_->mutable_device_data());
+}
+
+}  // namespace cortado

@@ -1,0 +1,25 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "net/net_options.hpp"
+
+#include <cstdlib>
+#include <cstring>
+
+namespace cortado {
+namespace {
+
+// False when the variable is set to exactly "0".
+bool NotZero(const char* name) {
+  const char* value = std::getenv(name);
+  return value == nullptr || std::strcmp(value, "0") != 0;
+}
+
+}  // namespace
+
+NetOptions NetOptionsFromEnvironment() {
+  NetOptions options;
+  options.fuse = NotZero("CORTADO_FUSE");
+  options.share_buffers = NotZero("CORTADO_SHARE_BUFFERS");
+  return options;
+}
+
+}  // namespace cortado

@@ -1,0 +1,26 @@
+// SPDX-License-Identifier: Apache-2.0
+// NetOptions: how a Net is built, beyond what its NetParameter says. The library never reads the
+// environment for these: tools at the process's edge (the CLI, the JNI shim) call
+// NetOptionsFromEnvironment and pass the result down to Net, Solver and Trainer.
+#pragma once
+
+namespace cortado {
+
+struct NetOptions {
+  // Fuse each in-place BatchNorm + per-channel Scale (+ ReLU) chain, and each Eltwise SUM
+  // followed in place by a ReLU, into their first layer (net.hpp). Off: every layer runs on its
+  // own (for comparing against, or inspecting the intermediate blobs).
+  bool fuse = true;
+  // Let the Solver plan its nets' memory (Net::ShareDiffBuffers and ShareDataBuffers: blobs
+  // never alive together share buffers). Off: one data and one diff buffer per blob, so every
+  // blob's data and diff are readable after a step. Net itself plans only when asked; this is
+  // the caller's switch (net->options().share_buffers).
+  bool share_buffers = true;
+};
+
+// The defaults, with CORTADO_FUSE=0 setting `fuse` false and CORTADO_SHARE_BUFFERS=0 setting
+// `share_buffers` false (any other value, or none, keeps the default). The only place the
+// library reads these variables; only the CLI and the JNI shim call it.
+NetOptions NetOptionsFromEnvironment();
+
+}  // namespace cortado

@@ -1,0 +1,49 @@
+// SPDX-License-Identifier: Apache-2.0
+// What a driver asks of a net before any training session exists (the Spark driver plans its
+// tasks with it, through the JNI): a phase's net as Caffe filters it, its data layers with the
+// shapes a feeder pushes, its output blobs and its blobs. Computed from the NetParameter alone:
+// nothing is allocated, no data source is opened.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "proto/caffe.pb.h"
+
+namespace cortado {
+
+// A data layer of a phase's net (a layer whose type ends in "Data": CoSData, MemoryData, Data,
+// ImageData, HDF5Data, ...). Vectors run over the layer's tops.
+struct DataLayerInfo {
+  std::string name;
+  std::string type;
+  std::string source_class;  // LayerParameter.source_class (CaffeOnSpark); empty when unset
+  bool feed = false;         // CoSData, or MemoryData with source_class: the JVM fills it
+  // cos_data_param, memory_data_param, data_param, image_data_param or hdf5_data_param source.
+  std::string source;
+  std::string dataframe_format;  // cos_data_param.dataframe_format when set
+  std::vector<std::string> tops;
+  std::vector<std::string> columns;    // a CoSData top's name, else the top's name
+  std::vector<std::string> top_types;  // a CoSData top's type name ("INT"), else empty
+  std::vector<bool> transposed;        // a CoSData top's transpose
+  // A feed layer's sample shape per top as pushed (FeedDataLayer's rule, no batch axis).
+  std::vector<std::vector<int>> sample_shapes;
+  int batch_size = 0;  // a feed layer's batch size
+};
+
+// `param` for `phase`: its state's phase set (the net's own level and stages kept) and its
+// layers filtered by their include/exclude rules, as Net builds it.
+caffe::NetParameter NetForPhase(const caffe::NetParameter& param, caffe::Phase phase);
+
+// The data layers of a phase's net, in order; feed-layer errors (bad shapes) start with
+// "<source>: layer '<name>' (<type>)".
+std::vector<DataLayerInfo> DescribeDataLayers(const caffe::NetParameter& phase_net,
+                                              const std::string& source);
+
+// The blobs no later layer reads (Caffe's net outputs), in the order they are produced.
+std::vector<std::string> OutputBlobNames(const caffe::NetParameter& phase_net);
+
+// Every top of a phase's net, once each, in order.
+std::vector<std::string> BlobNames(const caffe::NetParameter& phase_net);
+
+}  // namespace cortado

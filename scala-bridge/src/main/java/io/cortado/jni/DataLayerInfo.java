@@ -1,0 +1,67 @@
+// SPDX-License-Identifier: Apache-2.0
+package io.cortado.jni;
+
+/**
+ * A data layer of a phase's net, as {@link NativeLib#dataLayers} reads it natively: every layer
+ * whose type is a data layer (CoSData, MemoryData, Data, ImageData, HDF5Data, ...), after the
+ * phase's include/exclude rules. Arrays run over the layer's tops, in order.
+ */
+public final class DataLayerInfo {
+  public final String name;
+  public final String type;
+  /** {@code source_class} as written (CaffeOnSpark); empty when unset. */
+  public final String sourceClass;
+  /**
+   * Whether the JVM feeds it: a CoSData layer, or a MemoryData layer with a source_class.
+   */
+  public final boolean feed;
+  /**
+   * What it reads: {@code cos_data_param.source}, {@code memory_data_param.source}, {@code
+   * data_param.source}, {@code image_data_param.source} or {@code hdf5_data_param.source};
+   * empty when none.
+   */
+  public final String source;
+  /** {@code cos_data_param.dataframe_format}; empty when unset or not CoSData. */
+  public final String dataframeFormat;
+  public final String[] tops;
+  /** The column each top reads: a CoSData top's {@code name}, else the top's name. */
+  public final String[] columns;
+  /** A CoSData top's {@code type} ("FLOAT", "INT", "RAW_IMAGE", ...); else empty. */
+  public final String[] topTypes;
+  /** A CoSData top's {@code transpose}; else false. */
+  public final boolean[] transposed;
+  /**
+   * For a feed layer, each top's sample shape as pushed (before transform_param; no batch
+   * axis); empty arrays for other layers.
+   */
+  public final int[][] sampleShapes;
+  /** The batch size of a feed layer; 0 for other layers. */
+  public final int batchSize;
+
+  public DataLayerInfo(
+      String name,
+      String type,
+      String sourceClass,
+      boolean feed,
+      String source,
+      String dataframeFormat,
+      String[] tops,
+      String[] columns,
+      String[] topTypes,
+      boolean[] transposed,
+      int[][] sampleShapes,
+      int batchSize) {
+    this.name = name;
+    this.type = type;
+    this.sourceClass = sourceClass;
+    this.feed = feed;
+    this.source = source;
+    this.dataframeFormat = dataframeFormat;
+    this.tops = tops;
+    this.columns = columns;
+    this.topTypes = topTypes;
+    this.transposed = transposed;
+    this.sampleShapes = sampleShapes;
+    this.batchSize = batchSize;
+  }
+}

@@ -1,0 +1,58 @@
+// SPDX-License-Identifier: Apache-2.0
+package io.cortado.spark
+
+import scala.collection.mutable.ArrayBuffer
+
+import org.apache.spark.rdd.RDD
+import org.apache.spark.sql.{DataFrame, Row}
+import org.apache.spark.sql.functions.col
+
+import io.cortado.CortadoConfigException
+import io.cortado.data.{RowConverter, TopSpec}
+
+/**
+ * How a DataFrame reaches a task and becomes samples: the feed's columns selected in top
+ * order, one partition (one task does the work so far), and every row converted into memory
+ * before any native work starts, so that a bad row fails first, naming the column.
+ */
+private[spark] object TaskData {
+
+  /** One sample per top, as [[io.cortado.data.BatchFeeder]] takes them. */
+  type Sample = Array[Array[Float]]
+
+  /** The specs' columns in order, then the id column: the rows the converter reads. */
+  def selectColumns(df: DataFrame, specs: Seq[TopSpec], id: Option[String]): DataFrame =
+    df.select((specs.map(_.column) ++ id).map(c => col(s"`$c`")): _*)
+
+  def onePartition(df: DataFrame): RDD[Row] = onePartition(df.rdd)
+
+  def onePartition[T](rdd: RDD[T]): RDD[T] =
+    if (rdd.getNumPartitions == 1) rdd else rdd.repartition(1)
+
+  /** Converts every row (numbered from 0 in messages); throws when there is none. */
+  def cache(converter: RowConverter, rows: Iterator[Row]): Array[Sample] = {
+    var index = -1L
+    val samples = rows.map { row => index += 1; converter(row, index) }.toArray
+    if (samples.isEmpty) throw new CortadoConfigException("the DataFrame has no rows")
+    samples
+  }
+
+  /**
+   * Converts the rows of a training task: those tagged 0 are training rows (`converter`), the
+   * others validation rows (`validation`'s converter). Throws when either set is empty.
+   */
+  def cacheTraining(converter: RowConverter, validation: Option[RowConverter],
+      rows: Iterator[(Int, Row)]): (Array[Sample], Array[Sample]) = {
+    val trainRows = ArrayBuffer.empty[Sample]
+    val testRows = ArrayBuffer.empty[Sample]
+    rows.foreach {
+      case (0, row) => trainRows += converter(row, trainRows.size.toLong)
+      case (_, row) => testRows += validation.get(row, testRows.size.toLong)
+    }
+    if (trainRows.isEmpty) throw new CortadoConfigException("the DataFrame has no rows")
+    if (validation.isDefined && testRows.isEmpty) {
+      throw new CortadoConfigException("the validation DataFrame has no rows")
+    }
+    (trainRows.toArray, testRows.toArray)
+  }
+}

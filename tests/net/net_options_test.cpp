@@ -1,0 +1,39 @@
+// SPDX-License-Identifier: Apache-2.0
+// NetOptionsFromEnvironment: CORTADO_FUSE=0 and CORTADO_SHARE_BUFFERS=0 turn their option off;
+// anything else, or nothing, keeps the default.
+#include "net/net_options.hpp"
+
+#include <gtest/gtest.h>
+
+#include "support/scoped_env.hpp"
+
+namespace cortado {
+namespace {
+
+using testing::ScopedEnv;
+
+TEST(NetOptionsTest, DefaultsWithoutTheVariables) {
+  ScopedEnv fuse("CORTADO_FUSE", "1");
+  ScopedEnv share("CORTADO_SHARE_BUFFERS", "yes");
+  const NetOptions options = NetOptionsFromEnvironment();
+  EXPECT_TRUE(options.fuse);
+  EXPECT_TRUE(options.share_buffers);
+  EXPECT_TRUE(NetOptions{}.fuse);
+  EXPECT_TRUE(NetOptions{}.share_buffers);
+}
+
+TEST(NetOptionsTest, ZeroTurnsEachOff) {
+  {
+    ScopedEnv fuse("CORTADO_FUSE", "0");
+    EXPECT_FALSE(NetOptionsFromEnvironment().fuse);
+    EXPECT_TRUE(NetOptionsFromEnvironment().share_buffers);
+  }
+  {
+    ScopedEnv share("CORTADO_SHARE_BUFFERS", "0");
+    EXPECT_TRUE(NetOptionsFromEnvironment().fuse);
+    EXPECT_FALSE(NetOptionsFromEnvironment().share_buffers);
+  }
+}
+
+}  // namespace
+}  // namespace cortado
