@@ -301,7 +301,7 @@ void Solver::Solve(const std::string& resume_file) {
     const float loss = net_->Forward();
     UpdateSmoothedLoss(loss, start_iter, param_.average_loss());
     CORTADO_LOG_INFO("Iteration {}, loss = {:g}", iter_, smoothed_loss_);
-    if (on_display_) on_display_(Display{iter_, smoothed_loss_, last_rate_, 0, 0.0});
+    if (on_display_) on_display_(Display{iter_, smoothed_loss_, last_rate_, 0, -1.0});
   }
   if (param_.test_interval() && iter_ % param_.test_interval() == 0) {
     SeedIteration(kTestDraws);

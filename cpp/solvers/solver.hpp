@@ -46,7 +46,8 @@ struct Display {
   float loss = 0.0f;           // the smoothed loss (average_loss)
   float learning_rate = 0.0f;  // the rate of this iteration's update
   int iterations = 0;          // iterations since the previous display (0 for the closing one)
-  double seconds = 0.0;        // the time they took
+  double seconds = 0.0;        // the time they took; negative for Caffe's closing display
+                               // (the loss of the final weights, after the last update)
 };
 
 class Solver {

@@ -11,7 +11,9 @@ public interface TrainerListener {
   /**
    * A display iteration (every {@code display} iterations, and the closing one): the smoothed
    * loss, the learning rate, and the {@code iterations} trained in {@code seconds} since the
-   * previous display.
+   * previous display. For Caffe's closing display (one more forward pass after the last update,
+   * when {@code display} divides max_iter) {@code iterations} is 0 and {@code seconds} is
+   * negative.
    */
   void onIteration(int iter, float loss, float learningRate, int iterations, double seconds);
 

@@ -35,15 +35,19 @@ final case class IterationEvent(
     learningRate: Float,
     iterationsPerSecond: Double,
     imagesPerSecond: Double,
-    iterations: Int)
+    iterations: Int,
+    closing: Boolean = false)
     extends TrainingEvent {
 
-  def logLines: Seq[String] = Seq(
-    f"Iteration $iteration ($iterationsPerSecond%.4g iter/s, " +
-      f"${if (iterationsPerSecond > 0) iterations / iterationsPerSecond else 0.0}%.4gs/" +
-      f"$iterations iters, $imagesPerSecond%.1f images/s), loss = " +
-      CortadoOnSpark.caffeFormat(loss.toDouble),
-    s"Iteration $iteration, lr = ${CortadoOnSpark.caffeFormat(learningRate.toDouble)}")
+  /** Caffe's closing display (the loss of the final weights) has no speed and no lr line. */
+  def logLines: Seq[String] =
+    if (closing) Seq(s"Iteration $iteration, loss = ${CortadoOnSpark.caffeFormat(loss.toDouble)}")
+    else Seq(
+      f"Iteration $iteration ($iterationsPerSecond%.4g iter/s, " +
+        f"${if (iterationsPerSecond > 0) iterations / iterationsPerSecond else 0.0}%.4gs/" +
+        f"$iterations iters, $imagesPerSecond%.1f images/s), loss = " +
+        CortadoOnSpark.caffeFormat(loss.toDouble),
+      s"Iteration $iteration, lr = ${CortadoOnSpark.caffeFormat(learningRate.toDouble)}")
 }
 
 /** A test pass of the validation data at `iteration`: each test net output's mean. */
@@ -98,6 +102,7 @@ private[spark] object Progress {
       out.writeDouble(e.iterationsPerSecond)
       out.writeDouble(e.imagesPerSecond)
       out.writeInt(e.iterations)
+      out.writeBoolean(e.closing)
     case e: TestEvent =>
       out.writeByte(TestTag)
       out.writeInt(e.iteration)
@@ -117,7 +122,7 @@ private[spark] object Progress {
       case -1 => None
       case IterationTag =>
         Some(IterationEvent(in.readInt(), in.readFloat(), in.readFloat(), in.readDouble(),
-          in.readDouble(), in.readInt()))
+          in.readDouble(), in.readInt(), in.readBoolean()))
       case TestTag =>
         val iteration = in.readInt()
         val n = in.readInt()

@@ -97,7 +97,7 @@ private[spark] object TrainingTask {
         seconds: Double): Unit = {
       val perSecond = if (seconds > 0) iterations / seconds else 0.0
       channel.send(IterationEvent(iter, loss, learningRate, perSecond, perSecond * batchSize,
-        iterations))
+        iterations, closing = seconds < 0))
     }
 
     override def onTest(iter: Int, names: Array[String], values: Array[Float]): Unit = {

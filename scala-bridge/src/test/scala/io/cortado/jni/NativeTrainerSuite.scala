@@ -124,6 +124,9 @@ class NativeTrainerSuite extends AnyFunSuite {
       assert(seconds >= 0.0 && rate === 0.05f && loss > 0f, s"iteration $iter")
     }
     assert(recorder.iterations.map(_._2).last < recorder.iterations.head._2 / 2)
+    // The closing display counts no iterations and says so with a negative time.
+    assert(recorder.iterations.last._4 === 0 && recorder.iterations.last._5 < 0.0)
+    assert(recorder.iterations.head._5 >= 0.0)
     // Tests every 10 (not at 0: test_initialization false), and the closing pass at 20.
     assert(recorder.tests.map(_._1) === Seq(10, 20))
     assert(recorder.tests.forall(_._2 === Seq("0/loss")))

@@ -58,11 +58,17 @@ class TrainWithValidationSuite extends AnyFunSuite with PerTest {
     val iterations = events.collect { case (i: IterationEvent, live) => (i, live) }
     assert(iterations.map(_._1.iteration) === Seq(0, 25, 50, 75, 100))
     assert(iterations.forall(_._2))
-    iterations.map(_._1).foreach { i =>
+    iterations.map(_._1).init.foreach { i =>
       assert(i.learningRate === 0.1f)
+      assert(!i.closing)
       assert(i.logLines.head.startsWith("Iteration " + i.iteration + " ("), i.logLines)
       assert(i.logLines.last === s"Iteration ${i.iteration}, lr = 0.1")
     }
+    // The closing display is Caffe's one line: the loss of the final weights.
+    val closing = iterations.last._1
+    assert(closing.closing)
+    assert(closing.logLines === Seq(s"Iteration 100, loss = ${
+      CortadoOnSpark.caffeFormat(closing.loss.toDouble)}"))
     iterations.map(_._1).filter(i => i.iteration % 100 != 0).foreach { i =>
       assert(i.iterations === 25)
       assert(i.iterationsPerSecond > 0)
@@ -115,7 +121,8 @@ class TrainWithValidationSuite extends AnyFunSuite with PerTest {
 
   test("progress events survive their encoding; a task that cannot reach the driver keeps them") {
     val events = Seq(IterationEvent(100, 0.25f, 0.01f, 80.5, 5152.0, 100),
-      TestEvent(500, Seq("accuracy" -> 0.98, "loss" -> 0.0625)), LogEvent("Optimization Done."))
+      TestEvent(500, Seq("accuracy" -> 0.98, "loss" -> 0.0625)), LogEvent("Optimization Done."),
+      IterationEvent(500, 0.125f, 0.01f, 0.0, 0.0, 0, closing = true))
     val bytes = new ByteArrayOutputStream()
     val out = new DataOutputStream(bytes)
     events.foreach(Progress.write(out, _))
@@ -128,6 +135,7 @@ class TrainWithValidationSuite extends AnyFunSuite with PerTest {
       "Iteration 100, lr = 0.01"))
     assert(events(1).logLines === Seq("Iteration 500, Testing net (#0)",
       "    Test net output #0: accuracy = 0.98", "    Test net output #1: loss = 0.0625"))
+    assert(events(3).logLines === Seq("Iteration 500, loss = 0.125"))
 
     // A port nobody listens on: the client keeps every event for the task's result.
     val port = { val s = new ServerSocket(0); try s.getLocalPort finally s.close() }
