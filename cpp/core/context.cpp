@@ -77,9 +77,14 @@ cuda::Resources& Context::cuda() {
 #endif
 }
 
-void Context::MakeCurrent() const {
+void Context::MakeCurrent() {
 #if CORTADO_WITH_CUDA
-  if (device_.is_cuda()) CORTADO_CUDA_CHECK(cudaSetDevice(device_.id));
+  if (device_.is_cuda()) {
+    CORTADO_CUDA_CHECK(cudaSetDevice(device_.id));
+    cuda::SetCurrentStream(cuda().stream);
+  } else {
+    cuda::SetCurrentStream(nullptr);
+  }
 #endif
 }
 

@@ -52,9 +52,11 @@ class Context {
   cuda::Resources& cuda();
 
   // Makes this context's device the calling thread's current CUDA device, where tensors
-  // allocate their device memory; a no-op on the CPU. A thread that uses a context on a CUDA
+  // allocate their device memory, and its stream the thread's current stream, on which device
+  // memory allocated from now on orders its host-device copies (core/synced_memory.hpp); on
+  // the CPU it clears the thread's current stream. A thread that uses a context on a CUDA
   // device calls it before it builds or runs anything with the context.
-  void MakeCurrent() const;
+  void MakeCurrent();
   // Waits until the work queued on this context's stream is done; a no-op on the CPU.
   void Synchronize();
 

@@ -2,6 +2,8 @@
 #include "core/cuda.hpp"
 
 #include <atomic>
+#include <mutex>
+#include <unordered_set>
 
 #include "core/logging.hpp"
 
@@ -90,11 +92,48 @@ void ThrowCudnnError(cudnnStatus_t status, const char* what, const char* file, i
 }
 #endif
 
+namespace {
+
+thread_local cudaStream_t current_stream = nullptr;
+
+// The streams of live contexts: a thread whose current context was destroyed on another thread
+// must not hand its stream to new memory.
+std::mutex& LiveStreamsMutex() {
+  static std::mutex mutex;
+  return mutex;
+}
+std::unordered_set<cudaStream_t>& LiveStreams() {
+  static std::unordered_set<cudaStream_t> streams;
+  return streams;
+}
+
+}  // namespace
+
+cudaStream_t CurrentStream() {
+  if (current_stream == nullptr) return nullptr;
+  std::lock_guard<std::mutex> lock(LiveStreamsMutex());
+  if (LiveStreams().count(current_stream) == 0) current_stream = nullptr;
+  return current_stream;
+}
+
+void SetCurrentStream(cudaStream_t stream) { current_stream = stream; }
+
+bool IsLiveStream(cudaStream_t stream) {
+  std::lock_guard<std::mutex> lock(LiveStreamsMutex());
+  return LiveStreams().count(stream) != 0;
+}
+
 Resources::Resources(int device_ordinal) : device(device_ordinal) {
   CORTADO_CUDA_CHECK(cudaSetDevice(device));
-  // A blocking stream: the plain (legacy default stream) copies of SyncedMemory wait for the
-  // kernels queued here, so host reads always see finished results.
+  // A blocking stream. SyncedMemory copies memory allocated while this context was current on
+  // this stream (ordered after the kernels that wrote it); memory allocated on a thread with no
+  // current context copies on the legacy default stream, which waits for blocking streams, so
+  // host reads see finished results either way.
   CORTADO_CUDA_CHECK(cudaStreamCreate(&stream));
+  {
+    std::lock_guard<std::mutex> lock(LiveStreamsMutex());
+    LiveStreams().insert(stream);
+  }
 #if CORTADO_WITH_CUBLAS
   CORTADO_CUBLAS_CHECK(cublasCreate(&cublas));
   CORTADO_CUBLAS_CHECK(cublasSetStream(cublas, stream));
@@ -120,6 +159,11 @@ void Resources::SeedRandom(uint64_t seed) {
 
 Resources::~Resources() {
   // Destructors must not throw: failures here are logged only.
+  if (current_stream == stream) current_stream = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(LiveStreamsMutex());
+    LiveStreams().erase(stream);
+  }
   cudaSetDevice(device);
   plans.clear();
 #if CORTADO_WITH_CURAND

@@ -55,6 +55,14 @@ inline int Blocks(int64_t n) {
 // The device this thread is on, for messages ("cuda:0").
 int CurrentDevice();
 
+// The stream of the CUDA context last made current on this thread (Context::MakeCurrent), or
+// nullptr (none, a CPU context, or that context is gone). Device memory allocated by this
+// thread orders its host-device copies on it (core/synced_memory.hpp).
+cudaStream_t CurrentStream();
+void SetCurrentStream(cudaStream_t stream);
+// Whether `stream` belongs to a context that still exists.
+bool IsLiveStream(cudaStream_t stream);
+
 // Device memory through Cortado's own accounting: Malloc throws kOutOfMemory naming the device,
 // the size and `what`; the counters cover every device of the process.
 void* Malloc(size_t bytes, const char* what);

@@ -47,10 +47,25 @@ void CudaCheck(cudaError_t status, const char* what) {
   if (status != cudaSuccess) cuda::ThrowCudaError(status, what, __FILE__, __LINE__);
 }
 
-// Device memory on the calling thread's current device (the one its context set).
-void* AllocateDevice(size_t bytes, int* device) {
+// Device memory on the calling thread's current device (the one its context set); `stream`
+// becomes the thread's current stream (Context::MakeCurrent), where its copies will go.
+void* AllocateDevice(size_t bytes, int* device, void** stream) {
   CudaCheck(cudaGetDevice(device), "cudaGetDevice");
+  *stream = cuda::CurrentStream();
   return cuda::Malloc(bytes, "a tensor");
+}
+
+// The stream the copies of a buffer go on: the one recorded at its allocation while its context
+// lives; nullptr (the legacy default stream, which waits for every blocking stream) once that
+// context is gone, or when none was current.
+cudaStream_t CopyStream(void** stream) {
+  if (*stream == nullptr) return nullptr;
+  auto s = static_cast<cudaStream_t>(*stream);
+  if (!cuda::IsLiveStream(s)) {
+    *stream = nullptr;
+    return nullptr;
+  }
+  return s;
 }
 #endif
 
@@ -87,7 +102,15 @@ void SyncedMemory::ToHost() {
     case Head::kDevice:
 #if CORTADO_WITH_CUDA
       if (host_ == nullptr) host_ = AllocateHost(bytes_);
-      CudaCheck(cudaMemcpy(host_, device_, bytes_, cudaMemcpyDeviceToHost), "device to host copy");
+      if (cudaStream_t stream = CopyStream(&stream_)) {
+        // After the kernels queued on the memory's stream; the host reads once it is done.
+        CudaCheck(cudaMemcpyAsync(host_, device_, bytes_, cudaMemcpyDeviceToHost, stream),
+                  "device to host copy");
+        CudaCheck(cudaStreamSynchronize(stream), "device to host copy");
+      } else {
+        CudaCheck(cudaMemcpy(host_, device_, bytes_, cudaMemcpyDeviceToHost),
+                  "device to host copy");
+      }
       head_ = Head::kSynced;
 #endif
       break;
@@ -101,13 +124,27 @@ void SyncedMemory::ToDevice() {
 #if CORTADO_WITH_CUDA
   switch (head_) {
     case Head::kUninitialized:
-      device_ = AllocateDevice(bytes_, &device_id_);
-      CudaCheck(cudaMemset(device_, 0, bytes_), "cudaMemset");
+      device_ = AllocateDevice(bytes_, &device_id_, &stream_);
+      if (cudaStream_t stream = CopyStream(&stream_)) {
+        CudaCheck(cudaMemsetAsync(device_, 0, bytes_, stream), "cudaMemsetAsync");
+      } else {
+        CudaCheck(cudaMemset(device_, 0, bytes_), "cudaMemset");
+      }
       head_ = Head::kDevice;
       break;
     case Head::kHost:
-      if (device_ == nullptr) device_ = AllocateDevice(bytes_, &device_id_);
-      CudaCheck(cudaMemcpy(device_, host_, bytes_, cudaMemcpyHostToDevice), "host to device copy");
+      if (device_ == nullptr) device_ = AllocateDevice(bytes_, &device_id_, &stream_);
+      if (cudaStream_t stream = CopyStream(&stream_)) {
+        // Queued on the memory's stream, after what the kernels before it do with the buffer.
+        // The documentation lets an asynchronous copy from pageable memory return before the
+        // source is read, so the stream is synchronised before the host may write host_ again.
+        CudaCheck(cudaMemcpyAsync(device_, host_, bytes_, cudaMemcpyHostToDevice, stream),
+                  "host to device copy");
+        CudaCheck(cudaStreamSynchronize(stream), "host to device copy");
+      } else {
+        CudaCheck(cudaMemcpy(device_, host_, bytes_, cudaMemcpyHostToDevice),
+                  "host to device copy");
+      }
       head_ = Head::kSynced;
       break;
     case Head::kDevice:

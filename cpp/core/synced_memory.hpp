@@ -48,6 +48,10 @@ class SyncedMemory {
   int device_id_;
   void* host_ = nullptr;
   void* device_ = nullptr;
+  // The stream the copies of device_ go on (a cudaStream_t): the current stream of the thread
+  // that allocated it, i.e. its context's, where the kernels that use it run; nullptr: the
+  // legacy default stream.
+  void* stream_ = nullptr;
   Head head_ = Head::kUninitialized;
 };
 

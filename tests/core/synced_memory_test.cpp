@@ -1,14 +1,22 @@
 // SPDX-License-Identifier: Apache-2.0
 // SyncedMemory views: pointers offset into the parent, shared state, no allocation of their
-// own, and a range check.
+// own, and a range check; host-device copies on the stream of the allocating thread's context.
 #include "core/synced_memory.hpp"
 
 #include <gtest/gtest.h>
 
 #include <memory>
+#include <vector>
 
+#include "core/config.hpp"
+#include "core/context.hpp"
 #include "core/error.hpp"
 #include "core/tensor.hpp"
+#include "support/gpu_check.hpp"
+
+#if CORTADO_WITH_CUDA
+#include "core/cuda.hpp"
+#endif
 
 namespace cortado {
 namespace {
@@ -56,6 +64,56 @@ TEST(SyncedMemoryTest, TensorDiffAsAView) {
   t.Reshape({3, 3});
   EXPECT_EQ(t.diff()->parent(), nullptr);
 }
+
+#if CORTADO_WITH_CUDA
+TEST(SyncedMemoryTest, CopiesGoOnTheAllocatingContextsStreamAndRoundTrip) {
+  CORTADO_REQUIRE_GPU();
+  std::vector<float> back(256);
+  {
+    Context gpu(Device::Cuda(0), 1);
+    gpu.MakeCurrent();
+    EXPECT_EQ(cuda::CurrentStream(), cuda::Stream(gpu));
+    SyncedMemory memory(256 * sizeof(float));
+    auto* host = static_cast<float*>(memory.mutable_host_data());
+    for (int i = 0; i < 256; ++i) host[i] = 0.5f * static_cast<float>(i);
+    const void* device = memory.device_data();  // host to device, on the context's stream
+    CORTADO_CUDA_CHECK(cudaStreamSynchronize(cuda::Stream(gpu)));
+    CORTADO_CUDA_CHECK(
+        cudaMemcpy(back.data(), device, 256 * sizeof(float), cudaMemcpyDeviceToHost));
+    for (int i = 0; i < 256; ++i) ASSERT_EQ(back[static_cast<size_t>(i)], 0.5f * i);
+    // Written on the device (on the stream), read back on the host.
+    CORTADO_CUDA_CHECK(
+        cudaMemsetAsync(memory.mutable_device_data(), 0, 16 * sizeof(float), cuda::Stream(gpu)));
+    const auto* read = static_cast<const float*>(memory.host_data());
+    for (int i = 0; i < 16; ++i) ASSERT_EQ(read[i], 0.0f);
+    for (int i = 16; i < 256; ++i) ASSERT_EQ(read[i], 0.5f * i);
+  }
+  // The context is gone: the thread has no current stream, and new memory copies as before.
+  EXPECT_EQ(cuda::CurrentStream(), nullptr);
+  {
+    Context gpu(Device::Cuda(0), 1);
+    gpu.MakeCurrent();
+    Context cpu(Device::Cpu());
+    cpu.MakeCurrent();
+    EXPECT_EQ(cuda::CurrentStream(), nullptr);  // a CPU context has none
+  }
+  // Memory that outlives the context it was allocated under copies on the default stream.
+  std::unique_ptr<SyncedMemory> outliving;
+  {
+    Context gpu(Device::Cuda(0), 1);
+    gpu.MakeCurrent();
+    outliving = std::make_unique<SyncedMemory>(sizeof(float));
+    *static_cast<float*>(outliving->mutable_host_data()) = 3.0f;
+    outliving->mutable_device_data();
+  }
+  EXPECT_EQ(*static_cast<const float*>(outliving->host_data()), 3.0f);
+  SyncedMemory plain(4 * sizeof(float));
+  static_cast<float*>(plain.mutable_host_data())[3] = 7.0f;
+  plain.device_data();
+  plain.mutable_device_data();
+  EXPECT_EQ(static_cast<const float*>(plain.host_data())[3], 7.0f);
+}
+#endif
 
 }  // namespace
 }  // namespace cortado
