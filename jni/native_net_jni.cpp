@@ -1,6 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
 // Natives of io.cortado.jni.NativeNet: a Net with its own Context, behind a jlong handle.
-#include <algorithm>
 #include <cstring>
 #include <memory>
 #include <string>
@@ -8,13 +7,14 @@
 
 #include "core/context.hpp"
 #include "core/error.hpp"
-#include "data/feed_data_layer.hpp"
+#include "data/batch_feed.hpp"
 #include "io/proto_io.hpp"
 #include "io/upgrade.hpp"
 #include "io_cortado_jni_NativeNet.h"
 #include "jni/jni_util.hpp"
 #include "net/net.hpp"
 #include "net/net_options.hpp"
+#include "parallel/session_info.hpp"
 #include "proto/caffe.pb.h"
 
 namespace cortado::jni {
@@ -29,16 +29,10 @@ struct NetHandle {
 
 Net& GetNet(jlong handle) { return *FromHandle<NetHandle>(handle, "NativeNet").net; }
 
-// The net's feed layers by phase-qualified name ("TEST/data").
-std::vector<std::pair<std::string, std::shared_ptr<BatchFeed>>> Feeds(const Net& net) {
-  std::vector<std::pair<std::string, std::shared_ptr<BatchFeed>>> feeds;
-  const std::string phase = net.phase() == caffe::TRAIN ? "TRAIN/" : "TEST/";
-  for (size_t i = 0; i < net.layers().size(); ++i) {
-    if (auto feed = FeedOf(*net.layers()[i]))
-      feeds.emplace_back(phase + net.layer_names()[i], feed);
-  }
-  std::sort(feeds.begin(), feeds.end(),
-            [](const auto& a, const auto& b) { return a.first < b.first; });
+// The net's feeds by phase-qualified name ("TEST/data").
+std::vector<NamedFeed> Feeds(const Net& net) {
+  std::vector<NamedFeed> feeds;
+  AppendFeeds(net, &feeds);
   return feeds;
 }
 
@@ -190,26 +184,16 @@ JNIEXPORT jbyteArray JNICALL Java_io_cortado_jni_NativeNet_saveWeights(JNIEnv* e
 JNIEXPORT jobjectArray JNICALL Java_io_cortado_jni_NativeNet_feedLayers(JNIEnv* env, jclass,
                                                                         jlong handle) {
   return jni::Guard(env, jobjectArray{nullptr}, [&] {
-    std::vector<std::string> names;
-    for (const auto& entry : jni::Feeds(jni::GetNet(handle))) names.push_back(entry.first);
-    return jni::NewStringArray(env, names);
+    return jni::NewStringArray(env, cortado::FeedNames(jni::Feeds(jni::GetNet(handle))));
   });
 }
 
 JNIEXPORT jlong JNICALL Java_io_cortado_jni_NativeNet_feed(JNIEnv* env, jclass, jlong handle,
                                                            jstring layer) {
   return jni::Guard(env, jlong{0}, [&] {
-    const std::string name = jni::ToStdString(env, layer, "layer");
-    const auto feeds = jni::Feeds(jni::GetNet(handle));
-    std::vector<std::string> names;
-    for (const auto& [qualified, feed] : feeds) {
-      if (qualified == name || qualified.substr(qualified.find('/') + 1) == name) {
-        return jni::ToHandle(std::make_unique<jni::FeedHandle>(jni::FeedHandle{feed}));
-      }
-      names.push_back(qualified);
-    }
-    CORTADO_THROW(kNotFound, "the net has no feed layer '{}' (its feed layers: {})", name,
-                  fmt::join(names, ", "));
+    std::shared_ptr<cortado::BatchFeed> feed = cortado::FindFeed(
+        jni::Feeds(jni::GetNet(handle)), jni::ToStdString(env, layer, "layer"), "the net");
+    return jni::ToHandle(std::make_unique<jni::FeedHandle>(jni::FeedHandle{std::move(feed)}));
   });
 }
 

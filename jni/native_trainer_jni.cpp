@@ -47,13 +47,7 @@ caffe::SolverParameter SessionParam(JNIEnv* env, jstring solver_text, jstring so
   if (snapshot_prefix != nullptr) {
     param.set_snapshot_prefix(ToStdString(env, snapshot_prefix, "snapshotPrefix"));
   }
-  if (!tests) {
-    param.clear_test_iter();
-    param.clear_test_net();
-    param.clear_test_net_param();
-    param.clear_test_state();
-    param.set_test_interval(0);
-  }
+  if (!tests) ClearTestNets(&param);
   // Snapshots cross JNI as bytes in Caffe's binary-proto format.
   param.set_snapshot_format(caffe::SolverParameter::BINARYPROTO);
   return param;

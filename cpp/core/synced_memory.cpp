@@ -67,6 +67,20 @@ cudaStream_t CopyStream(void** stream) {
   }
   return s;
 }
+
+// Copies on the buffer's stream (CopyStream), after the kernels queued there, and waits for the
+// copy: the host then reads the result, or may write its buffer again (an asynchronous copy
+// from pageable memory is allowed to return before reading it). Without a stream, a plain copy
+// on the legacy default stream.
+void Copy(void* to, const void* from, size_t bytes, cudaMemcpyKind kind, void** stream,
+          const char* what) {
+  if (cudaStream_t s = CopyStream(stream)) {
+    CudaCheck(cudaMemcpyAsync(to, from, bytes, kind, s), what);
+    CudaCheck(cudaStreamSynchronize(s), what);
+  } else {
+    CudaCheck(cudaMemcpy(to, from, bytes, kind), what);
+  }
+}
 #endif
 
 }  // namespace
@@ -102,15 +116,7 @@ void SyncedMemory::ToHost() {
     case Head::kDevice:
 #if CORTADO_WITH_CUDA
       if (host_ == nullptr) host_ = AllocateHost(bytes_);
-      if (cudaStream_t stream = CopyStream(&stream_)) {
-        // After the kernels queued on the memory's stream; the host reads once it is done.
-        CudaCheck(cudaMemcpyAsync(host_, device_, bytes_, cudaMemcpyDeviceToHost, stream),
-                  "device to host copy");
-        CudaCheck(cudaStreamSynchronize(stream), "device to host copy");
-      } else {
-        CudaCheck(cudaMemcpy(host_, device_, bytes_, cudaMemcpyDeviceToHost),
-                  "device to host copy");
-      }
+      Copy(host_, device_, bytes_, cudaMemcpyDeviceToHost, &stream_, "device to host copy");
       head_ = Head::kSynced;
 #endif
       break;
@@ -134,17 +140,7 @@ void SyncedMemory::ToDevice() {
       break;
     case Head::kHost:
       if (device_ == nullptr) device_ = AllocateDevice(bytes_, &device_id_, &stream_);
-      if (cudaStream_t stream = CopyStream(&stream_)) {
-        // Queued on the memory's stream, after what the kernels before it do with the buffer.
-        // The documentation lets an asynchronous copy from pageable memory return before the
-        // source is read, so the stream is synchronised before the host may write host_ again.
-        CudaCheck(cudaMemcpyAsync(device_, host_, bytes_, cudaMemcpyHostToDevice, stream),
-                  "host to device copy");
-        CudaCheck(cudaStreamSynchronize(stream), "host to device copy");
-      } else {
-        CudaCheck(cudaMemcpy(device_, host_, bytes_, cudaMemcpyHostToDevice),
-                  "host to device copy");
-      }
+      Copy(device_, host_, bytes_, cudaMemcpyHostToDevice, &stream_, "host to device copy");
       head_ = Head::kSynced;
       break;
     case Head::kDevice:

@@ -19,10 +19,10 @@
 namespace cortado {
 namespace {
 
-class DeviceCopySync final : public ReplicaSync {
+class DeviceCopySync final : public ReplicaSync, private RootExchange {
  public:
   DeviceCopySync(const std::vector<Context*>& contexts, Barrier* barrier)
-      : contexts_(contexts), barrier_(barrier), buffers_(contexts.size(), nullptr) {
+      : RootExchange(static_cast<int>(contexts.size()), barrier), contexts_(contexts) {
     CORTADO_CHECK(!contexts_.empty());
     for (const Context* ctx : contexts_) {
       CORTADO_CHECK(ctx->device().is_cuda(), "the device-copy sync needs CUDA replicas, not {}",
@@ -82,24 +82,15 @@ class DeviceCopySync final : public ReplicaSync {
  private:
   int DeviceOf(int rank) const { return contexts_[rank]->device().id; }
 
-  // Runs `root_work` on root between two barriers, once every replica's buffers are final.
+  // RootExchange with the device work finished: each replica's before the first barrier, and
+  // root's before the second.
   template <typename F>
   void Exchange(int rank, const std::vector<DeviceBuffer>& buffers, F&& root_work) {
-    buffers_[rank] = &buffers;  // valid until this replica passes the second barrier
     contexts_[rank]->Synchronize();
-    barrier_->Wait();
-    if (rank == 0) {
-      for (size_t j = 1; j < contexts_.size(); ++j) {
-        CORTADO_CHECK_EQ(buffers_[j]->size(), buffers.size(), "replica {} has other buffers", j);
-        for (size_t i = 0; i < buffers.size(); ++i) {
-          CORTADO_CHECK_EQ((*buffers_[j])[i].count, buffers[i].count,
-                           "buffer {} of replica {} has another size than root's", i, j);
-        }
-      }
+    RootExchange::Exchange(rank, buffers, [&] {
       root_work();
       contexts_[0]->Synchronize();
-    }
-    barrier_->Wait();
+    });
   }
 
   // Queues on root's stream a copy between replica `from_rank`'s and `to_rank`'s memory (one of
@@ -156,9 +147,6 @@ class DeviceCopySync final : public ReplicaSync {
   }
 
   std::vector<Context*> contexts_;
-  Barrier* barrier_;
-  // buffers_[r]: replica r's argument of the current operation.
-  std::vector<const std::vector<DeviceBuffer>*> buffers_;
   float* scratch_ = nullptr;  // on root's device; only root's thread uses it
   int scratch_count_ = 0;
 };

@@ -9,9 +9,9 @@
 namespace cortado {
 namespace {
 
-class HostSync final : public ReplicaSync {
+class HostSync final : public ReplicaSync, private RootExchange {
  public:
-  HostSync(int num_replicas, Barrier* barrier) : barrier_(barrier), buffers_(num_replicas) {
+  HostSync(int num_replicas, Barrier* barrier) : RootExchange(num_replicas, barrier) {
     CORTADO_CHECK(num_replicas >= 1);
   }
 
@@ -48,28 +48,6 @@ class HostSync final : public ReplicaSync {
       }
     });
   }
-
- private:
-  // Runs `root_work` on root between two barriers, once every replica's buffers are final.
-  template <typename F>
-  void Exchange(int rank, const std::vector<DeviceBuffer>& buffers, F&& root_work) {
-    buffers_[rank] = &buffers;  // valid until this replica passes the second barrier
-    barrier_->Wait();
-    if (rank == 0) {
-      for (size_t j = 1; j < buffers_.size(); ++j) {
-        CORTADO_CHECK_EQ(buffers_[j]->size(), buffers.size(), "replica {} has other buffers", j);
-        for (size_t i = 0; i < buffers.size(); ++i) {
-          CORTADO_CHECK_EQ((*buffers_[j])[i].count, buffers[i].count,
-                           "buffer {} of replica {} has another size than root's", i, j);
-        }
-      }
-      root_work();
-    }
-    barrier_->Wait();
-  }
-
-  Barrier* barrier_;
-  std::vector<const std::vector<DeviceBuffer>*> buffers_;
 };
 
 }  // namespace

@@ -19,6 +19,7 @@
 
 #include "core/config.hpp"
 #include "core/context.hpp"
+#include "core/error.hpp"
 #include "parallel/barrier.hpp"
 
 namespace cortado {
@@ -42,6 +43,36 @@ class ReplicaSync {
   // Called after a failure, once no replica thread runs: releases collectives that may still be
   // waiting on a device for a replica that never joined them. Never throws.
   virtual void Abort() noexcept {}
+};
+
+// What the root-centred backends (host memory, device copies) share: each replica publishes its
+// buffers and meets the others at the barrier; root checks that every replica's buffers match
+// its own, runs the backend's work over all of them, and everyone meets again, after which the
+// buffers may change.
+class RootExchange {
+ protected:
+  RootExchange(int num_replicas, Barrier* barrier) : barrier_(barrier), buffers_(num_replicas) {}
+
+  template <typename F>
+  void Exchange(int rank, const std::vector<DeviceBuffer>& buffers, F&& root_work) {
+    buffers_[rank] = &buffers;  // valid until this replica passes the second barrier
+    barrier_->Wait();
+    if (rank == 0) {
+      for (size_t j = 1; j < buffers_.size(); ++j) {
+        CORTADO_CHECK_EQ(buffers_[j]->size(), buffers.size(), "replica {} has other buffers", j);
+        for (size_t i = 0; i < buffers.size(); ++i) {
+          CORTADO_CHECK_EQ((*buffers_[j])[i].count, buffers[i].count,
+                           "buffer {} of replica {} has another size than root's", i, j);
+        }
+      }
+      root_work();
+    }
+    barrier_->Wait();
+  }
+
+  Barrier* barrier_;
+  // buffers_[r]: replica r's argument of the current operation.
+  std::vector<const std::vector<DeviceBuffer>*> buffers_;
 };
 
 // For `num_replicas` CPU replicas sharing `barrier` (which must outlive the returned object).

@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "core/error.hpp"
+#include "data/batch_feed.hpp"
 #include "data/feed_data_layer.hpp"
 #include "net/net.hpp"
 
@@ -104,6 +105,36 @@ std::vector<std::string> BlobNames(const caffe::NetParameter& phase_net) {
     }
   }
   return names;
+}
+
+void AppendFeeds(const Net& net, std::vector<NamedFeed>* feeds) {
+  const std::string phase = net.phase() == caffe::TRAIN ? "TRAIN/" : "TEST/";
+  for (size_t i = 0; i < net.layers().size(); ++i) {
+    if (auto feed = FeedOf(*net.layers()[i]))
+      feeds->emplace_back(phase + net.layer_names()[i], feed);
+  }
+}
+
+std::vector<std::string> FeedNames(const std::vector<NamedFeed>& feeds) {
+  std::vector<std::string> names;
+  for (const auto& entry : feeds) names.push_back(entry.first);
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+std::shared_ptr<BatchFeed> FindFeed(const std::vector<NamedFeed>& feeds, const std::string& layer,
+                                    const std::string& owner) {
+  const size_t slash = layer.find('/');
+  const std::string phase = slash == std::string::npos ? "" : layer.substr(0, slash);
+  const std::string name = slash == std::string::npos ? layer : layer.substr(slash + 1);
+  for (const char* wanted : {"TRAIN", "TEST"}) {
+    if (!phase.empty() && phase != wanted) continue;
+    for (const auto& [qualified, feed] : feeds) {
+      if (qualified == std::string(wanted) + "/" + name) return feed;
+    }
+  }
+  CORTADO_THROW(kNotFound, "{} has no feed layer '{}' (its feed layers: {})", owner, layer,
+                fmt::join(FeedNames(feeds), ", "));
 }
 
 }  // namespace cortado

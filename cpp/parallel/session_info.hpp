@@ -5,12 +5,17 @@
 // nothing is allocated, no data source is opened.
 #pragma once
 
+#include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "proto/caffe.pb.h"
 
 namespace cortado {
+
+class BatchFeed;
+class Net;
 
 // A data layer of a phase's net (a layer whose type ends in "Data": CoSData, MemoryData, Data,
 // ImageData, HDF5Data, ...). Vectors run over the layer's tops.
@@ -45,5 +50,18 @@ std::vector<std::string> OutputBlobNames(const caffe::NetParameter& phase_net);
 
 // Every top of a phase's net, once each, in order.
 std::vector<std::string> BlobNames(const caffe::NetParameter& phase_net);
+
+// A built net's feed queues, for whoever owns the net (a Trainer's replica, a JNI NativeNet):
+// each set-up feed layer's queue under its phase-qualified name ("TRAIN/data").
+using NamedFeed = std::pair<std::string, std::shared_ptr<BatchFeed>>;
+// Appends those of `net`, in layer order.
+void AppendFeeds(const Net& net, std::vector<NamedFeed>* feeds);
+// The names of `feeds`, sorted.
+std::vector<std::string> FeedNames(const std::vector<NamedFeed>& feeds);
+// The feed of `layer`: "TRAIN/data", "TEST/data", or a plain name meaning the TRAIN net's,
+// else the TEST net's. None is kNotFound: "<owner> has no feed layer '<layer>' (its feed
+// layers: ...)".
+std::shared_ptr<BatchFeed> FindFeed(const std::vector<NamedFeed>& feeds, const std::string& layer,
+                                    const std::string& owner);
 
 }  // namespace cortado

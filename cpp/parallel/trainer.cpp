@@ -12,7 +12,7 @@
 #include "core/config.hpp"
 #include "core/error.hpp"
 #include "core/logging.hpp"
-#include "data/feed_data_layer.hpp"
+#include "parallel/session_info.hpp"
 
 namespace cortado {
 namespace {
@@ -26,11 +26,7 @@ caffe::SolverParameter ReplicaParam(const caffe::SolverParameter& param, int ran
   p.set_random_seed(seed);
   if (rank > 0) {
     p.set_display(0);
-    p.set_test_interval(0);
-    p.clear_test_iter();
-    p.clear_test_net();
-    p.clear_test_net_param();
-    p.clear_test_state();
+    ClearTestNets(&p);
     p.set_snapshot(0);
     p.set_snapshot_after_train(false);
   }
@@ -81,13 +77,6 @@ std::vector<DeviceBuffer> ParameterBuffers(Net* net, const Device& device) {
     buffers.push_back({MutableDataOn(params[i].get(), device), params[i]->count()});
   }
   return buffers;
-}
-
-// Splits "TRAIN/data" into (phase, name); a plain name has no phase.
-std::pair<std::string, std::string> SplitFeedName(const std::string& layer) {
-  const size_t slash = layer.find('/');
-  if (slash == std::string::npos) return {"", layer};
-  return {layer.substr(0, slash), layer.substr(slash + 1)};
 }
 
 }  // namespace
@@ -373,45 +362,24 @@ void Trainer::Restore(const std::string& model, const std::string* state,
   parameters_synced_ = false;
 }
 
-std::vector<std::pair<std::string, std::shared_ptr<BatchFeed>>> Trainer::Feeds(int replica) const {
+std::vector<NamedFeed> Trainer::Feeds(int replica) const {
   if (replica < 0 || replica >= num_replicas()) {
     CORTADO_THROW(kInvalidArgument, "replica {} does not exist (the session has {})", replica,
                   num_replicas());
   }
-  std::vector<std::pair<std::string, std::shared_ptr<BatchFeed>>> feeds;
-  auto collect = [&](const Net& net) {
-    const std::string phase = net.phase() == caffe::TRAIN ? "TRAIN" : "TEST";
-    for (size_t i = 0; i < net.layers().size(); ++i) {
-      const auto* layer = dynamic_cast<const FeedDataLayer*>(net.layers()[i].get());
-      if (layer != nullptr && layer->feed()) {
-        feeds.emplace_back(phase + "/" + net.layer_names()[i], layer->feed());
-      }
-    }
-  };
+  std::vector<NamedFeed> feeds;
   const Solver* solver = solvers_[replica].get();
-  collect(*solver->net());
-  for (const auto& test_net : solver->test_nets()) collect(*test_net);
+  AppendFeeds(*solver->net(), &feeds);
+  for (const auto& test_net : solver->test_nets()) AppendFeeds(*test_net, &feeds);
   return feeds;
 }
 
 std::shared_ptr<BatchFeed> Trainer::Feed(int replica, const std::string& layer) const {
-  const auto feeds = Feeds(replica);
-  const auto [phase, name] = SplitFeedName(layer);
-  for (const char* wanted : {"TRAIN", "TEST"}) {
-    if (!phase.empty() && phase != wanted) continue;
-    for (const auto& [qualified, feed] : feeds) {
-      if (qualified == std::string(wanted) + "/" + name) return feed;
-    }
-  }
-  CORTADO_THROW(kNotFound, "replica {} has no feed layer '{}' (its feed layers: {})", replica,
-                layer, fmt::join(FeedLayers(replica), ", "));
+  return FindFeed(Feeds(replica), layer, fmt::format("replica {}", replica));
 }
 
 std::vector<std::string> Trainer::FeedLayers(int replica) const {
-  std::vector<std::string> names;
-  for (const auto& entry : Feeds(replica)) names.push_back(entry.first);
-  std::sort(names.begin(), names.end());
-  return names;
+  return FeedNames(Feeds(replica));
 }
 
 void Trainer::Abort(const std::string& reason) {
@@ -443,16 +411,15 @@ void Trainer::OnGradientsReady(int rank) {
     PollUser();
     if (pending_stop_) stop_at_.store(solver->iter());
   }
-  const std::vector<DeviceBuffer> gradients = GradientBuffers(solver->net(), devices_[rank]);
-  if (sync_) {
+  // With one replica and no hook there is nothing to do here.
+  if (sync_ || gradient_hook_) {
+    const std::vector<DeviceBuffer> gradients = GradientBuffers(solver->net(), devices_[rank]);
     // AllReduce starts with a barrier: root's stop_at_ is visible to every replica after it.
-    sync_->AllReduce(rank, gradients, 1.0f / static_cast<float>(num_replicas()));
+    if (sync_) sync_->AllReduce(rank, gradients, 1.0f / static_cast<float>(num_replicas()));
     if (gradient_hook_) {
       if (rank == 0) gradient_hook_(gradients);
-      sync_->Broadcast(rank, gradients);
+      if (sync_) sync_->Broadcast(rank, gradients);
     }
-  } else if (gradient_hook_) {
-    gradient_hook_(gradients);
   }
   stop_now_[rank] = stop_at_.load() == solver->iter();
 }

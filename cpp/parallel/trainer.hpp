@@ -49,6 +49,7 @@
 #include "net/net_options.hpp"
 #include "parallel/barrier.hpp"
 #include "parallel/replica_sync.hpp"
+#include "parallel/session_info.hpp"
 #include "proto/caffe.pb.h"
 #include "solvers/solver.hpp"
 
@@ -149,8 +150,8 @@ class Trainer {
   // Root only: polls the user's callback and records what it asks.
   void PollUser();
   void WriteSnapshotToSink();
-  // (phase, feed) of every feed layer of replica `replica`'s nets.
-  std::vector<std::pair<std::string, std::shared_ptr<BatchFeed>>> Feeds(int replica) const;
+  // The feeds of replica `replica`'s nets (AppendFeeds).
+  std::vector<NamedFeed> Feeds(int replica) const;
 
   std::vector<Device> devices_;
   std::vector<std::unique_ptr<Context>> contexts_;

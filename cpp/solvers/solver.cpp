@@ -687,6 +687,14 @@ std::unique_ptr<Solver> CreateSolver(const caffe::SolverParameter& param, Contex
   return SolverRegistry::Get().Create(param.type(), "solver type", param, ctx, net_options);
 }
 
+void ClearTestNets(caffe::SolverParameter* param) {
+  param->set_test_interval(0);
+  param->clear_test_iter();
+  param->clear_test_net();
+  param->clear_test_net_param();
+  param->clear_test_state();
+}
+
 std::string SnapshotPrefixFor(const std::string& solver_path, const std::string& prefix,
                               bool prefix_is_directory) {
   if (prefix.empty()) return fs::path(solver_path).replace_extension().string();

@@ -204,6 +204,10 @@ std::unique_ptr<Solver> CreateSolver(const caffe::SolverParameter& param, Contex
 // (SnapshotPrefixFor, the directory checked on the local file system).
 caffe::SolverParameter ReadSolverFile(const std::string& path);
 
+// Makes `param` build no test nets: test_iter, test_net, test_net_param and test_state cleared,
+// test_interval 0.
+void ClearTestNets(caffe::SolverParameter* param);
+
 // Caffe's snapshot_prefix rule for the solver file at `solver_path`: an empty prefix becomes the
 // solver file's path without extension; a prefix naming a directory (`prefix_is_directory`, or
 // ending in '/') gets the solver file's stem appended; any other prefix is kept.
