@@ -553,6 +553,18 @@ void Net::ToProto(caffe::NetParameter* param, bool write_diff) const {
   }
 }
 
+std::vector<int> Net::LearnableParamFirstLayers() const {
+  std::vector<int> first(learnable_params_.size(), static_cast<int>(layers_.size()));
+  for (size_t k = 0; k < params_.size(); ++k) {
+    const int owner = param_owners_[k] < 0 ? static_cast<int>(k) : param_owners_[k];
+    const auto it = std::find(learnable_param_ids_.begin(), learnable_param_ids_.end(), owner);
+    CORTADO_CHECK(it != learnable_param_ids_.end(), "parameter {} has no learnable owner", k);
+    int& layer = first[it - learnable_param_ids_.begin()];
+    layer = std::min(layer, param_layer_indices_[k].first);
+  }
+  return first;
+}
+
 void Net::SetDataShard(int shard, int num_shards) {
   if (num_shards < 1 || shard < 0 || shard >= num_shards) {
     CORTADO_THROW(kInvalidArgument, "net '{}': data shard {} of {} does not exist", name_, shard,

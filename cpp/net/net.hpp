@@ -139,6 +139,10 @@ class Net {
   const std::vector<float>& params_weight_decay() const { return params_weight_decay_; }
   // For each entry of params(): the index of its owner in params(), or -1 if it owns itself.
   const std::vector<int>& param_owners() const { return param_owners_; }
+  // For each entry of learnable_params(): the lowest index of a layer that uses it (its owner or
+  // a layer sharing it). Backward runs the layers in descending order, so within a pass the
+  // parameter's gradient is complete once backward has passed that layer (AddAfterBackward).
+  std::vector<int> LearnableParamFirstLayers() const;
   // "layer_name" / param index for each entry of params(), for messages and snapshots.
   const std::vector<std::string>& param_display_names() const { return param_display_names_; }
 
@@ -165,6 +169,8 @@ class Net {
   float* mutable_flat_cpu_diff();
   const float* flat_gpu_diff() const;
   float* mutable_flat_gpu_diff();
+  // Whether every learnable parameter's diff is still its view of flat_diff_.
+  bool FlatDiffIntact() const;
   // The buffer itself, for callers that keep it (nullptr without learnable parameters).
   const std::shared_ptr<SyncedMemory>& flat_diff() const { return flat_diff_; }
 
@@ -193,8 +199,6 @@ class Net {
   void FlattenParamDiffs();
   // Throws kInternal unless every learnable parameter's diff is still its view of flat_diff_.
   void CheckFlatDiff() const;
-  // Whether every learnable parameter's diff is still its view of flat_diff_.
-  bool FlatDiffIntact() const;
   // Calls the after-backward hooks for layer `i` (after its Backward ran) and for the layers
   // fused into it.
   void RunAfterBackward(int i);

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdint>
 #include <exception>
 #include <filesystem>
 #include <random>
@@ -17,14 +18,14 @@
 namespace cortado {
 namespace {
 
-// Replica `rank`'s solver parameters: root's are the caller's; the others display nothing,
-// build no test nets and write no snapshots.
-caffe::SolverParameter ReplicaParam(const caffe::SolverParameter& param, int rank,
+// A replica's solver parameters: root's of rank 0 are the caller's; the others (`quiet`)
+// display nothing, build no test nets and write no snapshots.
+caffe::SolverParameter ReplicaParam(const caffe::SolverParameter& param, bool quiet,
                                     const Device& device, int64_t seed) {
   caffe::SolverParameter p = param;
   if (device.is_cuda()) p.set_device_id(device.id);
   p.set_random_seed(seed);
-  if (rank > 0) {
+  if (quiet) {
     p.set_display(0);
     ClearTestNets(&p);
     p.set_snapshot(0);
@@ -37,6 +38,15 @@ caffe::SolverParameter ReplicaParam(const caffe::SolverParameter& param, int ran
 int64_t DrawSeed() {
   const auto now = std::chrono::high_resolution_clock::now().time_since_epoch().count();
   return (static_cast<int64_t>(now) ^ static_cast<int64_t>(std::random_device{}())) & 0x7fffffff;
+}
+
+// The batch size of a net's first layer when it is a data layer (no bottoms), else 0.
+int FirstBatchSize(const Net& net) {
+  if (net.layers().empty() || !net.bottom_vecs()[0].empty() || net.top_vecs()[0].empty()) {
+    return 0;
+  }
+  const Tensor* top = net.top_vecs()[0][0];
+  return top->num_axes() > 0 ? top->shape(0) : 0;
 }
 
 // The memory of a tensor on its replica's device: the GPU copy for a CUDA replica, the host
@@ -131,9 +141,21 @@ void Trainer::RunOnReplicas(F&& body) {
   for (auto& thread : threads) thread.join();
   if (n > 1) contexts_[0]->MakeCurrent();
   if (first) {
-    // Replicas that failed apart leave the barrier aborted: no second try with them.
-    if (n > 1) failed_ = true;
+    // Replicas that failed apart leave the barrier aborted, and a failed exchange the
+    // communicator broken: no second try with them.
+    if (n > 1 || comm_) failed_ = true;
     if (sync_) sync_->Abort();
+    if (exchange_) {
+      // The other ranks fail at once rather than at their timeout.
+      std::string what = "unknown error";
+      try {
+        std::rethrow_exception(first);
+      } catch (const std::exception& e) {
+        what = e.what();
+      } catch (...) {
+      }
+      exchange_->Abort(fmt::format("rank {} failed: {}", process_rank(), what));
+    }
     if (aborted_.load()) {
       std::lock_guard<std::mutex> lock(abort_mutex_);
       CORTADO_THROW(kAborted, "training aborted: {}", abort_reason_);
@@ -147,6 +169,9 @@ Trainer::Trainer(const caffe::SolverParameter& param, const std::vector<Device>&
     : devices_(devices) {
   if (devices_.empty()) CORTADO_THROW(kInvalidArgument, "a trainer needs at least one device");
   const int n = static_cast<int>(devices_.size());
+  if (options.comm && options.comm->size() > 1) comm_ = options.comm;
+  const int world = num_processes();
+  const int process = process_rank();
   for (const Device& device : devices_) {
     if (device.type != devices_[0].type) {
       CORTADO_THROW(kInvalidArgument,
@@ -159,14 +184,16 @@ Trainer::Trainer(const caffe::SolverParameter& param, const std::vector<Device>&
   solvers_.resize(n);
   stop_now_.assign(n, 0);
   int64_t seed = param.random_seed();
-  if (n > 1 && seed < 0) {
+  if ((n > 1 || comm_) && seed < 0) {
     seed = DrawSeed();
-    CORTADO_LOG_INFO("random_seed is not set: the {} replicas share the seed {}", n, seed);
+    // Every rank takes rank 0's, so that the shards of the data are drawn alike.
+    if (comm_) comm_->Broadcast(&seed, sizeof(seed), 0);
+    CORTADO_LOG_INFO("random_seed is not set: the {} replicas share the seed {}", n * world, seed);
   }
   // Contexts first, in this thread: a device that does not exist fails here, by name.
   for (int r = 0; r < n; ++r) {
-    contexts_[r] = n == 1 ? std::make_unique<Context>(devices_[r])
-                          : std::make_unique<Context>(devices_[r], seed);
+    contexts_[r] = n == 1 && !comm_ ? std::make_unique<Context>(devices_[r])
+                                    : std::make_unique<Context>(devices_[r], seed);
   }
   barrier_ = std::make_unique<Barrier>(n);
   try {
@@ -174,12 +201,15 @@ Trainer::Trainer(const caffe::SolverParameter& param, const std::vector<Device>&
       contexts_[0]->MakeCurrent();
       caffe::SolverParameter p = param;
       if (devices_[0].is_cuda()) p.set_device_id(devices_[0].id);
+      if (comm_) p = ReplicaParam(param, process > 0, devices_[0], seed);
       solvers_[0] = CreateSolver(p, contexts_[0].get(), options.net);
+      if (comm_) solvers_[0]->net()->SetDataShard(process, world);
     } else {
       RunOnReplicas([&](int rank) {
-        solvers_[rank] = CreateSolver(ReplicaParam(param, rank, devices_[rank], seed),
-                                      contexts_[rank].get(), options.net);
-        solvers_[rank]->net()->SetDataShard(rank, n);
+        solvers_[rank] =
+            CreateSolver(ReplicaParam(param, rank > 0 || process > 0, devices_[rank], seed),
+                         contexts_[rank].get(), options.net);
+        solvers_[rank]->net()->SetDataShard(process * n + rank, world * n);
       });
       if (devices_[0].is_cpu()) {
         sync_ = CreateHostSync(n, barrier_.get());
@@ -204,8 +234,24 @@ Trainer::Trainer(const caffe::SolverParameter& param, const std::vector<Device>&
     Release();
     throw;
   }
+  if (comm_) {
+    try {
+      exchange_ = std::make_unique<GradientExchange>(comm_.get(), root()->net(), contexts_[0].get(),
+                                                     param.iter_size(),
+                                                     /*overlap=*/n == 1, options.exchange);
+    } catch (...) {
+      Release();
+      throw;
+    }
+    const int batch = FirstBatchSize(*root()->net());
+    CORTADO_LOG_INFO(
+        "Distributed training: {} processes through {}, {} replica{} each; batch {} per replica, "
+        "{} in all",
+        world, comm_->backend(), n, n == 1 ? "" : "s", batch, batch * n * world);
+  }
+  losses_.assign(n, 0.0f);
   for (int r = 0; r < n; ++r) {
-    solvers_[r]->set_on_gradients_ready([this, r] { OnGradientsReady(r); });
+    solvers_[r]->set_on_gradients_ready([this, r](float* loss) { OnGradientsReady(r, loss); });
     solvers_[r]->set_action_callback([this, r] { return ReplicaAction(r); });
   }
   if (n > 1) {
@@ -218,12 +264,15 @@ Trainer::Trainer(const caffe::SolverParameter& param, const std::vector<Device>&
 }
 
 Trainer::~Trainer() {
+  // Not the communicator: the caller may close it as the other ranks finish their last reads.
+  exchange_.reset();
   // Feeds first: a pusher blocked on a full feed returns before the nets go away.
   Abort("the training session was closed");
   Release();
 }
 
 void Trainer::Release() noexcept {
+  exchange_.reset();
   sync_.reset();
   for (size_t r = solvers_.size(); r-- > 0;) {
     // Device memory is released with the replica's device current, as it was allocated.
@@ -286,9 +335,16 @@ void Trainer::Solve(const std::string& resume_file) {
   pending_snapshot_ = false;
   stop_at_.store(-1);
   std::fill(stop_now_.begin(), stop_now_.end(), 0);
+  // With other processes, rank 0 alone reads the file and the others take its state.
+  const bool restore = !resume_file.empty() && process_rank() == 0;
+  if (restore && comm_) {
+    RunOnReplicas([&](int rank) { solvers_[rank]->Restore(resume_file); });
+    process_state_changed_ = true;
+  }
+  SyncProcesses();
   RunOnReplicas([&](int rank) {
     Solver* solver = solvers_[rank].get();
-    if (!resume_file.empty()) solver->Restore(resume_file);
+    if (restore && !comm_) solver->Restore(resume_file);
     BroadcastParameters(rank);
     solver->Solve();
   });
@@ -303,6 +359,7 @@ void Trainer::Step(int iters) {
   pending_snapshot_ = false;
   stop_at_.store(-1);
   std::fill(stop_now_.begin(), stop_now_.end(), 0);
+  SyncProcesses();
   const bool broadcast = !parameters_synced_;
   RunOnReplicas([&](int rank) {
     if (broadcast) BroadcastParameters(rank);
@@ -360,6 +417,7 @@ void Trainer::Restore(const std::string& model, const std::string* state,
     });
   }
   parameters_synced_ = false;
+  process_state_changed_ = true;
 }
 
 std::vector<NamedFeed> Trainer::Feeds(int replica) const {
@@ -395,6 +453,32 @@ void Trainer::Abort(const std::string& reason) {
     for (const auto& entry : Feeds(r)) entry.second->Abort(reason);
   }
   if (barrier_) barrier_->Abort();
+  if (exchange_) exchange_->Abort("rank " + std::to_string(process_rank()) + ": " + reason);
+}
+
+void Trainer::SyncProcesses() {
+  if (!comm_) return;
+  CheckUsable();
+  contexts_[0]->MakeCurrent();
+  float changed = process_state_changed_ ? 1.0f : 0.0f;
+  exchange_->AllReduceHost(&changed, 1);
+  if (changed > 0.0f) {
+    // Rank 0's model and state as bytes (a .caffemodel and a .solverstate), sizes first.
+    std::string model;
+    std::string state;
+    if (process_rank() == 0) {
+      model = ModelBytes();
+      state = StateBytes("rank 0");
+    }
+    uint64_t sizes[2] = {model.size(), state.size()};
+    comm_->Broadcast(sizes, sizeof(sizes), 0);
+    model.resize(sizes[0]);
+    state.resize(sizes[1]);
+    comm_->Broadcast(model.data(), model.size(), 0);
+    comm_->Broadcast(state.data(), state.size(), 0);
+    if (process_rank() != 0) Restore(model, &state, "rank 0's model and state");
+  }
+  process_state_changed_ = false;
 }
 
 void Trainer::PollUser() {
@@ -405,21 +489,36 @@ void Trainer::PollUser() {
   if (action == SolverAction::kSnapshot) pending_snapshot_ = true;
 }
 
-void Trainer::OnGradientsReady(int rank) {
+void Trainer::OnGradientsReady(int rank, float* loss) {
   Solver* solver = solvers_[rank].get();
   if (rank == 0) {
     PollUser();
     if (pending_stop_) stop_at_.store(solver->iter());
   }
-  // With one replica and no hook there is nothing to do here.
-  if (sync_ || gradient_hook_) {
+  losses_[rank] = *loss;
+  // With one replica, no other process and no hook there is nothing to do here.
+  if (sync_ || gradient_hook_ || exchange_) {
     const std::vector<DeviceBuffer> gradients = GradientBuffers(solver->net(), devices_[rank]);
-    // AllReduce starts with a barrier: root's stop_at_ is visible to every replica after it.
+    // AllReduce starts with a barrier: root's stop_at_ and every replica's loss are visible to
+    // every replica after it.
     if (sync_) sync_->AllReduce(rank, gradients, 1.0f / static_cast<float>(num_replicas()));
-    if (gradient_hook_) {
-      if (rank == 0) gradient_hook_(gradients);
-      if (sync_) sync_->Broadcast(rank, gradients);
+    if (rank == 0) {
+      float local_loss = 0.0f;
+      for (float l : losses_) local_loss += l;
+      local_loss /= static_cast<float>(num_replicas());
+      *loss = local_loss;
+      if (exchange_) {
+        exchange_->Finish(gradients);
+        // The mean loss and whether any rank stops, after the gradients.
+        float control[2] = {local_loss, stop_at_.load() == solver->iter() ? 1.0f : 0.0f};
+        exchange_->AllReduceHost(control, 2);
+        *loss = control[0] / static_cast<float>(num_processes());
+        if (control[1] > 0.0f) stop_at_.store(solver->iter());
+      }
+      if (gradient_hook_) gradient_hook_(gradients);
     }
+    // The Broadcast starts with a barrier too: root's last word on stop_at_ is seen after it.
+    if (sync_ && (gradient_hook_ || exchange_)) sync_->Broadcast(rank, gradients);
   }
   stop_now_[rank] = stop_at_.load() == solver->iter();
 }

@@ -21,6 +21,17 @@
 // the same update. Every replica starts from root's parameters (broadcast before the first
 // iteration, after weights were copied into root or the replicas restored the same state).
 //
+// Processes: with a communicator of N ranks (TrainerOptions::comm), this process's R replicas
+// are replicas rank * R ... rank * R + R - 1 of N * R: each reads its own shard of the data, the
+// gradients summed over the local replicas are then summed over the ranks (GradientExchange,
+// bucketed and overlapped with backward where it can be) and scaled by 1/N, and the loss every
+// replica reports is the mean over all of them. Only rank 0 displays, tests and snapshots; every
+// rank runs the same iterations. At the start of each Solve and Step every rank takes rank 0's
+// weights and solver state when any rank's changed (fresh fillers, Restore, a resumed file:
+// only rank 0 reads resume_file), so all ranks stay bit-identical in their parameters. A stop
+// request on any rank stops every rank after the same iteration. Every rank must make the same
+// calls (Solve, Step, Restore, TestAll is rank 0's alone).
+//
 // Cadence: Solve, Train and Step run Caffe's loop (Solver::Step): display every `display`
 // iterations, test every `test_interval`, snapshot every `snapshot`; each is reported to the
 // callbacks (set_on_display, set_on_test) and, with a snapshot sink, snapshots go there as
@@ -44,10 +55,12 @@
 #include <string>
 #include <vector>
 
+#include "comm/communicator.hpp"
 #include "core/context.hpp"
 #include "data/batch_feed.hpp"
 #include "net/net_options.hpp"
 #include "parallel/barrier.hpp"
+#include "parallel/gradient_exchange.hpp"
 #include "parallel/replica_sync.hpp"
 #include "parallel/session_info.hpp"
 #include "proto/caffe.pb.h"
@@ -55,9 +68,14 @@
 
 namespace cortado {
 
-// How the replicas' nets are built.
+// How the replicas' nets are built, and the processes this one trains with.
 struct TrainerOptions {
   NetOptions net;
+  // The job's other processes (DESIGN.md section 4, docs/distributed.md); null or of size 1:
+  // this process trains alone. Shared with the caller, who built it; the trainer aborts it on
+  // Abort and failures.
+  std::shared_ptr<comm::Communicator> comm;
+  ExchangeOptions exchange;
 };
 
 // The device a solver asks for: the CPU unless solver_mode is GPU (Caffe's default) and a CUDA
@@ -93,6 +111,11 @@ class Trainer {
   Solver* replica(int rank) const { return solvers_.at(rank).get(); }
   // "nccl", "device copies" or "host memory"; "none" with a single replica.
   const char* sync_name() const { return sync_ ? sync_->name() : "none"; }
+  // This process's rank and the number of ranks (0 and 1 without a communicator).
+  int process_rank() const { return comm_ ? comm_->rank() : 0; }
+  int num_processes() const { return comm_ ? comm_->size() : 1; }
+  // The exchange between processes (null when training alone).
+  const GradientExchange* exchange() const { return exchange_.get(); }
 
   // Signals and time limits, polled by root (see above).
   void set_action_callback(Solver::ActionCallback callback);
@@ -145,7 +168,9 @@ class Trainer {
   void BroadcastParameters(int rank);
   // Destroys the replicas, each with its device current; never throws.
   void Release() noexcept;
-  void OnGradientsReady(int rank);
+  void OnGradientsReady(int rank, float* loss);
+  // Every rank takes rank 0's weights and solver state if any rank's changed (see above).
+  void SyncProcesses();
   SolverAction ReplicaAction(int rank);
   // Root only: polls the user's callback and records what it asks.
   void PollUser();
@@ -158,6 +183,12 @@ class Trainer {
   std::vector<std::unique_ptr<Solver>> solvers_;
   std::unique_ptr<Barrier> barrier_;
   std::unique_ptr<ReplicaSync> sync_;
+  std::shared_ptr<comm::Communicator> comm_;
+  std::unique_ptr<GradientExchange> exchange_;
+  // Whether this process's parameters or state changed since the ranks last agreed.
+  bool process_state_changed_ = true;
+  // Each replica's loss of the current iteration, for the mean.
+  std::vector<float> losses_;
   Solver::ActionCallback user_callback_;
   GradientHook gradient_hook_;
   SnapshotSink snapshot_sink_;

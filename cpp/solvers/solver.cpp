@@ -338,6 +338,7 @@ void Solver::Step(int iters) {
       net_->Backward();
     }
     loss /= static_cast<float>(param_.iter_size());
+    if (on_gradients_ready_) on_gradients_ready_(&loss);
     UpdateSmoothedLoss(loss, start_iter, average_loss);
     if (display) {
       const double now = NowSeconds();
@@ -364,7 +365,6 @@ void Solver::Step(int iters) {
         }
       }
     }
-    if (on_gradients_ready_) on_gradients_ready_();
     ApplyUpdate();
     if (display && on_display_) {
       pending_display_.learning_rate = last_rate_;

@@ -104,8 +104,11 @@ class Solver {
   // Called at the start of each iteration, before forward/backward.
   void set_on_start(Hook hook) { on_start_ = std::move(hook); }
   // Called after the gradients of an iteration are accumulated and before the update (the
-  // data-parallel trainer averages gradients across replicas here).
-  void set_on_gradients_ready(Hook hook) { on_gradients_ready_ = std::move(hook); }
+  // data-parallel trainer averages gradients across replicas here), with the iteration's loss
+  // (the mean over iter_size batches), before it is smoothed and displayed: the hook may replace
+  // it (with the mean over every replica's, so the display shows the loss of the whole batch).
+  using GradientsHook = std::function<void(float* loss)>;
+  void set_on_gradients_ready(GradientsHook hook) { on_gradients_ready_ = std::move(hook); }
   // Called at each display iteration after its update (and for Caffe's closing display).
   void set_on_display(std::function<void(const Display&)> hook) { on_display_ = std::move(hook); }
   // Called after each complete TestAll with the iteration; the scores are in TestScores().
@@ -182,7 +185,7 @@ class Solver {
   std::vector<std::vector<float>> test_scores_;
   ActionCallback action_callback_;
   Hook on_start_;
-  Hook on_gradients_ready_;
+  GradientsHook on_gradients_ready_;
   std::function<void(const Display&)> on_display_;
   std::function<void(int)> on_test_;
   Hook snapshot_writer_;

@@ -15,6 +15,7 @@ namespace cortado::tools {
 // cortado train --solver=S [--snapshot=X.solverstate | --weights=A.caffemodel[,B...]]
 //               [--iterations=N] [--sigint_effect=stop] [--sighup_effect=snapshot]
 //               [--gpu=0 | --gpu=0,1 | --gpu=all]
+//               [--world=N --rank=R --peers=h:p,... | under mpirun] [--comm=tcp|mpi|nccl]
 int TrainCommand(int argc, char** argv);
 // cortado test --model=NET --weights=W [--iterations=50] [--gpu=0]
 int TestCommand(int argc, char** argv);

@@ -6,6 +6,8 @@
 // training loop polls, and the previous handlers are put back when training ends.
 // --gpu=0,1 (or all) trains one replica per listed GPU in this process (parallel/trainer.hpp),
 // overriding solver_mode and device_id; without it, solver_mode and device_id choose.
+// Under mpirun, or with --world/--rank/--peers, the process is one rank of a job of several
+// (tools/comm_flags.hpp); rank 0 alone logs, tests and snapshots.
 #include <signal.h>
 
 #include <atomic>
@@ -15,6 +17,7 @@
 #include "parallel/trainer.hpp"
 #include "solvers/snapshot.hpp"
 #include "solvers/solver.hpp"
+#include "tools/comm_flags.hpp"
 #include "tools/commands.hpp"
 #include "tools/flags.hpp"
 #include "tools/gpu_flag.hpp"
@@ -85,7 +88,7 @@ void CopyWeightsFromFile(const std::string& path, Net* net) {
 }
 
 int TrainCommand(int argc, char** argv) {
-  const std::vector<FlagSpec> specs = {
+  std::vector<FlagSpec> specs = {
       {"solver", "", "the solver prototxt"},
       {"snapshot", "", "a .solverstate[.h5] to resume training from"},
       {"weights", "", "comma-separated .caffemodel[.h5] files to fine-tune from"},
@@ -99,6 +102,7 @@ int TrainCommand(int argc, char** argv) {
        "GPUs to train on, one replica each: 0, 0,1 or all (overrides solver_mode; a GPU listed "
        "twice runs two replicas)"},
   };
+  for (const FlagSpec& spec : CommFlagSpecs()) specs.push_back(spec);
   Flags flags(argc, argv, 2, specs);
   if (flags.Get("solver").empty()) {
     CORTADO_THROW(kInvalidArgument, "cortado train needs --solver\n{}", Flags::Usage(specs));
@@ -139,9 +143,14 @@ int TrainCommand(int argc, char** argv) {
     devices.push_back(SolverDevice(param));
   }
 
-  CORTADO_LOG_INFO("Starting Optimization");
   TrainerOptions options;
   options.net = NetOptionsFromEnvironment();
+  options.exchange = ExchangeOptionsFromFlags(flags);
+  options.comm = CommunicatorFromFlags(flags);
+  const int rank = options.comm ? options.comm->rank() : 0;
+  // Rank 0 speaks for the job; the others log warnings and errors only.
+  if (rank > 0) SetThreadQuiet(true);
+  CORTADO_LOG_INFO("Starting Optimization");
   Trainer trainer(param, devices, options);
   Solver* solver = trainer.root();
   SignalGuard signals(sigint_effect, sighup_effect);
@@ -150,8 +159,9 @@ int TrainCommand(int argc, char** argv) {
     CORTADO_LOG_INFO("Resuming from {}", flags.Get("snapshot"));
     trainer.Solve(flags.Get("snapshot"));
   } else {
-    // Into root only: the trainer hands root's weights to the other replicas.
-    for (const auto& path : SplitList(flags.Get("weights"))) {
+    // Into root of rank 0 only: the trainer hands its weights to the other replicas and ranks.
+    for (const auto& path :
+         rank == 0 ? SplitList(flags.Get("weights")) : std::vector<std::string>{}) {
       CORTADO_LOG_INFO("Finetuning from {}", path);
       CopyWeightsFromFile(path, solver->net());
       for (const auto& test_net : solver->test_nets()) CopyWeightsFromFile(path, test_net.get());

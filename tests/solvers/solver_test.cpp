@@ -297,7 +297,7 @@ TEST(SolverLoopTest, HooksRunInOrderEveryIteration) {
   auto solver = MakeTinySolver("SGD", RuleConfig{}, &ctx);
   std::string calls;
   solver->set_on_start([&] { calls += 's'; });
-  solver->set_on_gradients_ready([&] {
+  solver->set_on_gradients_ready([&](float* /*loss*/) {
     // The gradients are there and the weights not yet updated.
     const Tensor* w = solver->net()->learnable_params()[0];
     EXPECT_NE(w->cpu_diff()[0], 0.0f);
@@ -312,7 +312,7 @@ TEST(SolverLoopTest, GradientHookCanReplaceTheGradient) {
   // What the data-parallel trainer does: overwrite the diffs before the update.
   Context ctx(Device::Cpu(), 1701);
   auto solver = MakeTinySolver("SGD", RuleConfig{}, &ctx);
-  solver->set_on_gradients_ready([&] {
+  solver->set_on_gradients_ready([&](float* /*loss*/) {
     Tensor* w = solver->net()->learnable_params()[0];
     for (int i = 0; i < w->count(); ++i) w->mutable_cpu_diff()[i] = 1.0f;
   });

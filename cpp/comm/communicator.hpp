@@ -1,0 +1,93 @@
+// SPDX-License-Identifier: Apache-2.0
+// Communicator: the collectives between the processes of one training job (DESIGN.md section 4,
+// docs/distributed.md). One interface, one backend per transport:
+//   tcp   our own ring over sockets (comm/tcp/); several ranks may live in one process, each
+//         with its own sockets;
+//   mpi   OpenMPI, under mpirun or joined through ompi-server (comm/mpi/); one rank per process;
+//   nccl  NCCL between GPUs of different processes (comm/nccl/); buffers are device memory.
+// Backends register by name in core/registry.hpp's way; CreateCommunicator picks one.
+//
+// Every rank calls the same operations in the same order. An operation either completes on every
+// rank or throws on every rank that reaches it: a peer that is gone, or that moves nothing for
+// CommOptions::timeout_s, ends the call with kComm or kTimeout naming that peer's rank and host;
+// Abort (from any thread) ends blocked and later calls with kAborted at once. After a failure the
+// communicator is broken: every later call throws the first error again.
+// One thread calls a communicator's operations at a time; Abort may come from any thread.
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace cortado::comm {
+
+struct CommOptions {
+  // "tcp", "mpi" or "nccl".
+  std::string backend = "tcp";
+  int rank = 0;
+  int world_size = 1;
+  // tcp: "host:port" of every rank, in rank order; this rank listens on its own entry's port
+  // (unless a Listener is handed over) and connects to the others' hosts.
+  std::vector<std::string> peers;
+  // Every handshake carries the job's token and attempt; a peer with others is refused.
+  std::string token;
+  int attempt = 0;
+  // Connection set-up retries until this many seconds have passed.
+  double connect_timeout_s = 60;
+  // An operation fails when no byte moved for this long (a hung or silent peer).
+  double timeout_s = 120;
+  // tcp: the pipelining unit of the ring (bytes received are summed in pieces of this size while
+  // the next ones arrive).
+  size_t chunk_bytes = size_t{1} << 18;
+  // mpi outside mpirun: the name of rank 0's port (MPI_Open_port), handed to the other ranks by
+  // the caller's rendezvous; empty: the ranks meet through ompi-server's name service
+  // (MPI_Publish_name under a service named after the token).
+  std::string mpi_port;
+  // nccl: this rank's CUDA device and rank 0's ncclUniqueId (its bytes), handed over by the
+  // caller's rendezvous.
+  int device = 0;
+  std::string nccl_id;
+};
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+  Communicator(const Communicator&) = delete;
+  Communicator& operator=(const Communicator&) = delete;
+
+  // "tcp", "mpi" or "nccl".
+  virtual const char* backend() const = 0;
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+
+  // data[0, count) becomes the sum over all ranks, in place. Host memory, device memory for nccl.
+  // Every rank ends with bit-identical values.
+  virtual void AllReduce(float* data, size_t count) = 0;
+  // data[0, bytes) becomes rank `root`'s.
+  virtual void Broadcast(void* data, size_t bytes, int root) = 0;
+  // Every rank's `mine` (any length, may differ between ranks), indexed by rank.
+  virtual std::vector<std::string> AllGather(const std::string& mine) = 0;
+  // Returns once every rank has called it.
+  virtual void Barrier() = 0;
+  // From any thread: ends every blocked and later call with kAborted carrying `reason`, and
+  // closes the connections so that the peers' calls fail too. Idempotent; never throws.
+  virtual void Abort(const std::string& reason) noexcept = 0;
+
+ protected:
+  Communicator(int rank, int size) : rank_(rank), size_(size) {}
+
+ private:
+  int rank_;
+  int size_;
+};
+
+// Builds the backend CommOptions::backend names (kInvalidArgument listing the known ones for an
+// unknown name, or for a rank outside [0, world_size)); blocks until every rank has joined or
+// connect_timeout_s has passed.
+std::unique_ptr<Communicator> CreateCommunicator(const CommOptions& options);
+
+// The backends this build has, sorted.
+std::vector<std::string> CommunicatorBackends();
+
+}  // namespace cortado::comm

@@ -1,0 +1,214 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "parallel/gradient_exchange.hpp"
+
+#include <algorithm>
+#include <cstring>
+#include <numeric>
+#include <utility>
+
+#include "core/config.hpp"
+#include "core/error.hpp"
+#include "core/logging.hpp"
+#include "math/on_device.hpp"
+#if CORTADO_WITH_CUDA
+#include "core/cuda.hpp"
+#endif
+
+namespace cortado {
+namespace {
+
+void ScaleHost(float* data, size_t count, float scale) {
+  for (size_t i = 0; i < count; ++i) data[i] *= scale;
+}
+
+}  // namespace
+
+GradientExchange::GradientExchange(comm::Communicator* comm, Net* net, Context* ctx, int iter_size,
+                                   bool overlap, const ExchangeOptions& options)
+    : comm_(comm),
+      net_(net),
+      ctx_(ctx),
+      iter_size_(std::max(iter_size, 1)),
+      overlap_(overlap && options.overlap && ctx->device().is_cpu() && net->flat_diff() &&
+               net->FlatDiffIntact()),
+      scale_(1.0f / static_cast<float>(comm->size())) {
+  if (!overlap_) return;
+  // Buckets from the end of the flat buffer (the last layers' parameters, which backward
+  // completes first) to its start, cut at parameter offsets; together they cover the buffer.
+  const std::vector<size_t>& offsets = net->learnable_param_offsets();
+  const std::vector<int> first_layers = net->LearnableParamFirstLayers();
+  std::vector<size_t> order(offsets.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::sort(order.begin(), order.end(),
+            [&](size_t a, size_t b) { return offsets[a] > offsets[b]; });
+  const size_t bucket_floats = std::max<size_t>(options.bucket_bytes / sizeof(float), 1);
+  Bucket bucket;
+  bucket.end = net->flat_diff_count();
+  bucket.ready_layer = static_cast<int>(net->layers().size());
+  for (size_t k = 0; k < order.size(); ++k) {
+    const size_t i = order[k];
+    bucket.ready_layer = std::min(bucket.ready_layer, first_layers[i]);
+    const bool last = k + 1 == order.size();
+    if (last || bucket.end - offsets[i] >= bucket_floats) {
+      bucket.begin = last ? 0 : offsets[i];
+      buckets_.push_back(bucket);
+      bucket.end = bucket.begin;
+      bucket.ready_layer = static_cast<int>(net->layers().size());
+    }
+  }
+  net->AddAfterBackward([this](int layer) { OnLayerBackward(layer); });
+  thread_ = std::thread([this] { RunCommThread(); });
+  CORTADO_LOG_INFO(
+      "Gradients of {} floats go in {} buckets of about {} MB, overlapped with backward",
+      net->flat_diff_count(), buckets_.size(),
+      static_cast<double>(options.bucket_bytes) / (1 << 20));
+}
+
+GradientExchange::~GradientExchange() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+void GradientExchange::OnLayerBackward(int layer) {
+  // Backward reports layers in descending order within a pass: a report at or above the last
+  // one starts a new pass.
+  if (layer >= last_layer_) {
+    ++pass_;
+    if (pass_ == 1) {
+      iteration_overlaps_ = net_->FlatDiffIntact();
+      if (!iteration_overlaps_) {
+        CORTADO_LOG_WARN_ONCE(
+            "{}: the gradients are no longer one buffer; exchanging them after backward",
+            net_->name());
+      }
+    }
+  }
+  last_layer_ = layer;
+  if (pass_ == iter_size_ && iteration_overlaps_) StartBucketsUpTo(layer);
+}
+
+void GradientExchange::StartBucketsUpTo(int layer) {
+  if (next_bucket_ == buckets_.size() || buckets_[next_bucket_].ready_layer < layer) return;
+  if (flat_ == nullptr) flat_ = net_->mutable_flat_cpu_diff();
+  size_t queued = next_bucket_;
+  while (queued < buckets_.size() && buckets_[queued].ready_layer >= layer) ++queued;
+  next_bucket_ = queued;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    queued_ = queued;
+  }
+  cv_.notify_all();
+}
+
+void GradientExchange::RunCommThread() {
+  size_t next = 0;  // the next bucket of the iteration to exchange
+  for (;;) {
+    {
+      std::unique_lock<std::mutex> lock(mutex_);
+      cv_.wait(lock, [&] { return stop_ || next < queued_; });
+      if (stop_) return;
+    }
+    // A failed communicator fails every later bucket at once: each is still counted, so that
+    // Finish sees the iteration end.
+    const Bucket& bucket = buckets_[next];
+    try {
+      comm_->AllReduce(flat_ + bucket.begin, bucket.end - bucket.begin);
+      ScaleHost(flat_ + bucket.begin, bucket.end - bucket.begin, scale_);
+    } catch (...) {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (!error_) error_ = std::current_exception();
+    }
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      done_ = ++next;
+      if (next == buckets_.size()) {
+        next = 0;
+        queued_ = 0;
+      }
+    }
+    cv_.notify_all();
+  }
+}
+
+void GradientExchange::ReduceHost(float* data, size_t count) {
+  comm_->AllReduce(data, count);
+  ScaleHost(data, count, scale_);
+}
+
+void GradientExchange::Finish(const std::vector<DeviceBuffer>& gradients) {
+  const bool overlapped = iteration_overlaps_ && pass_ == iter_size_;
+  pass_ = 0;
+  last_layer_ = -1;
+  iteration_overlaps_ = false;
+  if (overlapped) {
+    CORTADO_CHECK(gradients.size() == 1 && gradients[0].data == flat_,
+                  "the overlapped exchange expects the flat gradient buffer");
+    StartBucketsUpTo(-1);  // every bucket left
+    std::unique_lock<std::mutex> lock(mutex_);
+    cv_.wait(lock, [&] { return done_ == buckets_.size() || error_ != nullptr; });
+    if (done_ != buckets_.size()) {
+      // A bucket failed: end the one in flight, and the rest fail at once.
+      lock.unlock();
+      comm_->Abort("an earlier gradient bucket failed");
+      lock.lock();
+      cv_.wait(lock, [&] { return done_ == buckets_.size(); });
+    }
+    done_ = 0;
+    next_bucket_ = 0;
+    if (error_) std::rethrow_exception(error_);
+    return;
+  }
+  next_bucket_ = 0;
+  const bool device_memory = comm_->backend() == std::string("nccl");
+  for (const DeviceBuffer& buffer : gradients) {
+    const size_t count = static_cast<size_t>(buffer.count);
+    if (ctx_->device().is_cpu() || count == 0) {
+      ReduceHost(buffer.data, count);
+      continue;
+    }
+#if CORTADO_WITH_CUDA
+    if (device_memory) {
+      // The backend works on device memory, after what root's stream queued.
+      ctx_->Synchronize();
+      comm_->AllReduce(buffer.data, count);
+      math::dev::Scale(*ctx_, buffer.count, scale_, buffer.data);
+      continue;
+    }
+    staging_.resize(count);
+    cudaStream_t stream = cuda::Stream(*ctx_);
+    CORTADO_CUDA_CHECK(cudaMemcpyAsync(staging_.data(), buffer.data, count * sizeof(float),
+                                       cudaMemcpyDeviceToHost, stream));
+    CORTADO_CUDA_CHECK(cudaStreamSynchronize(stream));
+    ReduceHost(staging_.data(), count);
+    CORTADO_CUDA_CHECK(cudaMemcpyAsync(buffer.data, staging_.data(), count * sizeof(float),
+                                       cudaMemcpyHostToDevice, stream));
+    CORTADO_CUDA_CHECK(cudaStreamSynchronize(stream));
+#else
+    (void)device_memory;
+    CORTADO_THROW(kUnimplemented, "device gradients in a build without CUDA");
+#endif
+  }
+}
+
+void GradientExchange::AllReduceHost(float* values, size_t n) { comm_->AllReduce(values, n); }
+
+void GradientExchange::Abort(const std::string& reason) noexcept {
+  comm_->Abort(reason);
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!error_) {
+      try {
+        CORTADO_THROW(kAborted, "{}", reason);
+      } catch (...) {
+        error_ = std::current_exception();
+      }
+    }
+  }
+  cv_.notify_all();
+}
+
+}  // namespace cortado
