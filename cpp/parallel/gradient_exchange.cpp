@@ -32,6 +32,11 @@ GradientExchange::GradientExchange(comm::Communicator* comm, Net* net, Context* 
       overlap_(overlap && options.overlap && ctx->device().is_cpu() && net->flat_diff() &&
                net->FlatDiffIntact()),
       scale_(1.0f / static_cast<float>(comm->size())) {
+  for (const auto& layer : net->layers()) {
+    if (std::string(layer->type()) != "BatchNorm" || layer->blobs().size() < 2) continue;
+    statistics_.push_back(layer->blobs()[0].get());
+    statistics_.push_back(layer->blobs()[1].get());
+  }
   if (!overlap_) return;
   // Buckets from the end of the flat buffer (the last layers' parameters, which backward
   // completes first) to its start, cut at parameter offsets; together they cover the buffer.
@@ -45,16 +50,21 @@ GradientExchange::GradientExchange(comm::Communicator* comm, Net* net, Context* 
   Bucket bucket;
   bucket.end = net->flat_diff_count();
   bucket.ready_layer = static_cast<int>(net->layers().size());
+  // A parameter that would take a bucket that holds something past the size starts the next.
   for (size_t k = 0; k < order.size(); ++k) {
     const size_t i = order[k];
-    bucket.ready_layer = std::min(bucket.ready_layer, first_layers[i]);
-    const bool last = k + 1 == order.size();
-    if (last || bucket.end - offsets[i] >= bucket_floats) {
-      bucket.begin = last ? 0 : offsets[i];
+    const bool holds_some = bucket.ready_layer < static_cast<int>(net->layers().size());
+    if (holds_some && bucket.end - offsets[i] > bucket_floats) {
+      bucket.begin = offsets[order[k - 1]];
       buckets_.push_back(bucket);
       bucket.end = bucket.begin;
       bucket.ready_layer = static_cast<int>(net->layers().size());
     }
+    bucket.ready_layer = std::min(bucket.ready_layer, first_layers[i]);
+  }
+  if (!order.empty()) {
+    bucket.begin = 0;
+    buckets_.push_back(bucket);
   }
   net->AddAfterBackward([this](int layer) { OnLayerBackward(layer); });
   thread_ = std::thread([this] { RunCommThread(); });
@@ -160,6 +170,7 @@ void GradientExchange::Finish(const std::vector<DeviceBuffer>& gradients) {
     done_ = 0;
     next_bucket_ = 0;
     if (error_) std::rethrow_exception(error_);
+    AverageStatistics();
     return;
   }
   next_bucket_ = 0;
@@ -191,6 +202,22 @@ void GradientExchange::Finish(const std::vector<DeviceBuffer>& gradients) {
     (void)device_memory;
     CORTADO_THROW(kUnimplemented, "device gradients in a build without CUDA");
 #endif
+  }
+  AverageStatistics();
+}
+
+void GradientExchange::AverageStatistics() {
+  if (statistics_.empty()) return;
+  size_t total = 0;
+  for (const Tensor* t : statistics_) total += static_cast<size_t>(t->count());
+  statistics_staging_.resize(total);
+  float* at = statistics_staging_.data();
+  for (const Tensor* t : statistics_) at = std::copy_n(t->cpu_data(), t->count(), at);
+  ReduceHost(statistics_staging_.data(), total);
+  const float* from = statistics_staging_.data();
+  for (Tensor* t : statistics_) {
+    std::copy_n(from, t->count(), t->mutable_cpu_data());
+    from += t->count();
   }
 }
 

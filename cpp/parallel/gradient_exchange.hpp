@@ -14,6 +14,10 @@
 // collectives match. Otherwise Finish exchanges everything itself (device gradients go through
 // host memory, except with a backend that takes device memory).
 //
+// BatchNorm: each rank's running mean and variance follow its own batches; Finish replaces them
+// with their mean over the ranks every iteration, so that the ranks stay identical (the scale
+// factor, the third blob, is the same on every rank and left alone).
+//
 // Threads: the hook and Finish run on root's thread; only the communication thread calls the
 // communicator while buckets are in flight, and only root's thread otherwise. Abort may come
 // from any thread.
@@ -77,6 +81,8 @@ class GradientExchange {
   void RunCommThread();
   // Exchanges one host range in place (sum, then scale), on the calling thread.
   void ReduceHost(float* data, size_t count);
+  // The BatchNorm statistics become their mean over the ranks.
+  void AverageStatistics();
 
   comm::Communicator* comm_;
   Net* net_;
@@ -101,7 +107,9 @@ class GradientExchange {
   bool stop_ = false;
   std::exception_ptr error_;
   std::thread thread_;
-  std::vector<float> staging_;  // host copy of device gradients
+  std::vector<float> staging_;       // host copy of device gradients
+  std::vector<Tensor*> statistics_;  // BatchNorm means and variances
+  std::vector<float> statistics_staging_;
 };
 
 }  // namespace cortado

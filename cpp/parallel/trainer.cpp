@@ -527,7 +527,9 @@ SolverAction Trainer::ReplicaAction(int rank) {
   if (stop_now_[rank]) return SolverAction::kStop;
   if (rank != 0) return aborted_.load() ? SolverAction::kStop : SolverAction::kNone;
   PollUser();
-  if (num_replicas() == 1 && pending_stop_) {
+  // With other replicas or ranks, a stop goes through the next gradient exchange, so that
+  // every one stops after the same iteration.
+  if (num_replicas() == 1 && !comm_ && pending_stop_) {
     pending_stop_ = false;
     return SolverAction::kStop;
   }

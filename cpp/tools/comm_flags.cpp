@@ -115,8 +115,9 @@ comm::CommOptions CommOptionsFromFlags(const Flags& flags,
   return options;
 }
 
-std::shared_ptr<comm::Communicator> CommunicatorFromFlags(const Flags& flags) {
-  const comm::CommOptions options = CommOptionsFromFlags(flags, Environment());
+std::shared_ptr<comm::Communicator> CommunicatorFromFlags(const Flags& flags, int device) {
+  comm::CommOptions options = CommOptionsFromFlags(flags, Environment());
+  options.device = device;
   if (options.world_size == 1) return nullptr;
   return comm::CreateCommunicator(options);
 }

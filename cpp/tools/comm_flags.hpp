@@ -26,7 +26,8 @@ std::vector<FlagSpec> CommFlagSpecs();
 // flags. Blocks until every rank has joined.
 comm::CommOptions CommOptionsFromFlags(const Flags& flags,
                                        const std::map<std::string, std::string>& env);
-std::shared_ptr<comm::Communicator> CommunicatorFromFlags(const Flags& flags);
+// `device`: the CUDA device of this rank's first replica (the nccl backend's GPU).
+std::shared_ptr<comm::Communicator> CommunicatorFromFlags(const Flags& flags, int device);
 ExchangeOptions ExchangeOptionsFromFlags(const Flags& flags);
 
 }  // namespace cortado::tools

@@ -11,6 +11,7 @@
 #include <signal.h>
 
 #include <atomic>
+#include <cstdlib>
 #include <sstream>
 
 #include "core/logging.hpp"
@@ -141,12 +142,19 @@ int TrainCommand(int argc, char** argv) {
     CORTADO_LOG_INFO("Using GPUs {}", names);
   } else {
     devices.push_back(SolverDevice(param));
+    // Under mpirun, the ranks of one host take its GPUs in turn (local rank modulo their count).
+    const char* local_rank = std::getenv("OMPI_COMM_WORLD_LOCAL_RANK");
+    if (devices[0].is_cuda() && local_rank != nullptr && Context::CudaDeviceCount() > 1) {
+      devices[0] = Device::Cuda(std::atoi(local_rank) % Context::CudaDeviceCount());
+      param.set_device_id(devices[0].id);
+      CORTADO_LOG_INFO("Local rank {} trains on GPU {}", local_rank, devices[0].id);
+    }
   }
 
   TrainerOptions options;
   options.net = NetOptionsFromEnvironment();
   options.exchange = ExchangeOptionsFromFlags(flags);
-  options.comm = CommunicatorFromFlags(flags);
+  options.comm = CommunicatorFromFlags(flags, devices[0].is_cuda() ? devices[0].id : 0);
   const int rank = options.comm ? options.comm->rank() : 0;
   // Rank 0 speaks for the job; the others log warnings and errors only.
   if (rank > 0) SetThreadQuiet(true);

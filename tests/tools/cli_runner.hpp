@@ -23,10 +23,12 @@ struct CliResult {
   bool Contains(const std::string& text) const { return output.find(text) != std::string::npos; }
 };
 
-// Runs `cortado args...`. `on_output`, when given, sees the output collected so far after each
-// read, and may signal the child (it gets the child's pid); it returns true once it is done.
+// Runs `cortado args...`, or `launcher... cortado args...` (e.g. mpirun -np 2; found on PATH).
+// `on_output`, when given, sees the output collected so far after each read, and may signal the
+// child (it gets the child's pid); it returns true once it is done.
 inline CliResult RunCli(const std::vector<std::string>& args,
-                        const std::function<bool(const std::string&, pid_t)>& on_output = {}) {
+                        const std::function<bool(const std::string&, pid_t)>& on_output = {},
+                        const std::vector<std::string>& launcher = {}) {
   CliResult result;
   int fds[2];
   if (pipe(fds) != 0) {
@@ -45,12 +47,13 @@ inline CliResult RunCli(const std::vector<std::string>& args,
     close(fds[1]);
     setenv("CORTADO_LOG_LEVEL", "info", 1);  // the tests read the INFO lines
     const char* cli = std::getenv("CORTADO_CLI");
-    std::vector<std::string> argv_strings = {cli != nullptr ? cli : CORTADO_CLI_PATH};
+    std::vector<std::string> argv_strings = launcher;
+    argv_strings.push_back(cli != nullptr ? cli : CORTADO_CLI_PATH);
     argv_strings.insert(argv_strings.end(), args.begin(), args.end());
     std::vector<char*> argv;
     for (auto& s : argv_strings) argv.push_back(s.data());
     argv.push_back(nullptr);
-    execv(argv[0], argv.data());
+    execvp(argv[0], argv.data());
     _exit(127);
   }
   close(fds[1]);

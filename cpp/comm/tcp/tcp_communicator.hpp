@@ -1,0 +1,65 @@
+// SPDX-License-Identifier: Apache-2.0
+// The tcp backend: the ranks form a ring over TCP sockets. Rank r connects to rank (r + 1) % N
+// (its next) and accepts the connection of rank (r - 1 + N) % N (its prev); with N = 2 the pair
+// has two sockets, one per direction; with N = 1 there are none and every operation is trivial.
+// The handshake, the wire format and the algorithms are described in tcp_communicator.cpp and
+// ring.hpp.
+//
+// CreateCommunicator({.backend = "tcp", ...}) listens on the port of peers[rank], bound to that
+// entry's host address (any address when the host is not one of this machine's). When the
+// ports are not known in advance (Spark: every task opens an ephemeral port, then the tasks
+// exchange addresses), open the listener first and hand it over:
+//
+//   auto listener = TcpListener::Open(my_host, 0);
+//   peers = ExchangeAddresses(my_host + ":" + std::to_string(listener->port()));  // caller's
+//   auto comm = CreateTcpCommunicator(options_with_peers, std::move(listener));
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "comm/communicator.hpp"
+#include "comm/tcp/socket.hpp"
+
+namespace cortado::comm {
+
+// A listening TCP socket, open before the communicator is built (connections that arrive
+// early wait in its backlog). Move it into CreateTcpCommunicator, which closes it once the ring
+// is connected. Not thread-safe; owns the socket.
+class TcpListener {
+ public:
+  // Listens on `host`:`port`; host is an IPv4 address or hostname of this machine ("0.0.0.0":
+  // every interface; a name that resolves to no local address falls back to every interface),
+  // port 0 picks a free ephemeral port. kInvalidArgument for a bad host or port, kComm when
+  // the port cannot be bound (in use).
+  static std::unique_ptr<TcpListener> Open(const std::string& host, int port);
+
+  TcpListener(const TcpListener&) = delete;
+  TcpListener& operator=(const TcpListener&) = delete;
+
+  // The port listened on (the chosen one when opened with port 0).
+  int port() const { return port_; }
+  // The host it was opened with.
+  const std::string& host() const { return host_; }
+  // The listening socket (nonblocking); the communicator accepts on it.
+  int fd() const { return fd_.get(); }
+
+ private:
+  TcpListener(UniqueFd fd, std::string host, int port)
+      : fd_(std::move(fd)), host_(std::move(host)), port_(port) {}
+
+  UniqueFd fd_;
+  std::string host_;
+  int port_;
+};
+
+// Builds a tcp communicator that accepts its prev's connection on `listener` (whose port should
+// be the one in options.peers[options.rank]); blocks until the ring is connected or
+// options.connect_timeout_s has passed (kTimeout naming the rank it could not reach). With one
+// rank the listener may be null. kInvalidArgument for bad options (peers not one "host:port" per
+// rank, naming the entry and its index); kComm when a peer belongs to another job (token or
+// attempt differs), counts another world size, or claims the wrong rank.
+std::unique_ptr<Communicator> CreateTcpCommunicator(const CommOptions& options,
+                                                    std::unique_ptr<TcpListener> listener);
+
+}  // namespace cortado::comm
