@@ -5,11 +5,13 @@
 // weights, and every rank bit-identical to rank 0.
 #include <google/protobuf/text_format.h>
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <filesystem>
 #include <functional>
 #include <memory>
@@ -334,6 +336,68 @@ TEST(DistributedTrainerTest, AnAbortedRankMakesTheOthersFailFast) {
   EXPECT_LT(seconds, 15.0) << "the collective timeout is 20 s: the others must not wait for it";
   for (int r = 0; r < 3; ++r) EXPECT_NE(errors[r], "") << "rank " << r << " trained on";
   EXPECT_NE(errors[1].find("the task was killed"), std::string::npos) << errors[1];
+}
+
+// ---- under mpirun: the mpi backend -----------------------------------------------------------
+
+// Run by the ctest entry that starts cortado_tests under `mpirun -np 3` (tests/comm); skipped
+// elsewhere. Every rank trains LeNet with the mpi backend and, beside it, the one-rank reference
+// of the whole batch; rank 0's result must match it, and every rank rank 0's.
+TEST(MpiTrainerTest, RanksUnderMpirunTrainLeNetLikeOneRankWithTheWholeBatch) {
+  const char* size = std::getenv("OMPI_COMM_WORLD_SIZE");
+  if (size == nullptr || std::atoi(size) < 2) GTEST_SKIP() << "runs under mpirun -np 2 or more";
+  const std::vector<std::string> backends = comm::CommunicatorBackends();
+  if (std::find(backends.begin(), backends.end(), "mpi") == backends.end()) {
+    GTEST_SKIP() << "this build has no mpi backend";
+  }
+  comm::CommOptions options;
+  options.backend = "mpi";
+  options.world_size = std::atoi(size);
+  options.rank = std::atoi(std::getenv("OMPI_COMM_WORLD_RANK"));
+  options.timeout_s = 60;
+  std::shared_ptr<comm::Communicator> comm = comm::CreateCommunicator(options);
+  const int world = comm->size();
+  // One database for all ranks: rank 0 writes it, the others wait at the barrier.
+  const std::string path = "/tmp/cortado-mpi-trainer-" +
+                           std::string(std::getenv("OMPI_COMM_WORLD_SIZE")) + "-" +
+                           std::to_string(getppid());
+  std::string db = path + "/images";
+  if (comm->rank() == 0) {
+    std::filesystem::remove_all(path);
+    std::filesystem::create_directories(path);
+    std::vector<std::pair<std::string, std::string>> records;
+    for (int i = 0; i < 60; ++i) {
+      records.emplace_back(
+          testing::Key(i),
+          testing::ByteDatum(1, 28, 28, (i * 53) % 256, i % 10).SerializeAsString());
+    }
+    testing::WriteLmdb(db, records);
+  }
+  comm->Barrier();
+  const int b = 4;
+  const RunResult one = Train(LeNet(db, world * b, 20, false), Ranks{});
+  std::vector<float> losses;
+  TrainerOptions trainer_options;
+  trainer_options.comm = comm;
+  Trainer trainer(LeNet(db, b, 20, false), {Device::Cpu()}, trainer_options);
+  trainer.set_on_display([&](const Display& d) {
+    if (d.seconds >= 0) losses.push_back(d.loss);
+  });
+  trainer.Solve();
+  const Weights mine = ParamData(*trainer.root());
+  // Every rank's weights, as bytes, for the comparison with rank 0's.
+  std::string bytes;
+  for (const auto& w : mine) {
+    bytes.append(reinterpret_cast<const char*>(w.data()), w.size() * sizeof(float));
+  }
+  const std::vector<std::string> all = comm->AllGather(bytes);
+  for (int r = 1; r < world; ++r) EXPECT_TRUE(all[r] == all[0]) << "rank " << r;
+  if (comm->rank() == 0) {
+    ExpectSameLosses(one.losses, losses, kTolerance);
+    ExpectNear(one.weights, mine, kTolerance, 1e-2f, "weights");
+  }
+  comm->Barrier();
+  if (comm->rank() == 0) std::filesystem::remove_all(path);
 }
 
 }  // namespace
