@@ -1,0 +1,337 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "comm/mpi/mpi_communicator.hpp"
+
+#include <mpi.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <climits>
+#include <cstdint>
+#include <cstdlib>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "comm/registry.hpp"
+#include "core/error.hpp"
+#include "core/logging.hpp"
+
+namespace cortado::comm {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+std::string MpiErrorText(int code) {
+  char text[MPI_MAX_ERROR_STRING];
+  int length = 0;
+  if (MPI_Error_string(code, text, &length) != MPI_SUCCESS)
+    return "MPI error " + std::to_string(code);
+  return std::string(text, static_cast<size_t>(length));
+}
+
+void Check(int code, const std::string& what) {
+  if (code != MPI_SUCCESS) CORTADO_THROW(kComm, "mpi: {} failed: {}", what, MpiErrorText(code));
+}
+
+// MPI once per process; finalised at exit unless someone else initialised it, or a
+// communicator broke (a collective of a lost peer may never finish; finalising would wait).
+std::atomic<bool> g_broken{false};
+bool g_we_initialised = false;
+
+void FinalizeAtExit() {
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (!finalized && !g_broken.load()) MPI_Finalize();
+}
+
+void EnsureInitialised() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    int initialized = 0;
+    MPI_Initialized(&initialized);
+    if (initialized) return;
+    int provided = 0;
+    Check(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided), "MPI_Init_thread");
+    if (provided < MPI_THREAD_SERIALIZED) {
+      CORTADO_LOG_WARN("MPI offers thread level {} only; the mpi backend needs serialised calls",
+                       provided);
+    }
+    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+    MPI_Comm_set_errhandler(MPI_COMM_SELF, MPI_ERRORS_RETURN);
+    g_we_initialised = true;
+    std::atexit(FinalizeAtExit);
+  });
+}
+
+bool UnderLauncher() {
+  const char* size = std::getenv("OMPI_COMM_WORLD_SIZE");
+  return size != nullptr && std::atoi(size) > 1;
+}
+
+void CheckServer() {
+  if (std::getenv("OMPI_MCA_pmix_server_uri") == nullptr) {
+    CORTADO_THROW(kInvalidArgument,
+                  "the mpi backend outside mpirun needs an ompi-server: start `ompi-server "
+                  "--report-uri FILE` and set OMPI_MCA_pmix_server_uri=file:FILE in every rank's "
+                  "environment (or start the job with mpirun, or use the tcp backend)");
+  }
+}
+
+class MpiCommunicator final : public Communicator {
+ public:
+  explicit MpiCommunicator(const CommOptions& options)
+      : Communicator(options.rank, options.world_size), options_(options) {
+    if (!UnderLauncher()) CheckServer();  // before MPI starts: a singleton without it fails
+    EnsureInitialised();
+    if (UnderLauncher()) {
+      int size = 0;
+      int rank = 0;
+      MPI_Comm_size(MPI_COMM_WORLD, &size);
+      MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+      if (size != options.world_size || rank != options.rank) {
+        CORTADO_THROW(kInvalidArgument,
+                      "mpirun made this process rank {} of {}, but rank {} of {} was asked for",
+                      rank, size, options.rank, options.world_size);
+      }
+      Check(MPI_Comm_dup(MPI_COMM_WORLD, &comm_), "MPI_Comm_dup");
+      how_ = "under mpirun";
+    } else {
+      Join();
+      how_ = "joined through ompi-server";
+    }
+    MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
+    CORTADO_LOG_INFO("mpi communicator: rank {} of {} ({})", rank(), size(), how_);
+  }
+
+  ~MpiCommunicator() override {
+    // A broken communicator may have a collective in flight that never ends: leave it.
+    if (comm_ != MPI_COMM_NULL && !broken_) MPI_Comm_free(&comm_);
+  }
+
+  const char* backend() const override { return "mpi"; }
+
+  void AllReduce(float* data, size_t count) override {
+    Begin();
+    for (size_t done = 0; done < count;) {
+      const int n = static_cast<int>(std::min<size_t>(count - done, INT_MAX));
+      MPI_Request request;
+      Issue(MPI_Iallreduce(MPI_IN_PLACE, data + done, n, MPI_FLOAT, MPI_SUM, comm_, &request),
+            "allreduce");
+      Wait(&request, "allreduce", count);
+      done += static_cast<size_t>(n);
+    }
+  }
+
+  void Broadcast(void* data, size_t bytes, int root) override {
+    Begin();
+    if (root < 0 || root >= size()) {
+      CORTADO_THROW(kInvalidArgument, "mpi broadcast from rank {}: the world has {} ranks", root,
+                    size());
+    }
+    char* at = static_cast<char*>(data);
+    for (size_t done = 0; done < bytes;) {
+      const int n = static_cast<int>(std::min<size_t>(bytes - done, INT_MAX));
+      MPI_Request request;
+      Issue(MPI_Ibcast(at + done, n, MPI_BYTE, root, comm_, &request), "broadcast");
+      Wait(&request, "broadcast", bytes);
+      done += static_cast<size_t>(n);
+    }
+  }
+
+  std::vector<std::string> AllGather(const std::string& mine) override {
+    Begin();
+    if (mine.size() > INT_MAX) CORTADO_THROW(kInvalidArgument, "mpi allgather of over 2 GiB");
+    const int length = static_cast<int>(mine.size());
+    std::vector<int> lengths(size());
+    MPI_Request request;
+    Issue(MPI_Iallgather(&length, 1, MPI_INT, lengths.data(), 1, MPI_INT, comm_, &request),
+          "allgather");
+    Wait(&request, "allgather", 1);
+    std::vector<int> offsets(size());
+    int64_t total = 0;
+    for (int r = 0; r < size(); ++r) {
+      offsets[r] = static_cast<int>(total);
+      total += lengths[r];
+    }
+    if (total > INT_MAX) CORTADO_THROW(kInvalidArgument, "mpi allgather of over 2 GiB in all");
+    std::string all(static_cast<size_t>(total), '\0');
+    Issue(MPI_Iallgatherv(mine.data(), length, MPI_BYTE, all.data(), lengths.data(), offsets.data(),
+                          MPI_BYTE, comm_, &request),
+          "allgather");
+    Wait(&request, "allgather", static_cast<size_t>(total));
+    std::vector<std::string> result(size());
+    for (int r = 0; r < size(); ++r) result[r] = all.substr(offsets[r], lengths[r]);
+    return result;
+  }
+
+  void Barrier() override {
+    Begin();
+    MPI_Request request;
+    Issue(MPI_Ibarrier(comm_, &request), "barrier");
+    Wait(&request, "barrier", 0);
+  }
+
+  void Abort(const std::string& reason) noexcept override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!aborted_.load()) abort_reason_ = reason.empty() ? "aborted" : reason;
+    aborted_.store(true);
+  }
+
+ private:
+  // Grows the group from rank 0's port; see the header.
+  void Join() {
+    CheckServer();
+    const std::string service =
+        "cortado-" + options_.token + "-" + std::to_string(options_.attempt);
+    std::string port = options_.mpi_port;
+    bool published = false;
+    if (rank() == 0 && port.empty()) {
+      port = OpenMpiPort();
+      Check(MPI_Publish_name(service.c_str(), MPI_INFO_NULL, port.c_str()),
+            "MPI_Publish_name at the ompi-server (OMPI_MCA_pmix_server_uri)");
+      published = true;
+    }
+    if (rank() != 0 && port.empty()) port = LookUp(service);
+    MPI_Comm group = MPI_COMM_SELF;
+    MPI_Comm inter = MPI_COMM_NULL;
+    int members = 1;
+    if (rank() != 0) {
+      Check(MPI_Comm_connect(port.c_str(), MPI_INFO_NULL, 0, MPI_COMM_SELF, &inter),
+            "connecting to rank 0's port " + port);
+      Check(MPI_Intercomm_merge(inter, /*high=*/1, &group), "MPI_Intercomm_merge");
+      MPI_Comm_free(&inter);
+      MPI_Comm_size(group, &members);
+    }
+    while (members < size()) {
+      MPI_Comm merged = MPI_COMM_NULL;
+      Check(MPI_Comm_accept(port.c_str(), MPI_INFO_NULL, 0, group, &inter), "MPI_Comm_accept");
+      Check(MPI_Intercomm_merge(inter, /*high=*/0, &merged), "MPI_Intercomm_merge");
+      MPI_Comm_free(&inter);
+      if (group != MPI_COMM_SELF) MPI_Comm_free(&group);
+      group = merged;
+      MPI_Comm_size(group, &members);
+    }
+    if (published) MPI_Unpublish_name(service.c_str(), MPI_INFO_NULL, port.c_str());
+    if (rank() == 0) MPI_Close_port(port.c_str());
+    // Everyone's requested rank: distinct, then the order.
+    std::vector<int> wanted(size());
+    const int mine = rank();
+    Check(MPI_Allgather(&mine, 1, MPI_INT, wanted.data(), 1, MPI_INT, group), "MPI_Allgather");
+    for (int i = 0; i < size(); ++i) {
+      for (int j = 0; j < i; ++j) {
+        if (wanted[i] == wanted[j]) {
+          CORTADO_THROW(kInvalidArgument,
+                        "two processes joined the mpi communicator as rank {} (of {})", wanted[i],
+                        size());
+        }
+      }
+    }
+    Check(MPI_Comm_split(group, 0, rank(), &comm_), "MPI_Comm_split");
+    if (group != MPI_COMM_SELF) MPI_Comm_free(&group);
+  }
+
+  std::string LookUp(const std::string& service) {
+    const auto deadline =
+        Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                           std::chrono::duration<double>(options_.connect_timeout_s));
+    char port[MPI_MAX_PORT_NAME] = {};
+    int code = MPI_SUCCESS;
+    for (;;) {
+      code = MPI_Lookup_name(service.c_str(), MPI_INFO_NULL, port);
+      if (code == MPI_SUCCESS) return port;
+      if (Clock::now() > deadline) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    CORTADO_THROW(kTimeout,
+                  "rank {}: rank 0 did not publish '{}' at the ompi-server within {} s (last "
+                  "error: {})",
+                  rank(), service, options_.connect_timeout_s, MpiErrorText(code));
+  }
+
+  void Begin() {
+    if (aborted_.load()) {
+      broken_ = true;
+      g_broken.store(true);
+      std::lock_guard<std::mutex> lock(mutex_);
+      CORTADO_THROW(kAborted, "mpi communicator (rank {}): {}", rank(), abort_reason_);
+    }
+    if (first_error_) std::rethrow_exception(first_error_);
+  }
+
+  void Issue(int code, const char* what) {
+    if (code == MPI_SUCCESS) return;
+    Fail(ErrorCode::kComm,
+         fmt::format("mpi {} on rank {} failed: {}", what, rank(), MpiErrorText(code)));
+  }
+
+  [[noreturn]] void Fail(ErrorCode code, const std::string& message) {
+    broken_ = true;
+    g_broken.store(true);
+    try {
+      throw Error(code, message, __FILE__, __LINE__);
+    } catch (...) {
+      first_error_ = std::current_exception();
+    }
+    std::rethrow_exception(first_error_);
+  }
+
+  // Polls the request until done, the timeout or Abort.
+  void Wait(MPI_Request* request, const char* what, size_t amount) {
+    const auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                             std::chrono::duration<double>(options_.timeout_s));
+    auto pause = std::chrono::microseconds(0);
+    for (;;) {
+      int done = 0;
+      const int code = MPI_Test(request, &done, MPI_STATUS_IGNORE);
+      if (code != MPI_SUCCESS) Issue(code, what);
+      if (done) return;
+      if (aborted_.load()) {
+        std::string reason;
+        {
+          std::lock_guard<std::mutex> lock(mutex_);
+          reason = abort_reason_;
+        }
+        Fail(ErrorCode::kAborted,
+             fmt::format("mpi {} on rank {} aborted: {}", what, rank(), reason));
+      }
+      if (Clock::now() > deadline) {
+        Fail(ErrorCode::kTimeout,
+             fmt::format("mpi {} ({} elements) on rank {} did not complete within {} s "
+                         "(a peer may be gone)",
+                         what, amount, rank(), options_.timeout_s));
+      }
+      // Spin briefly, then back off to at most 1 ms between tests.
+      if (pause < std::chrono::microseconds(1000)) pause += std::chrono::microseconds(20);
+      if (pause > std::chrono::microseconds(100)) std::this_thread::sleep_for(pause);
+    }
+  }
+
+  CommOptions options_;
+  MPI_Comm comm_ = MPI_COMM_NULL;
+  const char* how_ = "";
+  bool broken_ = false;
+  std::exception_ptr first_error_;
+  std::atomic<bool> aborted_{false};
+  std::mutex mutex_;
+  std::string abort_reason_;
+};
+
+std::unique_ptr<Communicator> MakeMpi(const CommOptions& options) {
+  return std::make_unique<MpiCommunicator>(options);
+}
+
+}  // namespace
+
+std::string OpenMpiPort() {
+  EnsureInitialised();
+  CheckServer();
+  char port[MPI_MAX_PORT_NAME] = {};
+  Check(MPI_Open_port(MPI_INFO_NULL, port), "MPI_Open_port");
+  return port;
+}
+
+CORTADO_REGISTER_COMMUNICATOR(mpi, MakeMpi);
+
+}  // namespace cortado::comm

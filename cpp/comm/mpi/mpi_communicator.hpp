@@ -1,0 +1,34 @@
+// SPDX-License-Identifier: Apache-2.0
+// The `mpi` backend: OpenMPI's collectives, one rank per process. Built with MPI (WITH_MPI).
+//
+// Under mpirun (OMPI_COMM_WORLD_SIZE > 1) the communicator is MPI_COMM_WORLD's; CommOptions'
+// rank and world size must be the launcher's.
+//
+// Outside a launcher (processes mpirun did not start, e.g. Spark executors) each process is an
+// MPI singleton, and the ranks join one communicator through an ompi-server, which every rank
+// must be able to reach: start `ompi-server --report-uri FILE` and set
+// OMPI_MCA_pmix_server_uri=file:FILE (or the URI itself) in every rank's environment. Rank 0
+// opens a port (MPI_Open_port); the others learn its name from CommOptions::mpi_port when the
+// caller's rendezvous carried it (OpenMpiPort on rank 0, before the rendezvous), else from the
+// server's name service (MPI_Publish_name / MPI_Lookup_name under "cortado-<token>-<attempt>",
+// retried until connect_timeout_s). The group then grows one rank at a time (MPI_Comm_accept
+// by every member, MPI_Comm_connect by the newcomer, MPI_Intercomm_merge) and is finally
+// ordered by the requested ranks (MPI_Comm_split). MPI has no timeout for accept and connect:
+// once the port is known, a rank that never comes leaves the others waiting in the join.
+//
+// Collectives are MPI's non-blocking ones (MPI_Iallreduce, ...), polled with MPI_Test so that
+// CommOptions::timeout_s and Abort end a call that a lost peer would keep forever; the
+// communicator is broken afterwards. MPI is initialised once per process, with
+// MPI_THREAD_MULTIPLE if offered (calls are serialised by the communicator anyway), errors
+// return codes (MPI_ERRORS_RETURN) rather than kill the process, and nothing calls MPI_Abort.
+#pragma once
+
+#include <string>
+
+namespace cortado::comm {
+
+// Rank 0 outside mpirun: opens the port the others will connect to and returns its name, to be
+// handed to every rank as CommOptions::mpi_port (rank 0's own included). Initialises MPI.
+std::string OpenMpiPort();
+
+}  // namespace cortado::comm
