@@ -249,7 +249,7 @@ Trainer::Trainer(const caffe::SolverParameter& param, const std::vector<Device>&
         "{} in all",
         world, comm_->backend(), n, n == 1 ? "" : "s", batch, batch * n * world);
   }
-  losses_.assign(n, 0.0f);
+  losses_.assign(2 * n, 0.0f);
   for (int r = 0; r < n; ++r) {
     solvers_[r]->set_on_gradients_ready([this, r](float* loss) { OnGradientsReady(r, loss); });
     solvers_[r]->set_action_callback([this, r] { return ReplicaAction(r); });
@@ -495,7 +495,10 @@ void Trainer::OnGradientsReady(int rank, float* loss) {
     PollUser();
     if (pending_stop_) stop_at_.store(solver->iter());
   }
-  losses_[rank] = *loss;
+  // By the parity of the iteration: a replica that has left this iteration's last barrier may
+  // write its next loss before root has read this one.
+  const int parity = solver->iter() & 1;
+  losses_[parity * num_replicas() + rank] = *loss;
   // With one replica, no other process and no hook there is nothing to do here.
   if (sync_ || gradient_hook_ || exchange_) {
     const std::vector<DeviceBuffer> gradients = GradientBuffers(solver->net(), devices_[rank]);
@@ -504,7 +507,7 @@ void Trainer::OnGradientsReady(int rank, float* loss) {
     if (sync_) sync_->AllReduce(rank, gradients, 1.0f / static_cast<float>(num_replicas()));
     if (rank == 0) {
       float local_loss = 0.0f;
-      for (float l : losses_) local_loss += l;
+      for (int r = 0; r < num_replicas(); ++r) local_loss += losses_[parity * num_replicas() + r];
       local_loss /= static_cast<float>(num_replicas());
       *loss = local_loss;
       if (exchange_) {

@@ -187,7 +187,7 @@ class Trainer {
   std::unique_ptr<GradientExchange> exchange_;
   // Whether this process's parameters or state changed since the ranks last agreed.
   bool process_state_changed_ = true;
-  // Each replica's loss of the current iteration, for the mean.
+  // Each replica's loss of an iteration, for the mean: [parity of the iteration][replica].
   std::vector<float> losses_;
   Solver::ActionCallback user_callback_;
   GradientHook gradient_hook_;

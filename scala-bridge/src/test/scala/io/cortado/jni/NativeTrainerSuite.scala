@@ -316,12 +316,12 @@ class NativeTrainerSuite extends AnyFunSuite {
         assert(e.getMessage.contains("end of data"), e.getMessage)
       } finally feeds.foreach(NativeFeed.dispose)
     }
-    // The root (replica 0) displays the loss of its own batch; both replicas' gradients are
-    // averaged into every update, so w follows both feeds.
+    // The root displays the mean of both replicas' losses (the loss of the whole batch); both
+    // replicas' gradients are averaged into every update, so w follows both feeds.
     var w = 0.0
     val expected = (0 until iterations).map { k =>
       val (y0, y1) = (target(0, k).toDouble, target(1, k).toDouble)
-      val loss = 0.5 * (w - y0) * (w - y0)
+      val loss = (0.5 * (w - y0) * (w - y0) + 0.5 * (w - y1) * (w - y1)) / 2
       w -= 0.5 * ((w - y0) + (w - y1)) / 2
       loss
     }
