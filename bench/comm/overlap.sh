@@ -4,7 +4,8 @@
 # namespaces joined by a veth pair shaped with `tc ... tbf` (1 Gbit/s by default), one CPU
 # thread each, on nets with Input layers (bench/models). For each net it prints the time per
 # iteration of:
-#   compute alone   one rank, no communicator (in namespace 0)
+#   compute alone   two independent processes at once, no communicator (the same sharing of
+#                   the cores as the two ranks)
 #   allreduce alone cortado_comm_bench over the shaped link, at the net's gradient size
 #   overlap on      2 ranks, buckets exchanged while backward runs (the default)
 #   overlap off     2 ranks, --overlap=false: the whole buffer after backward
@@ -54,6 +55,7 @@ bin_dir=$(cd "$build" && pwd)
 cp "$cortado" "$bench" "$work/"   # so that pkill -f "$work" finds them
 cortado=$work/cortado
 bench=$work/cortado_comm_bench
+export OMP_NUM_THREADS=1
 export LD_LIBRARY_PATH=$bin_dir/cpp${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 
 # The seconds per iteration of the last display line of a log.
@@ -78,7 +80,11 @@ net: "$net"
 base_lr: 0.0001 lr_policy: "fixed" momentum: 0.9 solver_mode: CPU random_seed: 1
 display: $iters max_iter: $((2 * iters)) snapshot_after_train: false
 SOLVER
+  # Two independent processes at once, as the two ranks share the cores: compute alone is
+  # measured under the same sharing of cores, caches and memory.
+  ip netns exec $ns1 "$cortado" train --solver="$solver" --threads=1 >"$work/alone1.log" 2>&1 &
   ip netns exec $ns0 "$cortado" train --solver="$solver" --threads=1 >"$work/alone.log" 2>&1
+  wait
   compute=$(per_iter "$work/alone.log")
   run_two() {
     local extra=$1 log=$2
