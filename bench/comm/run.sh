@@ -402,7 +402,8 @@ shape_links() {  # rate namespaces
   fi
   burst=$TBF_BURST
   if [[ -z $burst ]]; then
-    burst=$(awk -v bps="$(rate_bps "$rate")" 'BEGIN { b = bps / 8 * 0.0005; if (b < 131072) b = 131072; printf "%d\n", b }')
+    burst=$(awk -v bps="$(rate_bps "$rate")" \
+      'BEGIN { b = bps / 8 * 0.0005; if (b < 131072) b = 131072; printf "%d\n", b }')
   fi
   for ((k = 0; k < n; k++)); do
     tc qdisc replace dev "cbench-h$k" root tbf rate "$rate" burst "$burst" latency "$TBF_LATENCY" ||
@@ -476,7 +477,9 @@ check_rate() {  # rate key
   bps=$(rate_bps "$rate")
   awk -v m="$mbit" -v bps="$bps" -v mtu="$MTU" -v s="$CHECK_SECONDS" 'BEGIN {
     conf = bps / 1e6; frames = m * (mtu + 14) / (mtu - 52)
-    printf "# rate check (python3, cbench0 -> cbench1, %ss): configured %.0f Mbit/s, payload %.1f Mbit/s = %.1f%%; as Ethernet frames %.1f Mbit/s = %.1f%% (payload ceiling %.1f%% at MTU %d)\n",
+    printf "# rate check (python3, cbench0 -> cbench1, %ss): configured %.0f Mbit/s, " \
+      "payload %.1f Mbit/s = %.1f%%; as Ethernet frames %.1f Mbit/s = %.1f%% " \
+      "(payload ceiling %.1f%% at MTU %d)\n",
       s, conf, m, 100 * m / conf, frames, 100 * frames / conf, 100 * (mtu - 52) / (mtu + 14), mtu
   }'
   echo "$bps $mbit" >"$LOG_DIR/$key.rate"
@@ -494,7 +497,11 @@ join_busbw() {  # min files...
     !/^#/ && NF >= 5 && $1 + 0 >= min { v[$1, f] = $5; sizes[$1] = 1 }
     END {
       n = 0; for (s in sizes) list[++n] = s + 0
-      for (i = 2; i <= n; i++) { x = list[i]; for (j = i - 1; j >= 1 && list[j] > x; j--) list[j + 1] = list[j]; list[j + 1] = x }
+      for (i = 2; i <= n; i++) {  # insertion sort, numerically
+        x = list[i]
+        for (j = i - 1; j >= 1 && list[j] > x; j--) list[j + 1] = list[j]
+        list[j + 1] = x
+      }
       for (i = 1; i <= n; i++) {
         line = list[i]
         for (k = 1; k <= nf; k++) line = line " " (((list[i], k) in v) ? v[list[i], k] : "-")
@@ -542,7 +549,8 @@ summary_loopback() {
 
 summary_netns() {
   local rate n bps link check
-  banner "summary, namespaces: busbw against the link rate for buffers >= $((SUMMARY_NETNS_MIN >> 20)) MiB (target: our tcp >= ${TARGET_PERCENT}% of the link)"
+  banner "summary, namespaces: busbw against the link rate for buffers >=" \
+    "$((SUMMARY_NETNS_MIN >> 20)) MiB (target: our tcp >= ${TARGET_PERCENT}% of the link)"
   for rate in $RATES; do
     [[ $rate != none ]] || continue
     bps=$(rate_bps "$rate")
@@ -610,11 +618,15 @@ the mpi runs), build the target cortado_comm_bench, and give BUILD_DIR= (or BIN=
   note "sizes $MIN_BYTES to $MAX_BYTES, ranks: $RANKS, iters: ${ITERS:-auto}; $(nproc) cores$(
     ((max_ranks > $(nproc))) && echo " (more ranks than cores: oversubscribed, ranks share cores)")"
   note "$(uname -sr); $(sysctl -n net.ipv4.tcp_congestion_control 2>/dev/null | sed 's/^/tcp congestion control /')"
-  note "sysctl: net.core.rmem_max=$(sysctl -n net.core.rmem_max) net.core.wmem_max=$(sysctl -n net.core.wmem_max) net.ipv4.tcp_rmem='$(sysctl -n net.ipv4.tcp_rmem | tr '\t' ' ')' net.ipv4.tcp_wmem='$(sysctl -n net.ipv4.tcp_wmem | tr '\t' ' ')'"
-  note "(neither backend sets SO_SNDBUF/SO_RCVBUF, so core.[rw]mem_max do not apply; the TCP buffers grow up to tcp_[rw]mem's maximum)"
+  local sysctls="" name
+  for name in net.core.rmem_max net.core.wmem_max net.ipv4.tcp_rmem net.ipv4.tcp_wmem; do
+    sysctls+=" $name='$(sysctl -n "$name" | tr '\t' ' ')'"
+  done
+  note "sysctl:$sysctls"
+  note "(neither backend sets SO_SNDBUF/SO_RCVBUF, so core.[rw]mem_max do not apply; the TCP" \
+    "buffers grow up to tcp_[rw]mem's maximum)"
   if [[ -n $TCP_BUF_MAX ]]; then
     [[ $EUID -eq 0 ]] || die "TCP_BUF_MAX needs root"
-    local name
     for name in net.core.rmem_max net.core.wmem_max net.ipv4.tcp_rmem net.ipv4.tcp_wmem; do
       SYSCTL_RESTORE+=("$name=$(sysctl -n "$name" | tr '\t' ' ')")
     done
@@ -665,7 +677,8 @@ the mpi runs), build the target cortado_comm_bench, and give BUILD_DIR= (or BIN=
       note "network namespaces left out: $why"
     else
       write_tput_script
-      note "namespaces cbench0..$((max_ranks - 1)) ($NET.1..$max_ranks), veths cbench-hK <-> cbench-nK, bridge $BRIDGE ($NET.254), MTU $MTU"
+      note "namespaces cbench0..$((max_ranks - 1)) ($NET.1..$max_ranks), veths" \
+        "cbench-hK <-> cbench-nK, bridge $BRIDGE ($NET.254), MTU $MTU"
       setup_network "$max_ranks" || die "cannot build the namespaces' network"
       netns_done=1
       for rate in $RATES; do
