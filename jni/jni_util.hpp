@@ -36,6 +36,9 @@ class Message;
 
 namespace cortado {
 class BatchFeed;
+namespace comm {
+class Communicator;
+}  // namespace comm
 }  // namespace cortado
 
 namespace cortado::jni {
@@ -231,5 +234,16 @@ void DisposeHandle(jlong handle) noexcept {
 struct FeedHandle {
   std::shared_ptr<BatchFeed> feed;
 };
+
+// ---- communicators --------------------------------------------------------------------------
+
+// What a NativeComm communicator handle owns: a share of the communicator, which a trainer built
+// with it shares too (TrainerOptions::comm).
+struct CommHandle {
+  std::shared_ptr<comm::Communicator> comm;
+};
+
+// The communicator behind a NativeComm handle (jni/native_comm_jni.cpp).
+comm::Communicator& GetComm(jlong handle);
 
 }  // namespace cortado::jni

@@ -152,7 +152,7 @@ extern "C" {
 JNIEXPORT jlong JNICALL Java_io_cortado_jni_NativeTrainer_create(
     JNIEnv* env, jclass, jstring solver_text, jstring solver_source, jstring net_text,
     jstring net_source, jintArray devices, jint max_iter, jint snapshot_interval,
-    jstring snapshot_prefix, jboolean tests) {
+    jstring snapshot_prefix, jboolean tests, jlong comm) {
   return jni::Guard(env, jlong{0}, [&] {
     const caffe::SolverParameter param =
         jni::SessionParam(env, solver_text, solver_source, net_text, net_source, max_iter,
@@ -160,6 +160,9 @@ JNIEXPORT jlong JNICALL Java_io_cortado_jni_NativeTrainer_create(
     const std::vector<cortado::Device> device_list = jni::Devices(env, devices, param);
     cortado::TrainerOptions options;
     options.net = cortado::NetOptionsFromEnvironment();
+    if (comm != 0) {
+      options.comm = cortado::jni::FromHandle<jni::CommHandle>(comm, "NativeComm communicator").comm;
+    }
     std::unique_ptr<cortado::Trainer> trainer;
     cortado::WithContext(jni::ToStdString(env, solver_source, "solverSource"), [&] {
       trainer = std::make_unique<cortado::Trainer>(param, device_list, options);

@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "comm/communicator.hpp"
 
+#include <map>
+
 #include "comm/registry.hpp"
 #include "core/error.hpp"
 
@@ -19,5 +21,38 @@ std::unique_ptr<Communicator> CreateCommunicator(const CommOptions& options) {
 }
 
 std::vector<std::string> CommunicatorBackends() { return CommunicatorRegistry::Get().Types(); }
+
+namespace {
+
+std::map<std::string, std::string (*)()>& RootRendezvousTable() {
+  static std::map<std::string, std::string (*)()> table;
+  return table;
+}
+
+}  // namespace
+
+RootRendezvousRegisterer::RootRendezvousRegisterer(const char* backend, std::string (*prepare)()) {
+  RootRendezvousTable().emplace(backend, prepare);
+}
+
+std::string RootRendezvous(const std::string& backend) {
+  if (!CommunicatorRegistry::Get().Has(backend)) {
+    CORTADO_THROW(kInvalidArgument, "unknown communicator backend '{}' (known: {})", backend,
+                  fmt::join(CommunicatorBackends(), ", "));
+  }
+  const auto it = RootRendezvousTable().find(backend);
+  return it == RootRendezvousTable().end() ? std::string() : it->second();
+}
+
+void SetRootRendezvous(const std::string& value, CommOptions* options) {
+  if (options->backend == "mpi") {
+    options->mpi_port = value;
+  } else if (options->backend == "nccl") {
+    options->nccl_id = value;
+  } else if (!value.empty()) {
+    CORTADO_THROW(kInvalidArgument, "the {} backend takes nothing from rank 0's rendezvous",
+                  options->backend);
+  }
+}
 
 }  // namespace cortado::comm

@@ -90,4 +90,20 @@ std::unique_ptr<Communicator> CreateCommunicator(const CommOptions& options);
 // The backends this build has, sorted.
 std::vector<std::string> CommunicatorBackends();
 
+// What rank 0 must hand every other rank through the caller's rendezvous (Spark's allGather)
+// before any rank calls CreateCommunicator: for mpi outside mpirun the name of the port rank 0
+// opened (OpenMpiPort), for nccl a fresh ncclUniqueId (NewNcclId), for tcp nothing (empty).
+// Called on rank 0 only. kInvalidArgument for a backend this build lacks.
+std::string RootRendezvous(const std::string& backend);
+
+// Stores what RootRendezvous gave rank 0 in `options` (every rank's, rank 0's included): the
+// mpi port name or the NCCL id. Empty for tcp, and for mpi when the ranks meet through
+// ompi-server's name service instead.
+void SetRootRendezvous(const std::string& value, CommOptions* options);
+
+// Registers a backend's RootRendezvous (see CORTADO_REGISTER_ROOT_RENDEZVOUS in registry.hpp).
+struct RootRendezvousRegisterer {
+  RootRendezvousRegisterer(const char* backend, std::string (*prepare)());
+};
+
 }  // namespace cortado::comm

@@ -337,5 +337,6 @@ std::string OpenMpiPort() {
 }
 
 CORTADO_REGISTER_COMMUNICATOR(mpi, MakeMpi);
+CORTADO_REGISTER_ROOT_RENDEZVOUS(mpi, OpenMpiPort);
 
 }  // namespace cortado::comm

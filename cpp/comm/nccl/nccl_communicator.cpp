@@ -207,5 +207,6 @@ std::string NewNcclId() {
 }
 
 CORTADO_REGISTER_COMMUNICATOR(nccl, MakeNccl);
+CORTADO_REGISTER_ROOT_RENDEZVOUS(nccl, NewNcclId);
 
 }  // namespace cortado::comm

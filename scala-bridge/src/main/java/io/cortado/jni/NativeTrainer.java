@@ -33,6 +33,9 @@ public final class NativeTrainer {
    *     their model {@code <file name of prefix>_iter_<N>.caffemodel}
    * @param tests false: the session builds no test nets (test_iter, test_net and test_state are
    *     cleared, test_interval becomes 0), so nothing waits on a TEST feed nobody fills
+   * @param comm 0: this session trains alone; else a {@link NativeComm} communicator whose ranks
+   *     train one job together (rank 0 displays, tests and snapshots; the others are quiet), the
+   *     session keeping its own share of it; {@link #abort} aborts it too
    */
   public static native long create(
       String solverText,
@@ -43,7 +46,8 @@ public final class NativeTrainer {
       int maxIter,
       int snapshotInterval,
       String snapshotPrefix,
-      boolean tests);
+      boolean tests,
+      long comm);
 
   /** Aborts the feeds, frees the replicas and their nets. */
   public static native void dispose(long handle);

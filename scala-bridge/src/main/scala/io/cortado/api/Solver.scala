@@ -83,5 +83,5 @@ object Solver {
       netSource: String = "<net>",
       device: Int = -1): Solver =
     new Solver(NativeTrainer.create(solverText, solverSource, netText.orNull, netSource,
-      Array(device), -1, -1, null, true))
+      Array(device), -1, -1, null, true, 0L))
 }

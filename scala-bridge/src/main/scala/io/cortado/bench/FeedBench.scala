@@ -122,7 +122,7 @@ object FeedBench {
       samples: Array[Array[Array[Float]]]): Double = {
     val net = new String(Files.readAllBytes(Paths.get(netFile)), StandardCharsets.UTF_8)
     val handle = NativeTrainer.create(Solver, "bench_solver.prototxt", net, netFile, Array(-1),
-      -1, 0, null, false)
+      -1, 0, null, false, 0L)
     try {
       val push: Long => Unit = feed =>
         new BatchFeeder(feed, "TRAIN/data").feed(Iterator.continually(samples.iterator).flatten)

@@ -7,8 +7,9 @@ import scala.util.Try
 /**
  * The command line of CaffeOnSpark's main class, so that its users' `spark-submit` lines keep
  * working: single-dash flags (`-conf solver.prototxt -train -model hdfs:///m`), a double dash
- * accepted too. Defaults follow CaffeOnSpark's Config: output "output", outputFormat "json",
- * devices 1, clusterSize 1, connection "infiniband".
+ * accepted too. Defaults follow CaffeOnSpark's Config (output "output", outputFormat "json",
+ * devices 1) except two: clusterSize defaults to the number of executors when Spark's
+ * configuration fixes it (else 1), and without -connection the workers use the tcp backend.
  *
  * @param conf          the solver prototxt (-conf), required
  * @param train         -train: train a model
@@ -20,9 +21,11 @@ import scala.util.Try
  * @param output        -output: where test results and features go
  * @param weights       -weights: a .caffemodel to start from, or that of the -snapshot
  * @param snapshot      -snapshot: a .solverstate to resume from (needs -weights, as CaffeOnSpark)
- * @param devices       -devices: devices (GPUs, or CPU workers) per executor
- * @param connection    -connection ethernet|infiniband
- * @param clusterSize   -clusterSize: number of executors
+ * @param devices       -devices: devices (GPUs, or CPU replicas) per worker
+ * @param connection    -connection ethernet|infiniband: tcp, or the RDMA-capable backend (mpi)
+ * @param clusterSize   -clusterSize: workers (Spark tasks, one per executor) training together;
+ *                      0: the number of executors when known, else 1
+ * @param comm          -comm tcp|mpi|nccl: the backend, overriding -connection
  * @param persistent    -persistent: cache the training data on the executors' local disks
  * @param resize        -resize: resize input images to the data layer's shape
  */
@@ -38,8 +41,9 @@ final case class Options(
     weights: String = "",
     snapshot: String = "",
     devices: Int = 1,
-    connection: String = "infiniband",
-    clusterSize: Int = 1,
+    connection: String = "",
+    clusterSize: Int = 0,
+    comm: String = "",
     persistent: Boolean = false,
     resize: Boolean = false) {
 
@@ -68,15 +72,17 @@ object Options {
       |  -output PATH         where test results and features go (default: output)
       |  -weights FILE        .caffemodel to start from (the -snapshot's model when resuming)
       |  -snapshot FILE       .solverstate to resume training from (needs -weights)
-      |  -devices N           devices per executor (default 1)
-      |  -connection C        ethernet or infiniband (default)
-      |  -clusterSize N       number of executors (default 1)
+      |  -devices N           devices (GPUs, or CPU replicas) per worker (default 1)
+      |  -clusterSize N       workers training together, one Spark task each (default: the
+      |                       number of executors when spark.executor.instances is set, else 1)
+      |  -connection C        ethernet (tcp, the default) or infiniband (mpi)
+      |  -comm B              the workers' backend: tcp, mpi or nccl (overrides -connection)
       |  -persistent          cache the training data on the executors' local disks
       |  -resize              resize input images to the data layer's shape""".stripMargin
 
   private val valued =
     Set("conf", "features", "label", "outputFormat", "model", "output", "weights", "snapshot",
-      "devices", "connection", "clusterSize")
+      "devices", "connection", "clusterSize", "comm")
   private val switches = Set("train", "test", "persistent", "resize")
 
   /** The options, or an error message (followed by Usage when shown to a user). */
@@ -142,6 +148,9 @@ object Options {
         val c = value.toLowerCase
         if (Set("ethernet", "infiniband")(c)) Right(o.copy(connection = c))
         else Left(s"-connection must be ethernet or infiniband, not '$value'")
+      case "comm" =>
+        if (Set("tcp", "mpi", "nccl")(value)) Right(o.copy(comm = value))
+        else Left(s"-comm must be tcp, mpi or nccl, not '$value'")
       case _ => Right(set(o, name, value))
     }
   }

@@ -26,7 +26,23 @@ import io.cortado.cli.Options
  * @param resumeLatest     train() resumes from the newest complete snapshot under the
  *                   snapshot prefix, and starts from scratch when there is none; excludes
  *                   `weights` and `snapshot`
- * @param devices    devices per executor (-devices); only 1 so far
+ * @param devices    devices per worker (-devices): without Spark's GPU scheduling, the first
+ *                   this many GPUs of the executor when the solver asks for a GPU and the
+ *                   executor has one, else this many CPU replicas; they train as replicas of
+ *                   one worker below the allreduce between workers
+ * @param clusterSize workers (-clusterSize): Spark tasks that train together, one barrier stage
+ *                   of this many tasks, each on its own partition of the data; 0: the number
+ *                   of executors when Spark's configuration fixes it (`spark.executor.instances`,
+ *                   not with dynamic allocation), else 1
+ * @param backend    how workers exchange gradients: "tcp" (our ring), "mpi" (OpenMPI joined
+ *                   through ompi-server) or "nccl" (GPUs); empty: from `connection`
+ * @param connection CaffeOnSpark's -connection: "ethernet" (or empty) selects tcp,
+ *                   "infiniband" the RDMA-capable path (mpi for now); `backend` overrides it
+ * @param startTimeoutSeconds with several workers, how long the driver waits for the cluster
+ *                   to offer that many task slots at once before failing, and how long the
+ *                   workers try to connect to each other
+ * @param commTimeoutSeconds a gradient exchange fails when no byte moved for this long (a
+ *                   worker lost or hung)
  * @param idColumn   the column features() copies into its output as the row id; when the
  *                   DataFrame lacks it, the id is the row's number (a long) in the data
  */
@@ -39,12 +55,18 @@ final case class Config(
     idColumn: String = "id",
     snapshotPrefix: String = "",
     snapshotInterval: Int = -1,
-    resumeLatest: Boolean = false)
+    resumeLatest: Boolean = false,
+    clusterSize: Int = 0,
+    backend: String = "",
+    connection: String = "",
+    startTimeoutSeconds: Double = 120,
+    commTimeoutSeconds: Double = 120)
 
 object Config {
 
   /** The Config of CaffeOnSpark's command line flags. */
   def fromOptions(o: Options): Config =
     Config(o.conf, model = o.model, weights = o.weights, snapshot = o.snapshot,
-      devices = o.devices)
+      devices = o.devices, clusterSize = o.clusterSize, backend = o.comm,
+      connection = o.connection)
 }

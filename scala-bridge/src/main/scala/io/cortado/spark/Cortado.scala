@@ -26,8 +26,12 @@ import io.cortado.storage.{HadoopFiles, SerializableConfiguration}
  * for CoSData, the layer's top names for MemoryData. See [[io.cortado.data.RowConverter]] for
  * the column types.
  *
- * So far one task on one device trains (the DataFrame is repartitioned to one partition);
- * the test nets run during training only in [[trainWithValidation]]. Snapshots are written by
+ * Training runs on Config.clusterSize workers (see [[Config]]): one task on one partition, or
+ * one Spark barrier stage of N tasks (rank = partition id), each training on its own partition
+ * of the DataFrame (repartitioned into N when it has another number of partitions) and
+ * exchanging gradients with the others after every iteration, so that N workers of batch b
+ * train as one of batch N*b. Worker 0 tests, reports progress and writes the snapshots. The
+ * test nets run during training only in [[trainWithValidation]]. Snapshots are written by
  * the task to a Hadoop path (see [[Config]]: snapshotPrefix, snapshotInterval, resumeLatest).
  * The training log reaches the driver while the task runs (see [[addProgressListener]]).
  */
@@ -98,26 +102,36 @@ final class Cortado(@transient val spark: SparkSession) {
     val resume = JobPlan.resumeFrom(config, prefix, hadoopConf)
     val snapshots = SnapshotPlan(if (interval > 0) Some(prefix) else None,
       config.snapshotInterval, new SerializableConfiguration(hadoopConf))
+    val workers = Workers.plan(config, spark.sparkContext)
     val conf = plan.netConf
     val converter = plan.converter
     val testing = plan.validation
-    val trainRows = selectColumns(source, plan.specs, None).rdd.map(r => (0, r))
-    val data = (validation, testing) match {
-      case (Some(df), Some(t)) => trainRows.union(selectColumns(df, t.specs, None).rdd.map((1, _)))
-      case _ => trainRows
+    val trainRows = selectColumns(source, plan.specs, None).rdd
+    val validationRows = (validation, testing) match {
+      case (Some(df), Some(t)) => Some(selectColumns(df, t.specs, None).rdd)
+      case _ => None
     }
+    val data = TaskData.trainingPartitions(trainRows, validationRows, workers.count)
     val listening = listeners.asScala.toList
+    if (workers.count > 1) {
+      log.info(s"Training with ${workers.count} workers through ${workers.backend}, " +
+        s"${workers.devices} device${if (workers.devices == 1) "" else "s"} each, batch " +
+        s"${conf.batchSize} per device: ${conf.batchSize.toLong * workers.devices * workers.count}" +
+        s" per iteration in all; training data in ${trainRows.getNumPartitions} partition" +
+        s"${if (trainRows.getNumPartitions == 1) "" else "s"}" +
+        (if (trainRows.getNumPartitions == workers.count) " (one per worker)"
+        else s", repartitioned into ${workers.count}"))
+    }
     val server = Progress.Server.start(spark.sparkContext.getConf, deliver(listening))
     val result =
       try {
         val address = server.address
-        onePartition(data)
-          .mapPartitions { rows =>
-            Iterator.single(
-              TrainingTask.run(conf, converter, testing, resume, snapshots, address, rows))
-          }
-          .collect()
-          .head
+        val task = (rows: Iterator[(Int, Row)]) => Iterator.single(
+          TrainingTask.run(conf, converter, testing, resume, snapshots, address, workers, rows))
+        val results =
+          if (workers.count > 1) data.barrier().mapPartitions(task).collect()
+          else data.mapPartitions(task).collect()
+        results.head
       } finally server.close()
     if (result.unsent.nonEmpty) {
       log.warn(s"${result.unsent.size} training log events did not reach the driver while " +

@@ -84,10 +84,6 @@ private[spark] object JobPlan {
    */
   def make(config: Config, phase: Int, schema: StructType, validationSchema: Option[StructType],
       hadoopConf: Configuration): Plan = {
-    if (config.devices != 1) {
-      throw new CortadoConfigException(
-        s"Config.devices is ${config.devices}; only one device per executor is supported yet")
-    }
     val solverText = readText(config.solverFile, hadoopConf)
     val info = NativeLib.solverInfo(solverText, config.solverFile)
     val (netText, netSource) = netOf(config.solverFile, info, hadoopConf)

@@ -3,6 +3,7 @@ package io.cortado.spark
 
 import scala.collection.mutable.ArrayBuffer
 
+import org.apache.spark.HashPartitioner
 import org.apache.spark.rdd.RDD
 import org.apache.spark.sql.{DataFrame, Row}
 import org.apache.spark.sql.functions.col
@@ -12,7 +13,7 @@ import io.cortado.data.{RowConverter, TopSpec}
 
 /**
  * How a DataFrame reaches a task and becomes samples: the feed's columns selected in top
- * order, one partition (one task does the work so far), and every row converted into memory
+ * order, one partition per worker, and every row converted into memory
  * before any native work starts, so that a bad row fails first, naming the column.
  */
 private[spark] object TaskData {
@@ -29,6 +30,25 @@ private[spark] object TaskData {
   def onePartition[T](rdd: RDD[T]): RDD[T] =
     if (rdd.getNumPartitions == 1) rdd else rdd.repartition(1)
 
+  /**
+   * The rows of a training job with `workers` workers, tagged 0 (training) or 1 (validation):
+   * `workers` partitions of training rows (as they are when `train` has that many, else
+   * repartitioned: a shuffle), the validation rows all in partition 0, where worker 0 tests.
+   */
+  def trainingPartitions(train: RDD[Row], validation: Option[RDD[Row]],
+      workers: Int): RDD[(Int, Row)] = {
+    val partitioned = if (train.getNumPartitions == workers) train else train.repartition(workers)
+    validation match {
+      case None => partitioned.map(r => (0, r))
+      case Some(rows) if workers == 1 =>
+        onePartition(train.map(r => (0, r)).union(rows.map(r => (1, r))))
+      case Some(rows) =>
+        // Key 0 lands in partition 0 of every HashPartitioner.
+        val toFirst = rows.map(r => (0, r)).partitionBy(new HashPartitioner(workers)).values
+        partitioned.zipPartitions(toFirst) { (t, v) => t.map(r => (0, r)) ++ v.map(r => (1, r)) }
+    }
+  }
+
   /** Converts every row (numbered from 0 in messages); throws when there is none. */
   def cache(converter: RowConverter, rows: Iterator[Row]): Array[Sample] = {
     var index = -1L
@@ -39,17 +59,19 @@ private[spark] object TaskData {
 
   /**
    * Converts the rows of a training task: those tagged 0 are training rows (`converter`), the
-   * others validation rows (`validation`'s converter). Throws when either set is empty.
+   * others validation rows (`validation`'s converter). Throws when either set is empty, naming
+   * the training rows `what`.
    */
   def cacheTraining(converter: RowConverter, validation: Option[RowConverter],
-      rows: Iterator[(Int, Row)]): (Array[Sample], Array[Sample]) = {
+      rows: Iterator[(Int, Row)], what: String = "the DataFrame")
+      : (Array[Sample], Array[Sample]) = {
     val trainRows = ArrayBuffer.empty[Sample]
     val testRows = ArrayBuffer.empty[Sample]
     rows.foreach {
       case (0, row) => trainRows += converter(row, trainRows.size.toLong)
       case (_, row) => testRows += validation.get(row, testRows.size.toLong)
     }
-    if (trainRows.isEmpty) throw new CortadoConfigException("the DataFrame has no rows")
+    if (trainRows.isEmpty) throw new CortadoConfigException(s"$what has no rows")
     if (validation.isDefined && testRows.isEmpty) {
       throw new CortadoConfigException("the validation DataFrame has no rows")
     }

@@ -5,12 +5,13 @@ import java.util.concurrent.atomic.AtomicBoolean
 
 import scala.collection.mutable.ArrayBuffer
 
+import org.apache.spark.{BarrierTaskContext, TaskContext}
 import org.apache.spark.sql.Row
 
-import io.cortado.CortadoCommException
+import io.cortado.{CortadoCommException, CortadoConfigException}
 import io.cortado.api.SolverSnapshot
 import io.cortado.data.{BatchFeeder, RowConverter}
-import io.cortado.jni.{NativeFeed, NativeTrainer, TrainerListener}
+import io.cortado.jni.{NativeComm, NativeFeed, NativeTrainer, TrainerListener}
 import io.cortado.spark.TaskData.Sample
 import io.cortado.storage.Snapshots
 
@@ -31,53 +32,95 @@ private[spark] object TrainingTask {
    * passes and the events the progress channel could not deliver.
    */
   def run(conf: NetConf, converter: RowConverter, validation: Option[Validation],
-      resume: Resume, snapshots: SnapshotPlan, progress: Progress.Address,
+      resume: Resume, snapshots: SnapshotPlan, progress: Progress.Address, workers: WorkerPlan,
       rows: Iterator[(Int, Row)]): Result = {
+    val rank = if (workers.count > 1) TaskContext.get().partitionId() else 0
+    // Validation rows reach rank 0 alone, which alone tests.
+    val testing = validation.filter(_ => rank == 0)
     // Every row is converted first, so that a bad row fails before any native work starts.
-    val (trainRows, testRows) =
-      TaskData.cacheTraining(converter, validation.map(_.converter), rows)
-    // devices null: one replica on the solver's device (solver_mode, device_id).
-    val handle = NativeTrainer.create(conf.solverText, conf.solverSource, conf.netText,
-      conf.netSource, null, -1, snapshots.interval, snapshots.prefix.orNull,
-      validation.isDefined)
-    val channel = new Progress.Client(Some(progress))
+    val (trainRows, testRows) = TaskData.cacheTraining(converter, testing.map(_.converter), rows,
+      if (workers.count > 1) s"partition $rank of the training data (worker $rank of " +
+        s"${workers.count})" else "the DataFrame")
+    val devices = Rendezvous.devices(conf, workers.devices)
+    val joined =
+      if (workers.count > 1) {
+        Some(Rendezvous.join(workers, BarrierTaskContext.get(), devices, trainRows.length))
+      } else None
     try {
-      resume match {
-        case Resume(Some(model), state) => NativeTrainer.restore(handle, model, state.orNull)
-        case _ =>
-      }
-      val feeders = ArrayBuffer.empty[CyclingFeeder]
+      val handle = NativeTrainer.create(conf.solverText, conf.solverSource, conf.netText,
+        conf.netSource, devices, -1, snapshots.interval, snapshots.prefix.orNull,
+        testing.isDefined, joined.map(_.comm).getOrElse(0L))
+      // Rank 0 speaks for the job; the others keep their events to themselves.
+      val channel = new Progress.Client(if (rank == 0) Some(progress) else None)
       try {
-        feeders += new CyclingFeeder(handle, conf.feedLayer, trainRows)
-        validation.foreach(v => feeders += new CyclingFeeder(handle, v.feedLayer, testRows))
-        val listener = new Listener(channel, conf.batchSize, snapshots)
-        val start = NativeTrainer.iter(handle)
-        val t0 = System.nanoTime()
-        val watchdog = new Watchdog(reason => NativeTrainer.abort(handle, reason))
-        try NativeTrainer.train(handle, listener)
-        catch {
-          case t: Throwable if watchdog.fired =>
-            watchdog.rethrowKill()
-            throw t
-          case t: Throwable if feeders.exists(_.failure != null) =>
-            feeders.flatMap(f => Option(f.failure)).foreach(t.addSuppressed)
-            throw t
-        } finally watchdog.close()
-        val iterations = NativeTrainer.iter(handle) - start
-        if (iterations > 0) {
-          val seconds = (System.nanoTime() - t0 - listener.storingNanos) / 1e9
-          channel.send(LogEvent(f"Trained $iterations iterations in $seconds%.2f s of " +
-            f"training: ${1000 * seconds / iterations}%.3f ms/iter, " +
-            f"${iterations.toLong * conf.batchSize / seconds}%.1f images/s"))
+        if (rank == 0) joined.foreach(j => channel.send(LogEvent(describe(workers, j))))
+        resume match {
+          case Resume(Some(model), state) => NativeTrainer.restore(handle, model, state.orNull)
+          case _ =>
         }
-        channel.send(LogEvent("Optimization Done."))
-        Result(NativeTrainer.snapshot(handle, "model.caffemodel")(0), listener.tests.toList,
-          channel.unsent)
-      } finally feeders.foreach(_.stop())
-    } finally {
-      channel.close()
-      NativeTrainer.dispose(handle)
+        val replicas = NativeTrainer.numReplicas(handle)
+        val imagesPerIteration = conf.batchSize.toLong * replicas * workers.count
+        val feeders = ArrayBuffer.empty[CyclingFeeder]
+        try {
+          // Replica r takes every replicas-th row from row r.
+          for (r <- 0 until replicas) {
+            val share = if (replicas == 1) trainRows else slice(trainRows, r, replicas)
+            feeders += new CyclingFeeder(handle, r, conf.feedLayer, share)
+          }
+          testing.foreach(v => feeders += new CyclingFeeder(handle, 0, v.feedLayer, testRows))
+          val listener = new Listener(channel, imagesPerIteration, snapshots)
+          val start = NativeTrainer.iter(handle)
+          val t0 = System.nanoTime()
+          val watchdog = new Watchdog(reason => NativeTrainer.abort(handle, reason))
+          try NativeTrainer.train(handle, listener)
+          catch {
+            case t: Throwable if watchdog.fired =>
+              watchdog.rethrowKill()
+              throw t
+            case t: Throwable if feeders.exists(_.failure != null) =>
+              feeders.flatMap(f => Option(f.failure)).foreach(t.addSuppressed)
+              throw t
+          } finally watchdog.close()
+          val iterations = NativeTrainer.iter(handle) - start
+          if (iterations > 0) {
+            val seconds = (System.nanoTime() - t0 - listener.storingNanos) / 1e9
+            channel.send(LogEvent(f"Trained $iterations iterations in $seconds%.2f s of " +
+              f"training: ${1000 * seconds / iterations}%.3f ms/iter, " +
+              f"${iterations * imagesPerIteration / seconds}%.1f images/s" +
+              (if (workers.count > 1) s" over ${workers.count} workers" else "")))
+          }
+          channel.send(LogEvent("Optimization Done."))
+          if (rank != 0) Result(Array.emptyByteArray, Nil, Nil)
+          else {
+            Result(NativeTrainer.snapshot(handle, "model.caffemodel")(0), listener.tests.toList,
+              channel.unsent)
+          }
+        } finally feeders.foreach(_.stop())
+      } finally {
+        channel.close()
+        NativeTrainer.dispose(handle)
+      }
+    } finally joined.foreach(j => NativeComm.dispose(j.comm))
+  }
+
+  /** Every `step`-th sample from `first`; throws when there is none. */
+  private def slice(samples: Array[Sample], first: Int, step: Int): Array[Sample] = {
+    val share = samples.indices.drop(first).by(step).map(samples).toArray
+    if (share.isEmpty) {
+      throw new CortadoConfigException(s"replica $first of $step has no rows: the worker's " +
+        s"partition has ${samples.length}")
     }
+    share
+  }
+
+  private def describe(workers: WorkerPlan, joined: Rendezvous.Joined): String = {
+    val samples = joined.peers.map(_.samples)
+    s"${workers.count} workers joined through ${workers.backend}: " +
+      joined.peers.map { p =>
+        s"worker ${p.rank} at ${p.address} " +
+          (if (p.gpus.isEmpty) "(CPU)" else s"(GPU ${p.gpus.mkString(",")})")
+      }.mkString(", ") +
+      s"; ${samples.sum} training rows, ${samples.min} to ${samples.max} per worker"
   }
 
   /**
@@ -85,7 +128,7 @@ private[spark] object TrainingTask {
    * to the driver as events; snapshots are written under the plan's prefix (model, then
    * state, each atomically), or dropped when the run keeps none.
    */
-  private final class Listener(channel: Progress.Client, batchSize: Int,
+  private final class Listener(channel: Progress.Client, imagesPerIteration: Long,
       snapshots: SnapshotPlan) extends TrainerListener {
 
     val tests = ArrayBuffer.empty[TestEvent]
@@ -96,7 +139,8 @@ private[spark] object TrainingTask {
     override def onIteration(iter: Int, loss: Float, learningRate: Float, iterations: Int,
         seconds: Double): Unit = {
       val perSecond = if (seconds > 0) iterations / seconds else 0.0
-      channel.send(IterationEvent(iter, loss, learningRate, perSecond, perSecond * batchSize,
+      channel.send(IterationEvent(iter, loss, learningRate, perSecond,
+        perSecond * imagesPerIteration,
         iterations, closing = seconds < 0))
     }
 
@@ -121,13 +165,14 @@ private[spark] object TrainingTask {
   }
 
   /**
-   * Feeds `samples` (cycling through them) into feed layer `layer` of replica 0 of the session
-   * `trainer` on a daemon thread until training is over (`stop`) or the feed is aborted; a
+   * Feeds `samples` (cycling through them) into feed layer `layer` of replica `replica` of the
+   * session `trainer` on a daemon thread until training is over (`stop`) or the feed is aborted; a
    * failure aborts the feed with a reason, so the waiting forward pass fails, and is kept in
    * `failure`. Owns its feed handle, disposed by `stop`.
    */
-  private final class CyclingFeeder(trainer: Long, layer: String, samples: Array[Sample]) {
-    private val feed = NativeTrainer.feed(trainer, 0, layer)
+  private final class CyclingFeeder(trainer: Long, replica: Int, layer: String,
+      samples: Array[Sample]) {
+    private val feed = NativeTrainer.feed(trainer, replica, layer)
     private val feeder =
       try new BatchFeeder(feed, layer)
       catch {

@@ -43,7 +43,7 @@ object NativeFeedSuite {
   /** A session of FeedNet on the CPU and the feed of its TRAIN layer; both freed after. */
   def withFeed[T](body: (Long, Long) => T): T = {
     val handle = NativeTrainer.create(Solver, "solver.prototxt", FeedNet, "feed.prototxt",
-      Array(-1), -1, -1, null, false)
+      Array(-1), -1, -1, null, false, 0L)
     try {
       val feed = NativeTrainer.feed(handle, 0, "data")
       try body(handle, feed)
@@ -158,7 +158,7 @@ class NativeFeedSuite extends AnyFunSuite {
 
   test("a full feed blocks the pusher until the session is disposed; the handle outlives it") {
     val handle = NativeTrainer.create(Solver, "solver.prototxt", FeedNet, "feed.prototxt",
-      Array(-1), -1, -1, null, false)
+      Array(-1), -1, -1, null, false, 0L)
     val feed = NativeTrainer.feed(handle, 0, "data")
     try {
       val pusher = Future {

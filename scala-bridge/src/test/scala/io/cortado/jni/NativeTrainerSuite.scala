@@ -49,7 +49,7 @@ object NativeTrainerSuite {
       maxIter: Int = -1, snapshotInterval: Int = -1, snapshotPrefix: String = null,
       tests: Boolean = true): Long =
     NativeTrainer.create(solver, "solver.prototxt", net, "regression.prototxt", devices, maxIter,
-      snapshotInterval, snapshotPrefix, tests)
+      snapshotInterval, snapshotPrefix, tests, 0L)
 
   def withTrainer[T](handle: Long)(body: Long => T): T =
     try body(handle)
@@ -242,7 +242,7 @@ class NativeTrainerSuite extends AnyFunSuite {
   test("a bad solver prototxt names file:line") {
     val e = intercept[CortadoConfigException] {
       NativeTrainer.create("base_lr: 0.1\nlr_policy: 7\n", "bad_solver.prototxt", RegressionNet,
-        "regression.prototxt", null, -1, -1, null, true)
+        "regression.prototxt", null, -1, -1, null, true, 0L)
     }
     assert(e.getMessage.startsWith("bad_solver.prototxt:2:"), e.getMessage)
   }

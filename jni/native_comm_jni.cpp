@@ -1,0 +1,141 @@
+// SPDX-License-Identifier: Apache-2.0
+// Natives of io.cortado.jni.NativeComm: a listening socket and a communicator
+// (cpp/comm/communicator.hpp) behind jlong handles. A communicator handle holds a share of it,
+// so the trainer built with it (NativeTrainer.create) and the handle may be freed in any order.
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "comm/communicator.hpp"
+#include "comm/tcp/tcp_communicator.hpp"
+#include "core/error.hpp"
+#include "io_cortado_jni_NativeComm.h"
+#include "jni/jni_util.hpp"
+
+namespace cortado::jni {
+namespace {
+
+comm::TcpListener& GetListener(jlong handle) {
+  return FromHandle<comm::TcpListener>(handle, "NativeComm listener");
+}
+
+std::vector<std::string> ToStdStrings(JNIEnv* env, jobjectArray array, const char* what) {
+  if (array == nullptr) CORTADO_THROW(kInvalidArgument, "{} is null", what);
+  std::vector<std::string> result;
+  const jsize n = env->GetArrayLength(array);
+  for (jsize i = 0; i < n; ++i) {
+    auto element = static_cast<jstring>(env->GetObjectArrayElement(array, i));
+    CheckJavaException(env);
+    result.push_back(ToStdString(env, element, what));
+    env->DeleteLocalRef(element);
+  }
+  return result;
+}
+
+std::string ToBytes(JNIEnv* env, jbyteArray array, const char* what) {
+  if (array == nullptr) return {};
+  ArrayElements<jbyteArray> bytes(env, array, what);
+  return std::string(reinterpret_cast<const char*>(bytes.data()), bytes.size());
+}
+
+}  // namespace
+
+comm::Communicator& GetComm(jlong handle) {
+  std::shared_ptr<comm::Communicator>& shared =
+      FromHandle<CommHandle>(handle, "NativeComm communicator").comm;
+  return *shared;
+}
+
+}  // namespace cortado::jni
+
+namespace jni = cortado::jni;
+namespace comm = cortado::comm;
+
+extern "C" {
+
+JNIEXPORT jobjectArray JNICALL Java_io_cortado_jni_NativeComm_backends(JNIEnv* env, jclass) {
+  return jni::Guard(env, jobjectArray{nullptr},
+                    [&] { return jni::NewStringArray(env, comm::CommunicatorBackends()); });
+}
+
+JNIEXPORT jlong JNICALL Java_io_cortado_jni_NativeComm_listen(JNIEnv* env, jclass, jstring host) {
+  return jni::Guard(env, jlong{0}, [&] {
+    return jni::ToHandle(comm::TcpListener::Open(jni::ToStdString(env, host, "host"), 0));
+  });
+}
+
+JNIEXPORT jint JNICALL Java_io_cortado_jni_NativeComm_port(JNIEnv* env, jclass, jlong listener) {
+  return jni::Guard(env, jint{0}, [&] { return jni::GetListener(listener).port(); });
+}
+
+JNIEXPORT void JNICALL Java_io_cortado_jni_NativeComm_closeListener(JNIEnv* env, jclass,
+                                                                     jlong listener) {
+  jni::Guard(env, [&] { jni::DisposeHandle<comm::TcpListener>(listener); });
+}
+
+JNIEXPORT jbyteArray JNICALL Java_io_cortado_jni_NativeComm_rootRendezvous(JNIEnv* env, jclass,
+                                                                           jstring backend) {
+  return jni::Guard(env, jbyteArray{nullptr}, [&] {
+    return jni::NewByteArray(env, comm::RootRendezvous(jni::ToStdString(env, backend, "backend")));
+  });
+}
+
+JNIEXPORT jlong JNICALL Java_io_cortado_jni_NativeComm_connect(
+    JNIEnv* env, jclass, jlong listener, jstring backend, jint rank, jint world,
+    jobjectArray peers, jstring token, jint attempt, jbyteArray rendezvous, jint device,
+    jdouble connect_timeout_s, jdouble timeout_s) {
+  // The listener is this call's, whatever happens.
+  std::unique_ptr<comm::TcpListener> owned(
+      reinterpret_cast<comm::TcpListener*>(static_cast<intptr_t>(listener)));
+  return jni::Guard(env, jlong{0}, [&] {
+    comm::CommOptions options;
+    options.backend = jni::ToStdString(env, backend, "backend");
+    options.rank = rank;
+    options.world_size = world;
+    options.peers = jni::ToStdStrings(env, peers, "peers");
+    options.token = jni::ToStdString(env, token, "token");
+    options.attempt = attempt;
+    options.device = device;
+    options.connect_timeout_s = connect_timeout_s;
+    options.timeout_s = timeout_s;
+    comm::SetRootRendezvous(jni::ToBytes(env, rendezvous, "rendezvous"), &options);
+    std::unique_ptr<comm::Communicator> communicator;
+    if (options.backend == "tcp") {
+      if (owned == nullptr && world > 1) {
+        CORTADO_THROW(kInvalidArgument, "the tcp backend needs this rank's listener");
+      }
+      communicator = comm::CreateTcpCommunicator(options, std::move(owned));
+    } else {
+      // mpi meets through its own port; nccl's bootstrap ring listens on peers[rank] itself.
+      owned.reset();
+      communicator = comm::CreateCommunicator(options);
+    }
+    return jni::ToHandle(std::make_unique<jni::CommHandle>(
+        jni::CommHandle{std::shared_ptr<comm::Communicator>(std::move(communicator))}));
+  });
+}
+
+JNIEXPORT jstring JNICALL Java_io_cortado_jni_NativeComm_backend(JNIEnv* env, jclass, jlong c) {
+  return jni::Guard(env, jstring{nullptr},
+                    [&] { return jni::NewString(env, jni::GetComm(c).backend()); });
+}
+
+JNIEXPORT void JNICALL Java_io_cortado_jni_NativeComm_abort(JNIEnv* env, jclass, jlong c,
+                                                            jstring reason) {
+  jni::Guard(env, [&] { jni::GetComm(c).Abort(jni::ToStdString(env, reason, "reason")); });
+}
+
+JNIEXPORT void JNICALL Java_io_cortado_jni_NativeComm_allReduce(JNIEnv* env, jclass, jlong c,
+                                                                jfloatArray data) {
+  jni::Guard(env, [&] {
+    comm::Communicator& communicator = jni::GetComm(c);
+    jni::ArrayElements<jfloatArray> values(env, data, "data", /*write_back=*/true);
+    communicator.AllReduce(values.data(), values.size());
+  });
+}
+
+JNIEXPORT void JNICALL Java_io_cortado_jni_NativeComm_dispose(JNIEnv* env, jclass, jlong c) {
+  jni::Guard(env, [&] { jni::DisposeHandle<jni::CommHandle>(c); });
+}
+
+}  // extern "C"

@@ -1,0 +1,90 @@
+// SPDX-License-Identifier: Apache-2.0
+package io.cortado.jni;
+
+import io.cortado.NativeLoader;
+
+/**
+ * Natives over the collectives between the processes (or Spark tasks) of one training job
+ * (jni/native_comm_jni.cpp, cpp/comm/communicator.hpp). A job's ranks meet in three steps:
+ *
+ * <ol>
+ *   <li>every rank opens its listening socket ({@link #listen}) and rank 0 prepares what the
+ *       backend needs from it ({@link #rootRendezvous}: the MPI port, the NCCL id);
+ *   <li>the caller's rendezvous (Spark's {@code BarrierTaskContext.allGather}) hands every rank
+ *       the others' {@code host:port} and rank 0's rendezvous bytes;
+ *   <li>every rank calls {@link #connect}, which blocks until all have joined, and hands the
+ *       communicator to {@link NativeTrainer#create}.
+ * </ol>
+ *
+ * <p>Free a listener that is never connected with {@link #closeListener}, and every
+ * communicator with {@link #dispose} once its trainer is disposed. Errors: CortadoCommException
+ * for peers that cannot be reached, refuse the handshake, die or time out (the rank and host
+ * named); CortadoConfigException for bad arguments.
+ */
+public final class NativeComm {
+  static {
+    NativeLoader.load();
+  }
+
+  private NativeComm() {}
+
+  /** The backends this build has ("mpi", "nccl", "tcp"), sorted. */
+  public static native String[] backends();
+
+  /**
+   * Opens a listening TCP socket on {@code host} (an address or name of this machine; one that
+   * is not falls back to every interface), on a free port; returns its handle.
+   */
+  public static native long listen(String host);
+
+  /** The port the listener took. */
+  public static native int port(long listener);
+
+  /** Closes a listener that {@link #connect} did not take. */
+  public static native void closeListener(long listener);
+
+  /**
+   * Called on rank 0 before the rendezvous: what the other ranks need from it for {@code
+   * backend} (the mpi port name, the NCCL unique id; empty for tcp).
+   */
+  public static native byte[] rootRendezvous(String backend);
+
+  /**
+   * Joins rank {@code rank} of {@code world} and returns the communicator's handle. Takes the
+   * listener (its handle is freed here, whatever happens).
+   *
+   * @param peers "host:port" of every rank, in rank order
+   * @param token the job's secret; a peer with another token or attempt is refused
+   * @param rendezvous what {@link #rootRendezvous} gave rank 0 (may be empty)
+   * @param device the CUDA device of this rank (nccl), or -1
+   * @param connectTimeoutSeconds set-up retries until this deadline
+   * @param timeoutSeconds a collective fails when no byte moved for this long
+   */
+  public static native long connect(
+      long listener,
+      String backend,
+      int rank,
+      int world,
+      String[] peers,
+      String token,
+      int attempt,
+      byte[] rendezvous,
+      int device,
+      double connectTimeoutSeconds,
+      double timeoutSeconds);
+
+  /** This communicator's backend name. */
+  public static native String backend(long comm);
+
+  /**
+   * Ends every blocked and later collective of this communicator (on every rank: the peers'
+   * calls fail too) with {@code reason}. Any thread; idempotent.
+   */
+  public static native void abort(long comm, String reason);
+
+  /** Sums {@code data} over every rank, in place (for tests and small control messages). */
+  public static native void allReduce(long comm, float[] data);
+
+  /** Frees the handle (a trainer built with it keeps its own reference). */
+  public static native void dispose(long comm);
+}

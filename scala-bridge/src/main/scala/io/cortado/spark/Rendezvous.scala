@@ -1,0 +1,138 @@
+// SPDX-License-Identifier: Apache-2.0
+package io.cortado.spark
+
+import java.util.Base64
+
+import org.apache.spark.{BarrierTaskContext, SparkEnv, TaskContext}
+
+import io.cortado.CortadoConfigException
+import io.cortado.jni.{NativeComm, NativeLib}
+
+/**
+ * How the workers of a training job find each other inside their barrier stage: each task
+ * opens its listening socket, then one `BarrierTaskContext.allGather` carries every worker's
+ * [[Peer]] (host, port, executor, GPUs, samples, and rank 0's backend rendezvous: the MPI port
+ * or NCCL id), the workers check what must hold between them, and each joins the communicator
+ * (NativeComm.connect) with the driver's token and the stage attempt.
+ */
+private[spark] object Rendezvous {
+
+  /**
+   * What a worker tells the others.
+   *
+   * @param executor   Spark's executor id (workers of one executor share its process)
+   * @param gpus       the CUDA devices it trains on (empty: the CPU)
+   * @param samples    rows in its partition
+   * @param rendezvous rank 0's NativeComm.rootRendezvous; empty for the others
+   */
+  final case class Peer(
+      rank: Int,
+      host: String,
+      port: Int,
+      executor: String,
+      gpus: Seq[Int],
+      samples: Long,
+      rendezvous: Array[Byte]) {
+
+    def address: String = s"$host:$port"
+
+    def encode: String = Seq(rank.toString, host, port.toString, executor, gpus.mkString(","),
+      samples.toString, Base64.getEncoder.encodeToString(rendezvous)).mkString("\t")
+  }
+
+  object Peer {
+    def decode(text: String): Peer = text.split("\t", -1) match {
+      case Array(rank, host, port, executor, gpus, samples, rendezvous) =>
+        Peer(rank.toInt, host, port.toInt, executor,
+          if (gpus.isEmpty) Nil else gpus.split(",").map(_.toInt).toSeq, samples.toLong,
+          Base64.getDecoder.decode(rendezvous))
+      case _ => throw new IllegalStateException(s"a worker sent a malformed address: '$text'")
+    }
+  }
+
+  /** What joining gave: the communicator's handle (NativeComm) and every worker, by rank. */
+  final case class Joined(comm: Long, peers: Seq[Peer])
+
+  /**
+   * Joins the other workers of `plan` as rank `context.partitionId()`; `gpus` are this worker's
+   * devices (negative ids, the CPU, are left out) and `samples` its rows. Throws, on every
+   * worker alike, when two workers claim one GPU of a host or when the mpi backend would have
+   * two workers in one process; what NativeComm.connect throws otherwise.
+   */
+  def join(plan: WorkerPlan, context: BarrierTaskContext, gpus: Seq[Int], samples: Long): Joined = {
+    val rank = context.partitionId()
+    val host = SparkEnv.get.blockManager.blockManagerId.host
+    var listener = if (plan.backend == "mpi") 0L else NativeComm.listen(host)
+    try {
+      val port = if (listener == 0) 0 else NativeComm.port(listener)
+      val root = if (rank == 0) NativeComm.rootRendezvous(plan.backend) else Array.emptyByteArray
+      val mine = Peer(rank, host, port, SparkEnv.get.executorId, gpus.filter(_ >= 0), samples,
+        root)
+      val peers = context.allGather(mine.encode).map(Peer.decode).toSeq.sortBy(_.rank)
+      check(plan, peers)
+      val taken = listener
+      listener = 0
+      val comm = NativeComm.connect(taken, plan.backend, rank, plan.count,
+        peers.map(_.address).toArray, plan.token, context.stageAttemptNumber(),
+        peers.head.rendezvous, gpus.headOption.getOrElse(-1), plan.connectTimeoutSeconds,
+        plan.timeoutSeconds)
+      Joined(comm, peers)
+    } finally {
+      if (listener != 0) NativeComm.closeListener(listener)
+    }
+  }
+
+  /** The checks every worker makes on the same list, so that all fail alike. */
+  def check(plan: WorkerPlan, peers: Seq[Peer]): Unit = {
+    if (peers.map(_.rank) != (0 until plan.count)) {
+      throw new IllegalStateException(
+        s"the rendezvous gave ranks ${peers.map(_.rank).mkString(", ")} for ${plan.count} workers")
+    }
+    for {
+      (host, onHost) <- peers.groupBy(_.host).toSeq.sortBy(_._1)
+      (gpu, users) <- onHost.flatMap(p => p.gpus.map(_ -> p.rank)).groupBy(_._1).toSeq.sortBy(_._1)
+      if users.size > 1
+    } {
+      val ranks = users.map(_._2).sorted
+      throw new CortadoConfigException(
+        s"workers ${ranks(0)} and ${ranks(1)} both train on GPU $gpu of host $host: give each " +
+          "executor its own GPUs (spark.executor.resource.gpu.amount with a discovery script, " +
+          "and spark.task.resource.gpu.amount), or run one worker per host")
+    }
+    if (plan.backend == "mpi") {
+      peers.groupBy(_.executor).values.map(_.map(_.rank).sorted).filter(_.size > 1).toSeq
+        .sortBy(_.head).headOption.foreach { ranks =>
+          throw new CortadoConfigException(
+            s"the mpi backend takes one worker per process, but workers ${ranks(0)} and " +
+              s"${ranks(1)} run in one executor: give each executor as many cores as " +
+              "spark.task.cpus, or use the tcp backend")
+        }
+    }
+  }
+
+  /**
+   * This worker's devices: the GPUs Spark assigned the task (resource scheduling), else, when
+   * the solver asks for a GPU and this executor has one, the solver's device_id (one device)
+   * or the first `devices` GPUs, else `devices` CPU replicas (-1 each).
+   */
+  def devices(conf: NetConf, devices: Int): Array[Int] = {
+    val assigned = Option(TaskContext.get()).flatMap(_.resources().get("gpu"))
+      .map(_.addresses.toSeq).getOrElse(Seq.empty)
+    if (assigned.nonEmpty) {
+      assigned.map { a =>
+        try a.trim.toInt
+        catch {
+          case _: NumberFormatException =>
+            throw new CortadoConfigException(
+              s"Spark assigned this task the GPU address '$a', which is not a CUDA device " +
+                "ordinal: the GPU discovery script should list ordinals (0, 1, ...)")
+        }
+      }.toArray
+    } else {
+      val device = NativeLib.solverInfo(conf.solverText, conf.solverSource).device
+      if (device < 0) Array.fill(devices)(-1)
+      else if (devices == 1) Array(device)
+      else Array.range(0, devices)
+    }
+  }
+}

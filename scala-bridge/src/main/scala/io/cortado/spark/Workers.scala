@@ -1,0 +1,134 @@
+// SPDX-License-Identifier: Apache-2.0
+package io.cortado.spark
+
+import java.security.SecureRandom
+
+import scala.util.Try
+
+import org.apache.spark.{CortadoSlots, SparkContext}
+import org.slf4j.LoggerFactory
+
+import io.cortado.CortadoConfigException
+import io.cortado.jni.NativeComm
+
+/**
+ * How many workers train one job and how they meet, decided by the driver (see [[Workers.plan]])
+ * and shipped to every training task.
+ *
+ * @param count     workers: tasks of one barrier stage, rank = partition id; 1: one plain task
+ * @param backend   "tcp", "mpi" or "nccl"
+ * @param token     the job's secret, fresh for every training run; with the stage attempt it
+ *                  makes every connection between workers prove it belongs to this run
+ * @param devices   devices per worker (Config.devices)
+ * @param connectTimeoutSeconds how long the workers try to reach each other
+ * @param timeoutSeconds a collective fails when no byte moved for this long
+ */
+private[spark] final case class WorkerPlan(
+    count: Int,
+    backend: String,
+    token: String,
+    devices: Int,
+    connectTimeoutSeconds: Double,
+    timeoutSeconds: Double)
+
+private[spark] object Workers {
+
+  private val log = LoggerFactory.getLogger(classOf[Cortado])
+
+  /**
+   * The worker count and backend of `config`, checked against the cluster before any task
+   * starts: several workers need a backend this build has, no dynamic allocation (a barrier
+   * stage refuses it) and as many task slots at once as workers, waited for up to
+   * Config.startTimeoutSeconds (executors may still be registering); else a
+   * CortadoConfigException saying what the cluster offers.
+   */
+  def plan(config: Config, sc: SparkContext): WorkerPlan = {
+    if (config.devices < 1) {
+      throw new CortadoConfigException(s"Config.devices must be at least 1, not ${config.devices}")
+    }
+    if (config.clusterSize < 0) {
+      throw new CortadoConfigException(
+        s"Config.clusterSize must be 0 (automatic) or more, not ${config.clusterSize}")
+    }
+    val count = if (config.clusterSize > 0) config.clusterSize else automaticCount(sc)
+    val backend = backendOf(config)
+    val known = NativeComm.backends().toSeq
+    if (!known.contains(backend)) {
+      throw new CortadoConfigException(
+        s"the '$backend' backend is not in this build of Cortado (it has: ${known.mkString(", ")})")
+    }
+    if (count > 1) {
+      if (sc.getConf.getBoolean("spark.dynamicAllocation.enabled", defaultValue = false)) {
+        throw new CortadoConfigException(
+          s"training with $count workers runs as one gang-scheduled (barrier) Spark stage, " +
+            "which Spark cannot run while executors come and go: set " +
+            "spark.dynamicAllocation.enabled=false (and --num-executors " +
+            s"$count) for this job")
+      }
+      if (backend == "mpi" && sc.master.startsWith("local[")) {
+        throw new CortadoConfigException(
+          s"the mpi backend takes one worker per process, and ${sc.master} runs every task " +
+            "in one JVM: use the tcp backend (-connection ethernet), or a cluster")
+      }
+      awaitSlots(sc, count, config.startTimeoutSeconds)
+    }
+    WorkerPlan(count, backend, newToken(), config.devices, config.startTimeoutSeconds,
+      config.commTimeoutSeconds)
+  }
+
+  /** Config.backend, else what CaffeOnSpark's -connection selects. */
+  def backendOf(config: Config): String =
+    if (config.backend.nonEmpty) config.backend
+    else config.connection.toLowerCase match {
+      case "" | "ethernet" => "tcp"
+      case "infiniband" => "mpi"
+      case other =>
+        throw new CortadoConfigException(
+          s"Config.connection must be ethernet or infiniband, not '$other'")
+    }
+
+  /** spark.executor.instances when set and dynamic allocation is off, else 1. */
+  private def automaticCount(sc: SparkContext): Int = {
+    val conf = sc.getConf
+    if (conf.getBoolean("spark.dynamicAllocation.enabled", defaultValue = false)) 1
+    else conf.getOption("spark.executor.instances").flatMap(v => Try(v.trim.toInt).toOption)
+      .filter(_ > 0).getOrElse(1)
+  }
+
+  private def awaitSlots(sc: SparkContext, count: Int, timeoutSeconds: Double): Unit = {
+    val deadline = System.nanoTime() + (timeoutSeconds * 1e9).toLong
+    var slots = CortadoSlots.available(sc)
+    var told = false
+    while (slots < count && System.nanoTime() < deadline) {
+      if (!told) {
+        log.info(s"Waiting up to ${timeoutSeconds.toInt} s for $count task slots (the cluster " +
+          s"offers $slots so far)")
+        told = true
+      }
+      Thread.sleep(200)
+      slots = CortadoSlots.available(sc)
+    }
+    if (slots < count) {
+      // The driver is listed too; in local mode it is the one executor.
+      val executors =
+        if (sc.isLocal) 1 else math.max(0, sc.statusTracker.getExecutorInfos.length - 1)
+      throw new CortadoConfigException(
+        s"training with $count workers needs $count task slots at once (one barrier stage), " +
+          s"but after ${fmt(timeoutSeconds)} s the cluster (${sc.master}) offers $slots " +
+          s"($executors executor${if (executors == 1) "" else "s"} registered, " +
+          s"spark.task.cpus ${sc.getConf.get("spark.task.cpus", "1")}): ask for fewer " +
+          "workers (-clusterSize) or more executors")
+    }
+  }
+
+  private def fmt(seconds: Double): String =
+    if (seconds == seconds.floor) seconds.toLong.toString else f"$seconds%.1f"
+
+  private val random = new SecureRandom()
+
+  private def newToken(): String = {
+    val bytes = new Array[Byte](16)
+    random.synchronized(random.nextBytes(bytes))
+    bytes.map(b => f"${b & 0xff}%02x").mkString
+  }
+}

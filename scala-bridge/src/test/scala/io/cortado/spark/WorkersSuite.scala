@@ -1,0 +1,209 @@
+// SPDX-License-Identifier: Apache-2.0
+package io.cortado.spark
+
+import java.nio.file.{Files, Path}
+import java.util.concurrent.ConcurrentLinkedQueue
+
+import scala.collection.JavaConverters._
+import scala.collection.mutable.ArrayBuffer
+
+import org.apache.spark.scheduler.{SparkListener, SparkListenerJobStart}
+import org.apache.spark.sql.{DataFrame, Row, SparkSession}
+import org.apache.spark.sql.types._
+import org.scalatest.funsuite.AnyFunSuite
+
+import io.cortado.CortadoConfigException
+import io.cortado.TestDirs.withTempDir
+import io.cortado.spark.CortadoSuite.{feedLayer, separable, write}
+
+object WorkersSuite {
+
+  /** TinyNet with TRAIN batch `batch`. */
+  def tinyNet(batch: Int): String =
+    "name: \"tiny\"\n" + feedLayer("TRAIN", batch) + feedLayer("TEST", 10) +
+      """layer { name: "ip" type: "InnerProduct" bottom: "data" top: "ip"
+        |  inner_product_param { num_output: 2 weight_filler { type: "gaussian" std: 0.1 } } }
+        |layer { name: "loss" type: "SoftmaxWithLoss" bottom: "ip" bottom: "label" top: "loss" }
+        |layer { name: "accuracy" type: "Accuracy" bottom: "ip" bottom: "label" top: "accuracy"
+        |  include { phase: TEST } }
+        |""".stripMargin
+
+  /** Displays every iteration, so that every loss reaches the listener. */
+  val EverySolver: String =
+    """net: "net.prototxt"
+      |base_lr: 0.05
+      |momentum: 0.9
+      |weight_decay: 0.001
+      |lr_policy: "fixed"
+      |max_iter: 20
+      |display: 1
+      |random_seed: 1701
+      |""".stripMargin
+
+  /** Trains and returns the model path and every event the listener saw. */
+  def trainRecording(spark: SparkSession, data: DataFrame, config: Config)
+      : (String, Seq[TrainingEvent]) = {
+    val events = new ConcurrentLinkedQueue[TrainingEvent]()
+    val cortado = new Cortado(spark)
+    cortado.addProgressListener(e => events.add(e))
+    val model = cortado.train(data, config)
+    (model, events.asScala.toSeq)
+  }
+
+  /** The losses of the iterations that trained (not the closing display). */
+  def losses(events: Seq[TrainingEvent]): Seq[(Int, Float)] =
+    events.collect { case i: IterationEvent if !i.closing => i.iteration -> i.loss }
+
+  /** `rows` samples of `separable` in `partitions` partitions, in order. */
+  def partitioned(spark: SparkSession, rows: Seq[Row], partitions: Int): DataFrame = {
+    val schema = StructType(Seq(StructField("id", LongType), StructField("features",
+      ArrayType(FloatType, containsNull = false)), StructField("label", IntegerType)))
+    spark.createDataFrame(spark.sparkContext.parallelize(rows, partitions), schema)
+  }
+}
+
+/**
+ * Training on several workers in one JVM (local[2]: Spark's local mode runs the barrier stage's
+ * tasks as threads, each worker with its own sockets): equivalence with one worker of the
+ * summed batch, and the driver's checks.
+ */
+class WorkersSuite extends AnyFunSuite with PerTest {
+  import WorkersSuite._
+
+  private def files(dir: Path, batch: Int, solver: String = EverySolver): Config = {
+    write(dir, "net.prototxt", tinyNet(batch))
+    Config(write(dir, "solver.prototxt", solver), model = dir.resolve("m.caffemodel").toUri
+      .toString, snapshotInterval = 0)
+  }
+
+  test("2 workers of batch 4 train as 1 worker of batch 8 on the same rows") {
+    val samples = separable(ss, 128, 5).collect().toSeq
+    val (first, second) = samples.splitAt(64)
+    // One worker of batch 8 sees, per iteration, 4 rows of each half, as the two workers do.
+    val interleaved = first.grouped(4).zip(second.grouped(4)).flatMap { case (a, b) => a ++ b }
+      .toSeq
+    val single = withTempDir("cortado-one") { dir =>
+      losses(trainRecording(ss, partitioned(ss, interleaved, 1), files(dir, 8))._2)
+    }
+    val (two, events) = withTempDir("cortado-two") { dir =>
+      val config = files(dir, 4).copy(clusterSize = 2)
+      val (model, events) = trainRecording(ss, partitioned(ss, first ++ second, 2), config)
+      assert(Files.size(java.nio.file.Paths.get(new java.net.URI(model))) > 0)
+      (losses(events), events)
+    }
+    assert(single.map(_._1) === (0 until 20))
+    assert(two.map(_._1) === single.map(_._1))
+    single.zip(two).foreach { case ((iter, a), (_, b)) =>
+      assert(math.abs(a - b) <= 1e-5 * math.abs(a), s"iteration $iter: $a against $b")
+    }
+    assert(single.last._2 < single.head._2 / 2, single)
+    val joined = events.collect { case LogEvent(t) if t.contains("workers joined") => t }
+    assert(joined.size === 1, events)
+    assert(joined.head.startsWith("2 workers joined through tcp: worker 0 at "), joined.head)
+    assert(joined.head.endsWith("; 128 training rows, 64 to 64 per worker"), joined.head)
+    // Images per second count every worker's batch: 2 x 4 per iteration.
+    val speeds = events.collect { case i: IterationEvent if i.iterations > 0 => i }
+    assert(speeds.nonEmpty)
+    speeds.foreach(i => assert(math.abs(i.imagesPerSecond - 8 * i.iterationsPerSecond) <
+      1e-6 * i.imagesPerSecond))
+  }
+
+  test("2 CPU replicas of one worker (-devices 2) train as one replica of the summed batch") {
+    val samples = separable(ss, 64, 9).collect().toSeq
+    val single = withTempDir("cortado-one") { dir =>
+      losses(trainRecording(ss, partitioned(ss, samples, 1), files(dir, 8))._2)
+    }
+    val two = withTempDir("cortado-replicas") { dir =>
+      losses(trainRecording(ss, partitioned(ss, samples, 1), files(dir, 4).copy(devices = 2))._2)
+    }
+    assert(two.map(_._1) === single.map(_._1))
+    single.zip(two).foreach { case ((iter, a), (_, b)) =>
+      assert(math.abs(a - b) <= 1e-5 * math.abs(a), s"iteration $iter: $a against $b")
+    }
+  }
+
+  test("trainWithValidation with 2 workers tests on worker 0 on Caffe's schedule") {
+    withTempDir("cortado-validation") { dir =>
+      write(dir, "net.prototxt", CortadoSuite.TinyNet)
+      val solver = write(dir, "solver.prototxt", CortadoSuite.TinySolver)
+      val config = Config(solver, model = dir.resolve("m.caffemodel").toUri.toString,
+        clusterSize = 2)
+      // Three partitions: repartitioned into two.
+      val frame = new Cortado(ss).trainWithValidation(separable(ss, 200, 7).repartition(3),
+        separable(ss, 40, 11), config).collect()
+      assert(frame.map(_.getInt(0)).toSeq === Seq(0, 20, 40, 60, 80, 100))
+      assert(frame.last.getDouble(1) >= 0.95, frame.toSeq)
+    }
+  }
+
+  test("more workers than the cluster's task slots fail within the start timeout, naming both") {
+    withTempDir("cortado-slots") { dir =>
+      val config = files(dir, 4).copy(clusterSize = 3, startTimeoutSeconds = 2)
+      val t0 = System.nanoTime()
+      val e = intercept[CortadoConfigException](new Cortado(ss).train(separable(ss, 40, 1),
+        config))
+      val seconds = (System.nanoTime() - t0) / 1e9
+      assert(e.getMessage.startsWith("training with 3 workers needs 3 task slots at once (one " +
+        "barrier stage), but after 2 s the cluster (local[2]) offers 2"), e.getMessage)
+      assert(seconds >= 2 && seconds < 20, s"$seconds s")
+    }
+  }
+
+  test("with several workers a net that does not parse fails in the driver before any job") {
+    withTempDir("cortado-bad") { dir =>
+      val config = files(dir, 4).copy(clusterSize = 2)
+      write(dir, "net.prototxt", "layer { name: \"ip\" type: \"InnerProduct\"\n  bogus: 1 }\n")
+      val jobs = ArrayBuffer.empty[Int]
+      ss.sparkContext.addSparkListener(new SparkListener {
+        override def onJobStart(job: SparkListenerJobStart): Unit = jobs.synchronized {
+          jobs += job.jobId
+        }
+      })
+      val df = separable(ss, 20, 1)
+      val e = intercept[CortadoConfigException](new Cortado(ss).train(df, config))
+      assert(e.getMessage.startsWith(s"${dir.resolve("net.prototxt")}:2:"), e.getMessage)
+      assert(jobs.synchronized(jobs.isEmpty), jobs)
+    }
+  }
+
+  test("a backend this build lacks and a bad connection are refused in the driver") {
+    withTempDir("cortado-backend") { dir =>
+      val config = files(dir, 4).copy(clusterSize = 2)
+      val known = io.cortado.jni.NativeComm.backends().toSeq
+      assert(known.contains("tcp"), known)
+      val e = intercept[CortadoConfigException] {
+        new Cortado(ss).train(separable(ss, 20, 1), config.copy(backend = "carrier-pigeon"))
+      }
+      assert(e.getMessage === "the 'carrier-pigeon' backend is not in this build of Cortado " +
+        s"(it has: ${known.mkString(", ")})")
+      if (known.contains("mpi")) {
+        val m = intercept[CortadoConfigException] {
+          new Cortado(ss).train(separable(ss, 20, 1), config.copy(connection = "infiniband"))
+        }
+        assert(m.getMessage.startsWith("the mpi backend takes one worker per process, and " +
+          "local[2] runs every task in one JVM"), m.getMessage)
+      }
+    }
+  }
+
+  test("two workers on one GPU of a host fail alike on every worker, naming both") {
+    val plan = WorkerPlan(3, "tcp", "t", 1, 1, 1)
+    def peer(rank: Int, host: String, gpus: Seq[Int]) =
+      Rendezvous.Peer(rank, host, 7000 + rank, s"e$rank", gpus, 10, Array.emptyByteArray)
+    Rendezvous.check(plan, Seq(peer(0, "a", Seq(0)), peer(1, "b", Seq(0)), peer(2, "a", Seq(1))))
+    val e = intercept[CortadoConfigException] {
+      Rendezvous.check(plan, Seq(peer(0, "a", Seq(0, 1)), peer(1, "b", Seq(0)),
+        peer(2, "a", Seq(1))))
+    }
+    assert(e.getMessage.startsWith("workers 0 and 2 both train on GPU 1 of host a"), e.getMessage)
+    val mpi = intercept[CortadoConfigException] {
+      Rendezvous.check(plan.copy(backend = "mpi"), Seq(peer(0, "a", Nil), peer(1, "a", Nil),
+        peer(2, "a", Nil)).map(p => p.copy(executor = if (p.rank == 0) "x" else "y")))
+    }
+    assert(mpi.getMessage.startsWith("the mpi backend takes one worker per process, but " +
+      "workers 1 and 2 run in one executor"), mpi.getMessage)
+    val peers = Seq(peer(0, "h", Seq(3)), peer(1, "h", Nil).copy(rendezvous = Array[Byte](0, 9)))
+    assert(peers.map(p => Rendezvous.Peer.decode(p.encode)).map(p => (p.rank, p.address, p.gpus,
+      p.rendezvous.toSeq)) === peers.map(p => (p.rank, p.address, p.gpus, p.rendezvous.toSeq)))
+  }
+}
