@@ -4,8 +4,11 @@
 # and Maven), builds Cortado's native libraries and jar when they are missing or stale, converts
 # Fashion-MNIST's IDX files to Parquet once, then trains Caffe's LeNet (10,000 iterations) and
 # tests it through spark-submit in local[2] with CortadoOnSpark, CaffeOnSpark's command line,
-# printing the test accuracy in Caffe's format (accuracy = 0.89...). Extra arguments go to
-# CortadoOnSpark (e.g. -weights). spark-submit is $SPARK_HOME/bin/spark-submit when SPARK_HOME
+# printing the test accuracy in Caffe's format (accuracy = 0.89...). Training runs on WORKERS
+# workers (default 2): a local cluster of that many executor JVMs (local-cluster), each worker
+# on its half of the data with batch 64/WORKERS, so that the total batch stays Caffe's 64, and
+# gradients exchanged between them after every iteration; WORKERS=1 trains in one task in
+# local[2] with batch 64. Extra arguments go to CortadoOnSpark (e.g. -weights). spark-submit is $SPARK_HOME/bin/spark-submit when SPARK_HOME
 # is set, otherwise scala-bridge/bin/spark-submit (Spark from the Maven dependencies).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -30,8 +33,8 @@ fi
 
 submit=scala-bridge/bin/spark-submit
 [[ -n ${SPARK_HOME:-} ]] && submit=$SPARK_HOME/bin/spark-submit
-spark_options=(--master 'local[2]' --driver-memory 3g
-  --driver-java-options "-Dlog4j2.configurationFile=$PWD/$example/log4j2.properties")
+log_options=(--driver-java-options "-Dlog4j2.configurationFile=$PWD/$example/log4j2.properties")
+spark_options=(--master 'local[2]' --driver-memory 3g "${log_options[@]}")
 
 mkdir -p "$data"
 train=$data/fashion_mnist_train.parquet
@@ -47,10 +50,27 @@ if [[ ! -f $train/_SUCCESS || ! -f $test/_SUCCESS ]]; then
     "$dataset/t10k-images-idx3-ubyte.gz" "$dataset/t10k-labels-idx1-ubyte.gz" "$test"
 fi
 
+workers=${WORKERS:-2}
+solver=$example/lenet_cos_solver.prototxt
+if ((workers > 1)); then
+  if ((64 % workers != 0)); then
+    echo "WORKERS=$workers: the total batch 64 must divide evenly among the workers" >&2
+    exit 2
+  fi
+  # The same net and solver with batch 64/WORKERS per worker.
+  net=$data/lenet_cos_train_test_${workers}w.prototxt
+  sed "0,/batch_size: 64/s//batch_size: $((64 / workers))/" \
+    "$example/lenet_cos_train_test.prototxt" >"$net"
+  solver=$data/lenet_cos_solver_${workers}w.prototxt
+  sed "s|^net: .*|net: \"$net\"|" "$example/lenet_cos_solver.prototxt" >"$solver"
+  spark_options=(--master "local-cluster[$workers,1,1024]" --driver-memory 1g
+    --executor-memory 1g "${log_options[@]}")
+fi
+
 # Spark does not overwrite an output directory.
 rm -rf "$data/test_results"
 start=$SECONDS
 "$submit" "${spark_options[@]}" --class io.cortado.spark.CortadoOnSpark "$jar" \
-  -train -test -conf "$example/lenet_cos_solver.prototxt" \
+  -train -test -conf "$solver" -clusterSize "$workers" \
   -model "file:$PWD/$data/lenet.caffemodel" -output "file:$PWD/$data/test_results" "$@"
 echo "spark-submit: training and testing took $((SECONDS - start)) s"

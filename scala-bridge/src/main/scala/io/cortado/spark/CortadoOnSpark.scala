@@ -49,9 +49,13 @@ object CortadoOnSpark {
       |CoSData layer). An LMDB path is local (file:/... or a plain path) and must exist on every
       |executor; HDFS is refused. Data layers (LMDB, LevelDB) are not read: use such a MemoryData
       |layer, or `cortado train`.
-      |Training runs as one task on one device: -devices must be 1; -clusterSize, -connection and
-      |-persistent are accepted and do not change it; -resize is accepted and ignored (image
-      |columns must already have the layer's shape).""".stripMargin
+      |Training runs on -clusterSize workers, one Spark task each in one barrier stage (rank =
+      |partition id), each on its own partition of the training data and -devices devices (the
+      |GPUs Spark assigned the task, else the first N GPUs when the solver asks for a GPU, else
+      |CPU replicas); gradients go between workers through -connection (ethernet: tcp,
+      |infiniband: mpi, which needs ompi-server) or -comm. -persistent is accepted and ignored
+      |(the tasks keep their data in memory); -resize is accepted and ignored (image columns
+      |must already have the layer's shape).""".stripMargin
 
   def main(args: Array[String]): Unit = {
     var session: SparkSession = null
@@ -64,7 +68,10 @@ object CortadoOnSpark {
       } finally {
         if (session != null) session.stop()
       }
-    if (code != 0) sys.exit(code)
+    // Always exit: Spark 3.5 before 3.5.6 leaves a non-daemon timer thread behind once a barrier
+    // stage (training on several workers) has run (SPARK-51450), and the driver JVM would not
+    // end after stop().
+    sys.exit(code)
   }
 
   /**
@@ -107,10 +114,6 @@ object CortadoOnSpark {
 
   private def execute(o: Options, outputGiven: Boolean, spark: SparkSession, out: PrintStream,
       err: PrintStream): Unit = {
-    if (o.clusterSize > 1) {
-      err.println(s"CortadoOnSpark: note: -clusterSize ${o.clusterSize}: training runs as one " +
-        "task so far; the data is gathered into one partition")
-    }
     if (o.persistent) {
       err.println("CortadoOnSpark: note: -persistent is ignored: the training task keeps its " +
         "data in memory")

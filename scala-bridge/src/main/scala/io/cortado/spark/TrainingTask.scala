@@ -117,7 +117,7 @@ private[spark] object TrainingTask {
     val samples = joined.peers.map(_.samples)
     s"${workers.count} workers joined through ${workers.backend}: " +
       joined.peers.map { p =>
-        s"worker ${p.rank} at ${p.address} " +
+        s"worker ${p.rank} at ${p.address} on executor ${p.executor} " +
           (if (p.gpus.isEmpty) "(CPU)" else s"(GPU ${p.gpus.mkString(",")})")
       }.mkString(", ") +
       s"; ${samples.sum} training rows, ${samples.min} to ${samples.max} per worker"

@@ -5,25 +5,24 @@ import java.io.File
 
 import org.apache.spark.SparkException
 import org.apache.spark.sql.SparkSession
+import org.scalatest.Suite
 import org.scalatest.funsuite.AnyFunSuite
 
 import io.cortado.NativeLoader
 import io.cortado.jni.{NativeNet, NativeNetSuite}
 
 /**
- * Spark's local-cluster mode: a worker in this JVM starts each executor as a separate JVM, so a
- * task there loads the native libraries afresh, from the classpath's resources, as an executor
- * on a cluster does.
+ * Spark's local-cluster mode with numWorkers executors of one core each (local-cluster[N,1,1024]):
+ * a worker in this JVM starts each executor as a separate JVM, so a task there loads the native
+ * libraries afresh, from the classpath's resources, as an executor on a cluster does.
  *
  * Without a Spark installation, the executor's classpath is this JVM's classpath, passed the way
  * Spark's own tests do it: SPARK_TESTING and SPARK_SCALA_VERSION let the launcher run without a
  * SPARK_HOME holding jars, and SPARK_DIST_CLASSPATH carries the classpath.
  */
-class LocalClusterSuite extends AnyFunSuite with PerTest {
+trait LocalCluster extends PerTest { self: Suite =>
 
-  override protected val numWorkers: Int = 1
-
-  override protected def master: String = "local-cluster[1,1,1024]"
+  override protected def master: String = s"local-cluster[$numWorkers,1,1024]"
 
   override protected def sparkSessionBuilder: SparkSession.Builder = {
     // The pom points SPARK_HOME into target/, where the worker puts its work/ directory.
@@ -37,6 +36,11 @@ class LocalClusterSuite extends AnyFunSuite with PerTest {
       .config("spark.executorEnv.SPARK_DIST_CLASSPATH", System.getProperty("java.class.path"))
       .config("spark.executorEnv.CORTADO_LOG_LEVEL", "warn")
   }
+}
+
+class LocalClusterSuite extends AnyFunSuite with LocalCluster {
+
+  override protected val numWorkers: Int = 1
 
   test("the native library loads in a separate executor JVM, NativeNet runs there, and a " +
     "native error there arrives as the Java exception") {

@@ -207,3 +207,37 @@ class WorkersSuite extends AnyFunSuite with PerTest {
       p.rendezvous.toSeq)) === peers.map(p => (p.rank, p.address, p.gpus, p.rendezvous.toSeq)))
   }
 }
+
+/**
+ * Two workers in two executor JVMs (local-cluster[2,1,1024]): the barrier stage puts one worker
+ * in each, they meet over loopback sockets, and the job trains as one.
+ */
+class ClusterWorkersSuite extends AnyFunSuite with LocalCluster {
+  import WorkersSuite._
+
+  override protected val numWorkers: Int = 2
+
+  test("2 workers in 2 executor JVMs train one model, reporting live to the driver") {
+    withTempDir("cortado-cluster") { dir =>
+      write(dir, "net.prototxt", CortadoSuite.TinyNet)
+      val solver = write(dir, "solver.prototxt", CortadoSuite.TinySolver)
+      val config = Config(solver, model = dir.resolve("m.caffemodel").toUri.toString,
+        clusterSize = 2)
+      val events = new ConcurrentLinkedQueue[(TrainingEvent, Boolean)]()
+      val cortado = new Cortado(ss)
+      cortado.addProgressListener { e =>
+        events.add(e -> ss.sparkContext.statusTracker.getActiveJobIds().nonEmpty)
+      }
+      cortado.train(separable(ss, 200, 7), config)
+      val joined = events.asScala.collect { case (LogEvent(t), _) if t.contains("joined") => t }
+      assert(joined.size === 1, events)
+      val executors = "on executor (\\S+)".r.findAllMatchIn(joined.head).map(_.group(1)).toSeq
+      assert(executors.size === 2 && executors.distinct.size === 2, joined.head)
+      val displays = events.asScala.collect { case (i: IterationEvent, live) => (i, live) }
+      assert(displays.map(_._1.iteration) === Seq(0, 25, 50, 75, 100))
+      assert(displays.forall(_._2), "events arrived only after the job")
+      val metrics = cortado.test(separable(ss, 100, 11), config)
+      assert(metrics("accuracy") >= 0.95, metrics)
+    }
+  }
+}
