@@ -64,7 +64,7 @@ if ((workers > 1)); then
   solver=$data/lenet_cos_solver_${workers}w.prototxt
   sed "s|^net: .*|net: \"$net\"|" "$example/lenet_cos_solver.prototxt" >"$solver"
   spark_options=(--master "local-cluster[$workers,1,1024]" --driver-memory 1g
-    --executor-memory 1g "${log_options[@]}")
+    --executor-memory 1g --executor-cores 1 "${log_options[@]}")
 fi
 
 # Spark does not overwrite an output directory.

@@ -31,6 +31,7 @@ trait LocalCluster extends PerTest { self: Suite =>
     super.sparkSessionBuilder
       .config("spark.home", sparkHome.getAbsolutePath)
       .config("spark.executor.memory", "512m")
+      .config("spark.executor.cores", "1")
       .config("spark.executorEnv.SPARK_TESTING", "1")
       .config("spark.executorEnv.SPARK_SCALA_VERSION", "2.12")
       .config("spark.executorEnv.SPARK_DIST_CLASSPATH", System.getProperty("java.class.path"))
