@@ -13,6 +13,10 @@ class OptionsSuite extends AnyFunSuite {
     assert(o === Options(conf = "lenet_solver.prototxt", train = true, persistent = true,
       model = "hdfs:///m/lenet.model", devices = 2, connection = "ethernet", clusterSize = 3))
     assert(o.output === "output" && o.outputFormat === "json" && !o.resize)
+    // Without -clusterSize and -connection: automatic worker count, the tcp backend.
+    val d = parse("-train -conf s.prototxt -model m").toOption.get
+    assert(d.clusterSize === 0 && d.connection === "" && d.comm === "")
+    assert(parse("-train -conf s.prototxt -model m -comm mpi").toOption.get.comm === "mpi")
   }
 
   test("features with a label; features replace test, as in CaffeOnSpark") {
@@ -32,6 +36,8 @@ class OptionsSuite extends AnyFunSuite {
       s"$base -train -devices 0" -> "-devices must be a positive integer, not '0'",
       s"$base -test -outputFormat csv" -> "-outputFormat must be json or parquet, not 'csv'",
       s"$base -train -connection carrier-pigeon" -> "-connection must be ethernet or infiniband",
+      s"$base -train -comm ucx" -> "-comm must be tcp, mpi or nccl, not 'ucx'",
+      s"$base -train -clusterSize 0" -> "-clusterSize must be a positive integer, not '0'",
       s"$base -train -snapshot s.solverstate" -> "-snapshot needs -weights",
       s"$base -test -snapshot s.solverstate -weights w" -> "-snapshot resumes training",
       s"$base -test -label label" -> "-label adds a blob to -features",

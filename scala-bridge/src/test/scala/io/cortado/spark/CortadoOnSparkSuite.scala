@@ -124,6 +124,27 @@ class CortadoOnSparkSuite extends AnyFunSuite with PerTest {
     }
   }
 
+  test("-clusterSize 2 -connection ethernet trains on 2 workers; -comm names a backend") {
+    withData { (dir, solver) =>
+      val model = uri(dir, "tiny.caffemodel")
+      val trained = cos("-train", "-test", "-conf", solver, "-model", model, "-clusterSize", "2",
+        "-connection", "ethernet")
+      assert(trained.code === 0, trained.err)
+      val accuracy = trained.out.linesIterator.collectFirst {
+        case line if line.startsWith("accuracy = ") => line.stripPrefix("accuracy = ").toDouble
+      }
+      assert(accuracy.exists(_ >= 0.95), trained.out)
+      val bad = cos("-train", "-conf", solver, "-model", model, "-comm", "smoke-signals")
+      assert(bad.code === CortadoOnSpark.UsageExit)
+      assert(bad.err.contains("-comm must be tcp, mpi or nccl, not 'smoke-signals'"), bad.err)
+      // 2 workers of 3 CPU replicas each.
+      val replicas = cos("-train", "-conf", solver, "-model", uri(dir, "other.caffemodel"),
+        "-clusterSize", "2", "-comm", "tcp", "-devices", "3")
+      assert(replicas.code === 0, replicas.err)
+      assert(Files.size(dir.resolve("other.caffemodel")) > 0)
+    }
+  }
+
   test("-train -test in one run writes the metrics to -output; parquet and json formats") {
     withData { (dir, solver) =>
       val model = uri(dir, "tiny.caffemodel")

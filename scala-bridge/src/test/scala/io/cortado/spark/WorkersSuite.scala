@@ -241,3 +241,66 @@ class ClusterWorkersSuite extends AnyFunSuite with LocalCluster {
     }
   }
 }
+
+/**
+ * Spark's GPU scheduling on a local cluster whose two workers discover the same GPU address "0"
+ * (one discovery script): each task is assigned GPU 0, so the two workers of the job, on one
+ * host, would share it, and every worker fails at once naming both.
+ */
+class GpuResourcesSuite extends AnyFunSuite with LocalCluster {
+
+  override protected val numWorkers: Int = 2
+
+  private lazy val script: Path = {
+    val dir = Files.createTempDirectory("cortado-gpus")
+    val file = dir.resolve("gpus.sh")
+    Files.write(file, "#!/bin/sh\necho '{\"name\": \"gpu\", \"addresses\": [\"0\"]}'\n"
+      .getBytes("UTF-8"))
+    file.toFile.setExecutable(true)
+    file
+  }
+
+  override protected def sparkSessionBuilder: SparkSession.Builder =
+    super.sparkSessionBuilder
+      .config("spark.worker.resource.gpu.amount", "1")
+      .config("spark.worker.resource.gpu.discoveryScript", script.toString)
+      .config("spark.executor.resource.gpu.amount", "1")
+      .config("spark.task.resource.gpu.amount", "1")
+
+  test("workers train on the GPUs Spark assigned them; two on one GPU of a host fail at once") {
+    withTempDir("cortado-gpus") { dir =>
+      write(dir, "net.prototxt", CortadoSuite.TinyNet)
+      val solver = write(dir, "solver.prototxt", CortadoSuite.TinySolver)
+      val config = Config(solver, model = dir.resolve("m.caffemodel").toUri.toString,
+        clusterSize = 2)
+      val t0 = System.nanoTime()
+      val e = intercept[Exception](new Cortado(ss).train(separable(ss, 40, 7), config))
+      assert((System.nanoTime() - t0) / 1e9 < 60)
+      assert(e.getMessage.contains("workers 0 and 1 both train on GPU 0 of host 127.0.0.1"),
+        e.getMessage)
+    }
+  }
+}
+
+/** A session with dynamic allocation on: several workers are refused in the driver. */
+class DynamicAllocationSuite extends AnyFunSuite with PerTest {
+
+  override protected def sparkSessionBuilder: SparkSession.Builder =
+    super.sparkSessionBuilder.config("spark.dynamicAllocation.enabled", "true")
+
+  test("several workers with dynamic allocation on fail in the driver, saying what to change") {
+    withTempDir("cortado-dynamic") { dir =>
+      write(dir, "net.prototxt", CortadoSuite.TinyNet)
+      val solver = write(dir, "solver.prototxt", CortadoSuite.TinySolver)
+      val config = Config(solver, model = dir.resolve("m.caffemodel").toUri.toString,
+        clusterSize = 2)
+      val e = intercept[CortadoConfigException](new Cortado(ss).train(separable(ss, 40, 7), config))
+      assert(e.getMessage.startsWith("training with 2 workers runs as one gang-scheduled " +
+        "(barrier) Spark stage, which Spark cannot run while executors come and go: set " +
+        "spark.dynamicAllocation.enabled=false"), e.getMessage)
+      // One worker needs no barrier stage.
+      new Cortado(ss).train(separable(ss, 40, 7), config.copy(clusterSize = 1))
+      assert(Files.size(dir.resolve("m.caffemodel")) > 0)
+    }
+  }
+}
