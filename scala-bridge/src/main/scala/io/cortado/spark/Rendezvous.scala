@@ -34,7 +34,8 @@ private[spark] object Rendezvous {
       samples: Long,
       rendezvous: Array[Byte]) {
 
-    def address: String = s"$host:$port"
+    /** host:port; the host alone for a worker that listens on no port (mpi). */
+    def address: String = if (port > 0) s"$host:$port" else host
 
     def encode: String = Seq(rank.toString, host, port.toString, executor, gpus.mkString(","),
       samples.toString, Base64.getEncoder.encodeToString(rendezvous)).mkString("\t")
@@ -72,10 +73,12 @@ private[spark] object Rendezvous {
       check(plan, peers)
       val taken = listener
       listener = 0
-      val comm = NativeComm.connect(taken, plan.backend, rank, plan.count,
-        peers.map(_.address).toArray, plan.token, context.stageAttemptNumber(),
-        peers.head.rendezvous, gpus.headOption.getOrElse(-1), plan.connectTimeoutSeconds,
-        plan.timeoutSeconds)
+      // mpi meets through rank 0's port, not the peers' addresses.
+      val addresses =
+        if (plan.backend == "mpi") Array.empty[String] else peers.map(_.address).toArray
+      val comm = NativeComm.connect(taken, plan.backend, rank, plan.count, addresses, plan.token,
+        context.stageAttemptNumber(), peers.head.rendezvous, gpus.headOption.getOrElse(-1),
+        plan.connectTimeoutSeconds, plan.timeoutSeconds)
       Joined(comm, peers)
     } finally {
       if (listener != 0) NativeComm.closeListener(listener)

@@ -304,3 +304,72 @@ class DynamicAllocationSuite extends AnyFunSuite with PerTest {
     }
   }
 }
+
+/**
+ * The mpi backend (-connection infiniband) between two executor JVMs that mpirun did not start:
+ * they join through a real ompi-server that this suite starts, found through
+ * OMPI_MCA_pmix_server_uri in the executors' environment. Cancelled when this build has no mpi
+ * backend or ompi-server is not installed.
+ */
+class MpiWorkersSuite extends AnyFunSuite with LocalCluster {
+  import WorkersSuite._
+
+  override protected val numWorkers: Int = 2
+
+  private var server: Process = _
+  private var uriFile: Path = _
+
+  override protected def sparkSessionBuilder: SparkSession.Builder = {
+    val builder = super.sparkSessionBuilder
+      .config("spark.executorEnv.OMPI_MCA_pmix_server_uri", s"file:$uriFile")
+      .config("spark.executorEnv.OMPI_MCA_btl", "self,tcp")
+    // Open MPI refuses root unless told; CI runs as root.
+    if (System.getProperty("user.name") == "root") {
+      builder.config("spark.executorEnv.OMPI_ALLOW_RUN_AS_ROOT", "1")
+        .config("spark.executorEnv.OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+    } else builder
+  }
+
+  private def startServer(): Unit = {
+    val onPath = sys.env.getOrElse("PATH", "").split(":").exists(d =>
+      Files.isExecutable(java.nio.file.Paths.get(d, "ompi-server")))
+    assume(onPath, "ompi-server is not installed (Debian: openmpi-bin)")
+    assume(io.cortado.jni.NativeComm.backends().contains("mpi"),
+      "this build has no mpi backend (WITH_MPI=OFF)")
+    uriFile = Files.createTempDirectory("cortado-ompi").resolve("uri")
+    server = new ProcessBuilder("ompi-server", "--no-daemonize", "--report-uri",
+      uriFile.toString).redirectErrorStream(true)
+      .redirectOutput(uriFile.resolveSibling("server.log").toFile).start()
+    val deadline = System.nanoTime() + 20e9.toLong
+    while (!(Files.exists(uriFile) && Files.size(uriFile) > 0) && System.nanoTime() < deadline) {
+      Thread.sleep(50)
+    }
+    assert(Files.exists(uriFile) && Files.size(uriFile) > 0, "ompi-server wrote no URI")
+  }
+
+  override def afterEach(): Unit =
+    try super.afterEach()
+    finally if (server != null) {
+      server.destroy()
+      server.waitFor()
+      server = null
+    }
+
+  test("-connection infiniband trains 2 workers through mpi joined by ompi-server") {
+    startServer()
+    val samples = separable(ss, 128, 5).collect().toSeq
+    val (first, second) = samples.splitAt(64)
+    withTempDir("cortado-mpi") { dir =>
+      write(dir, "net.prototxt", tinyNet(4))
+      val config = Config(write(dir, "solver.prototxt", EverySolver),
+        model = dir.resolve("m.caffemodel").toUri.toString, snapshotInterval = 0,
+        clusterSize = 2, connection = "infiniband")
+      val (_, events) = trainRecording(ss, partitioned(ss, first ++ second, 2), config)
+      val joined = events.collect { case LogEvent(t) if t.contains("joined") => t }
+      assert(joined.size === 1 && joined.head.startsWith("2 workers joined through mpi"), events)
+      val trained = losses(events)
+      assert(trained.map(_._1) === (0 until 20))
+      assert(trained.last._2 < trained.head._2 / 2, trained)
+    }
+  }
+}
