@@ -1,0 +1,99 @@
+// SPDX-License-Identifier: Apache-2.0
+package io.cortado.jni
+
+import java.util.concurrent.{Callable, Executors, TimeUnit}
+
+import org.scalatest.funsuite.AnyFunSuite
+
+import io.cortado.{CortadoCommException, CortadoConfigException}
+
+/**
+ * NativeComm from the JVM: ranks as threads of this JVM, each with its listener, meeting as a
+ * Spark job's workers do (listen, exchange the addresses, connect).
+ */
+class NativeCommSuite extends AnyFunSuite {
+
+  /** Runs `body(rank, comm)` on `world` ranks joined with the tokens given, one thread each. */
+  private def onRanks[T](world: Int, tokens: Int => String)(body: (Int, Long) => T)
+      : Seq[Either[Throwable, T]] = {
+    val listeners = (0 until world).map(_ => NativeComm.listen("127.0.0.1"))
+    val peers = listeners.map(l => s"127.0.0.1:${NativeComm.port(l)}").toArray
+    val pool = Executors.newFixedThreadPool(world)
+    try {
+      val futures = (0 until world).map { rank =>
+        pool.submit(new Callable[Either[Throwable, T]] {
+          override def call(): Either[Throwable, T] =
+            try {
+              val comm = NativeComm.connect(listeners(rank), "tcp", rank, world, peers,
+                tokens(rank), 0, Array.emptyByteArray, -1, 5, 5)
+              try Right(body(rank, comm))
+              finally NativeComm.dispose(comm)
+            } catch {
+              case t: Throwable => Left(t)
+            }
+        })
+      }
+      futures.map(_.get(60, TimeUnit.SECONDS))
+    } finally pool.shutdownNow()
+  }
+
+  test("three ranks as threads sum in place and agree bit for bit") {
+    val results = onRanks(3, _ => "job") { (rank, comm) =>
+      assert(NativeComm.backend(comm) === "tcp")
+      val data = Array.tabulate(1001)(i => (rank + 1) * 0.5f + i)
+      NativeComm.allReduce(comm, data)
+      data
+    }
+    val sums = results.map(_.fold(throw _, identity))
+    sums.foreach(s => assert(s.toSeq === sums.head.toSeq))
+    assert(sums.head(0) === 3f && sums.head(1000) === 3003f)
+  }
+
+  test("a rank with another job's token is refused, naming the rank") {
+    val results = onRanks(2, r => if (r == 0) "job-a" else "job-b")((_, _) => ())
+    val errors = results.collect { case Left(e) => e }
+    assert(errors.size === 2, results)
+    errors.foreach(e => assert(e.isInstanceOf[CortadoCommException], e))
+    assert(errors.exists(_.getMessage.contains("token")), errors.map(_.getMessage))
+  }
+
+  test("abort from another thread ends a blocked allreduce at once") {
+    val results = onRanks(2, _ => "job") { (rank, comm) =>
+      if (rank == 0) {
+        val t0 = System.nanoTime()
+        val aborter = new Thread(() => {
+          Thread.sleep(300)
+          NativeComm.abort(comm, "stopped by the test")
+        })
+        aborter.start()
+        // Rank 1 never calls: without abort this would wait for the 5 s timeout.
+        val e = intercept[CortadoCommException](NativeComm.allReduce(comm, Array(1f)))
+        aborter.join()
+        assert((System.nanoTime() - t0) / 1e9 < 3)
+        e.getMessage
+      } else {
+        // Stays connected (a closed socket would end rank 0's call too) and never calls.
+        Thread.sleep(2000)
+        "quiet"
+      }
+    }
+    val message = results.head.fold(throw _, identity)
+    assert(message.contains("stopped by the test"), message)
+  }
+
+  test("bad arguments: an unknown backend, rank 0's rendezvous for tcp, a freed listener") {
+    assert(NativeComm.rootRendezvous("tcp").isEmpty)
+    val e = intercept[CortadoConfigException](NativeComm.rootRendezvous("smoke-signals"))
+    assert(e.getMessage.startsWith("unknown communicator backend 'smoke-signals'"), e.getMessage)
+    val listener = NativeComm.listen("127.0.0.1")
+    assert(NativeComm.port(listener) > 0)
+    NativeComm.closeListener(listener)
+    val one = NativeComm.connect(0L, "tcp", 0, 1, Array("127.0.0.1:1"), "t", 0,
+      Array.emptyByteArray, -1, 1, 1)
+    try {
+      val data = Array(2f, 3f)
+      NativeComm.allReduce(one, data)
+      assert(data.toSeq === Seq(2f, 3f))
+    } finally NativeComm.dispose(one)
+  }
+}
