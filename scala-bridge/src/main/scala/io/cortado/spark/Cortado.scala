@@ -112,6 +112,9 @@ final class Cortado(@transient val spark: SparkSession) {
       case _ => None
     }
     val data = TaskData.trainingPartitions(trainRows, validationRows, workers.count)
+    // One task per worker: more would train independent models.
+    require(data.getNumPartitions == workers.count,
+      s"${data.getNumPartitions} training partitions for ${workers.count} workers")
     val listening = listeners.asScala.toList
     if (workers.count > 1) {
       log.info(s"Training with ${workers.count} workers through ${workers.backend}, " +
@@ -119,7 +122,7 @@ final class Cortado(@transient val spark: SparkSession) {
         s"${conf.batchSize} per device: ${conf.batchSize.toLong * workers.devices * workers.count}" +
         s" per iteration in all; training data in ${trainRows.getNumPartitions} partition" +
         s"${if (trainRows.getNumPartitions == 1) "" else "s"}" +
-        (if (trainRows.getNumPartitions == workers.count) " (one per worker)"
+        (if (TaskData.fitsBarrierStage(trainRows, workers.count)) " (one per worker)"
         else s", repartitioned into ${workers.count}"))
     }
     val server = Progress.Server.start(spark.sparkContext.getConf, deliver(listening))

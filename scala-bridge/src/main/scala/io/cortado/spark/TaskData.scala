@@ -3,7 +3,7 @@ package io.cortado.spark
 
 import scala.collection.mutable.ArrayBuffer
 
-import org.apache.spark.HashPartitioner
+import org.apache.spark.{HashPartitioner, NarrowDependency}
 import org.apache.spark.rdd.RDD
 import org.apache.spark.sql.{DataFrame, Row}
 import org.apache.spark.sql.functions.col
@@ -37,7 +37,10 @@ private[spark] object TaskData {
    */
   def trainingPartitions(train: RDD[Row], validation: Option[RDD[Row]],
       workers: Int): RDD[(Int, Row)] = {
-    val partitioned = if (train.getNumPartitions == workers) train else train.repartition(workers)
+    val partitioned =
+      if (workers == 1) onePartition(train)
+      else if (fitsBarrierStage(train, workers)) train
+      else train.repartition(workers)
     validation match {
       case None => partitioned.map(r => (0, r))
       case Some(rows) if workers == 1 =>
@@ -48,6 +51,17 @@ private[spark] object TaskData {
         partitioned.zipPartitions(toFirst) { (t, v) => t.map(r => (0, r)) ++ v.map(r => (1, r)) }
     }
   }
+
+  /**
+   * Whether `rdd` can feed a barrier stage of `tasks` tasks as it is: Spark runs one only when
+   * every RDD of the stage (back to the last shuffle) has that many partitions, so a union of
+   * two data sets, or a coalesce, needs a shuffle first even with the right count at the end.
+   */
+  def fitsBarrierStage(rdd: RDD[_], tasks: Int): Boolean =
+    rdd.getNumPartitions == tasks && rdd.dependencies.forall {
+      case narrow: NarrowDependency[_] => fitsBarrierStage(narrow.rdd, tasks)
+      case _ => true
+    }
 
   /** Converts every row (numbered from 0 in messages); throws when there is none. */
   def cache(converter: RowConverter, rows: Iterator[Row]): Array[Sample] = {

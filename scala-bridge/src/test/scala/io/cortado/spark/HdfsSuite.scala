@@ -198,4 +198,26 @@ class HdfsSuite extends AnyFunSuite with BeforeAndAfterAll with PerTest {
     assert(snapshotIters(s"$base/fresh", "tiny") === both(100, 200, 300))
     assert(new File(baseDir.toFile, "data").isDirectory, "the cluster keeps its blocks here")
   }
+
+  test("2 workers train from Parquet on HDFS; worker 0 snapshots there and they resume") {
+    val base = s"$uri/workers"
+    writeText(s"$base/conf/net.prototxt", TinyNet)
+    val solverText = TinySolver.replace("max_iter: 100", "max_iter: 120") +
+      "snapshot: 60\nsnapshot_prefix: \"/workers/snapshots/tiny\"\n"
+    val solver = writeText(s"$base/conf/solver.prototxt", solverText)
+    val longer = writeText(s"$base/conf/solver_180.prototxt",
+      solverText.replace("max_iter: 120", "max_iter: 180"))
+    separable(ss, 400, 7).repartition(2).write.parquet(s"$base/data/train.parquet")
+    val trainDF = ss.read.parquet(s"$base/data/train.parquet")
+    val cortado = new Cortado(ss)
+    val model = s"$base/out/tiny.caffemodel"
+    cortado.train(trainDF, Config(solver, model = model, clusterSize = 2))
+    assert(snapshotIters(s"$base/snapshots", "tiny") === both(60, 120))
+    cortado.train(trainDF, Config(longer, model = model, resumeLatest = true, clusterSize = 2))
+    assert(snapshotIters(s"$base/snapshots", "tiny") === both(60, 120, 180))
+    assert(HadoopFiles.readBytes(model, dfsConf) ===
+      HadoopFiles.readBytes(s"$base/snapshots/tiny_iter_180.caffemodel", dfsConf))
+    val metrics = cortado.test(separable(ss, 100, 11), Config(solver, model = model))
+    assert(metrics("accuracy") >= 0.95, metrics)
+  }
 }

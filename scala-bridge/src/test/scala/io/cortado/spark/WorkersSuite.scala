@@ -122,6 +122,28 @@ class WorkersSuite extends AnyFunSuite with PerTest {
     }
   }
 
+  test("a worker with fewer rows cycles them; a union of two data sets is repartitioned") {
+    val samples = separable(ss, 64, 3).collect().toSeq
+    val schema = separable(ss, 1, 3).schema
+    // Partition 0 keeps 8 rows, partition 1 all 32 of its own: a narrow step, still 2.
+    val uneven = ss.createDataFrame(ss.sparkContext.parallelize(samples, 2)
+      .mapPartitionsWithIndex((i, rows) => if (i == 0) rows.take(8) else rows), schema)
+    withTempDir("cortado-uneven") { dir =>
+      val config = files(dir, 4).copy(clusterSize = 2)
+      val (_, events) = trainRecording(ss, uneven, config)
+      assert(losses(events).map(_._1) === (0 until 20))
+      val joined = events.collect { case LogEvent(t) if t.contains("joined") => t }
+      assert(joined.head.endsWith("; 40 training rows, 8 to 32 per worker"), joined)
+      // Two partitions, but from two one-partition parents: Spark would refuse the barrier
+      // stage as it is.
+      val union = partitioned(ss, samples.take(10), 1).union(partitioned(ss, samples.drop(10), 1))
+      assert(union.rdd.getNumPartitions === 2)
+      assert(!TaskData.fitsBarrierStage(union.rdd, 2) && TaskData.fitsBarrierStage(uneven.rdd, 2))
+      val (_, unionEvents) = trainRecording(ss, union, config)
+      assert(losses(unionEvents).map(_._1) === (0 until 20))
+    }
+  }
+
   test("trainWithValidation with 2 workers tests on worker 0 on Caffe's schedule") {
     withTempDir("cortado-validation") { dir =>
       write(dir, "net.prototxt", CortadoSuite.TinyNet)
