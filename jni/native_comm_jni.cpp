@@ -69,7 +69,7 @@ JNIEXPORT jint JNICALL Java_io_cortado_jni_NativeComm_port(JNIEnv* env, jclass, 
 }
 
 JNIEXPORT void JNICALL Java_io_cortado_jni_NativeComm_closeListener(JNIEnv* env, jclass,
-                                                                     jlong listener) {
+                                                                    jlong listener) {
   jni::Guard(env, [&] { jni::DisposeHandle<comm::TcpListener>(listener); });
 }
 
@@ -81,9 +81,9 @@ JNIEXPORT jbyteArray JNICALL Java_io_cortado_jni_NativeComm_rootRendezvous(JNIEn
 }
 
 JNIEXPORT jlong JNICALL Java_io_cortado_jni_NativeComm_connect(
-    JNIEnv* env, jclass, jlong listener, jstring backend, jint rank, jint world,
-    jobjectArray peers, jstring token, jint attempt, jbyteArray rendezvous, jint device,
-    jdouble connect_timeout_s, jdouble timeout_s) {
+    JNIEnv* env, jclass, jlong listener, jstring backend, jint rank, jint world, jobjectArray peers,
+    jstring token, jint attempt, jbyteArray rendezvous, jint device, jdouble connect_timeout_s,
+    jdouble timeout_s) {
   // The listener is this call's, whatever happens.
   std::unique_ptr<comm::TcpListener> owned(
       reinterpret_cast<comm::TcpListener*>(static_cast<intptr_t>(listener)));

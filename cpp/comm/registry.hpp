@@ -18,5 +18,6 @@ using CommunicatorRegistry = Registry<Communicator, const CommOptions&>;
       cortado_communicator_registerer_##name(#name, factory)
 
 // A backend whose rank 0 prepares something for the rendezvous (see RootRendezvous).
-#define CORTADO_REGISTER_ROOT_RENDEZVOUS(name, prepare) \
-  static const ::cortado::comm::RootRendezvousRegisterer cortado_root_rendezvous_##name(#name, prepare)
+#define CORTADO_REGISTER_ROOT_RENDEZVOUS(name, prepare)                                        \
+  static const ::cortado::comm::RootRendezvousRegisterer cortado_root_rendezvous_##name(#name, \
+                                                                                        prepare)
