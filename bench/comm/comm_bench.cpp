@@ -8,7 +8,7 @@
 //   cortado_comm_bench --threads=N [options]        N tcp ranks as threads on 127.0.0.1
 //   mpirun -n N cortado_comm_bench --backend=mpi     rank and world from OMPI_COMM_WORLD_*
 //   mpirun -n N cortado_comm_bench --mpi-native      MPI_Allreduce itself, for comparison
-// options: --min-bytes=4K --max-bytes=256M --iters=auto|N --warmup=N --chunk-bytes=256K
+// options: --min-bytes=4K --max-bytes=256M --iters=auto|N --warmup=N --chunk-bytes=1M
 //          --timeout=120 --token=...
 // Rank 0 prints the table on stdout. Each size is first checked once (every rank contributes
 // rank + 1; the sum must be N (N + 1) / 2 everywhere).
@@ -325,7 +325,7 @@ int Main(int argc, char** argv) {
         "usage: %s --backend=tcp --rank=R --world=N --peers=h0:p0,... | --threads=N | "
         "--backend=mpi | --mpi-native\n"
         "  [--min-bytes=4K] [--max-bytes=256M] [--iters=auto|N] [--warmup=N]\n"
-        "  [--chunk-bytes=256K] [--timeout=120] [--token=T]\n",
+        "  [--chunk-bytes=1M] [--timeout=120] [--token=T]\n",
         argv[0]);
     return 0;
   }

@@ -39,7 +39,7 @@ struct CommOptions {
   double timeout_s = 120;
   // tcp: the pipelining unit of the ring (bytes received are summed in pieces of this size while
   // the next ones arrive).
-  size_t chunk_bytes = size_t{1} << 18;
+  size_t chunk_bytes = size_t{1} << 20;
   // mpi outside mpirun: the name of rank 0's port (MPI_Open_port), handed to the other ranks by
   // the caller's rendezvous; empty: the ranks meet through ompi-server's name service
   // (MPI_Publish_name under a service named after the token).
