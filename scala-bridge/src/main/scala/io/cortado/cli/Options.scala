@@ -26,6 +26,8 @@ import scala.util.Try
  * @param clusterSize   -clusterSize: workers (Spark tasks, one per executor) training together;
  *                      0: the number of executors when known, else 1
  * @param comm          -comm tcp|mpi|nccl: the backend, overriding -connection
+ * @param maxAttempts   -maxAttempts: training jobs before giving up (each resumes from the newest
+ *                      snapshot)
  * @param persistent    -persistent: cache the training data on the executors' local disks
  * @param resize        -resize: resize input images to the data layer's shape
  */
@@ -44,6 +46,7 @@ final case class Options(
     connection: String = "",
     clusterSize: Int = 0,
     comm: String = "",
+    maxAttempts: Int = 3,
     persistent: Boolean = false,
     resize: Boolean = false) {
 
@@ -77,12 +80,14 @@ object Options {
       |                       number of executors when spark.executor.instances is set, else 1)
       |  -connection C        ethernet (tcp, the default) or infiniband (mpi)
       |  -comm B              the workers' backend: tcp, mpi or nccl (overrides -connection)
+      |  -maxAttempts N       training jobs before giving up, each after a failure resuming
+      |                       from the newest snapshot (default 3)
       |  -persistent          cache the training data on the executors' local disks
       |  -resize              resize input images to the data layer's shape""".stripMargin
 
   private val valued =
     Set("conf", "features", "label", "outputFormat", "model", "output", "weights", "snapshot",
-      "devices", "connection", "clusterSize", "comm")
+      "devices", "connection", "clusterSize", "comm", "maxAttempts")
   private val switches = Set("train", "test", "persistent", "resize")
 
   /** The options, or an error message (followed by Usage when shown to a user). */
@@ -137,6 +142,7 @@ object Options {
     name match {
       case "devices" => positive(name).map(n => o.copy(devices = n))
       case "clusterSize" => positive(name).map(n => o.copy(clusterSize = n))
+      case "maxAttempts" => positive(name).map(n => o.copy(maxAttempts = n))
       case "features" =>
         val blobs = value.split(",").map(_.trim).toSeq
         if (blobs.exists(_.isEmpty)) Left(s"-features has an empty blob name: '$value'")

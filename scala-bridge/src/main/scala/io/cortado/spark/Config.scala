@@ -43,6 +43,10 @@ import io.cortado.cli.Options
  *                   workers try to connect to each other
  * @param commTimeoutSeconds a gradient exchange fails when no byte moved for this long (a
  *                   worker lost or hung)
+ * @param maxAttempts training jobs the driver runs before giving up (-maxAttempts): after a
+ *                   failure (an executor lost, a worker failed, a collective timed out) the next
+ *                   attempt resumes from the newest readable snapshot; bad input or settings,
+ *                   and the same failure at the same iteration twice, end the run at once
  * @param idColumn   the column features() copies into its output as the row id; when the
  *                   DataFrame lacks it, the id is the row's number (a long) in the data
  */
@@ -60,7 +64,8 @@ final case class Config(
     backend: String = "",
     connection: String = "",
     startTimeoutSeconds: Double = 120,
-    commTimeoutSeconds: Double = 120)
+    commTimeoutSeconds: Double = 120,
+    maxAttempts: Int = 3)
 
 object Config {
 
@@ -68,5 +73,5 @@ object Config {
   def fromOptions(o: Options): Config =
     Config(o.conf, model = o.model, weights = o.weights, snapshot = o.snapshot,
       devices = o.devices, clusterSize = o.clusterSize, backend = o.comm,
-      connection = o.connection)
+      connection = o.connection, maxAttempts = o.maxAttempts)
 }

@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 package io.cortado.spark
 
+import java.util.concurrent.atomic.AtomicInteger
+
 import scala.collection.JavaConverters._
 import scala.util.control.NonFatal
 
@@ -102,7 +104,6 @@ final class Cortado(@transient val spark: SparkSession) {
     val resume = JobPlan.resumeFrom(config, prefix, hadoopConf)
     val snapshots = SnapshotPlan(if (interval > 0) Some(prefix) else None,
       config.snapshotInterval, new SerializableConfiguration(hadoopConf))
-    val workers = Workers.plan(config, spark.sparkContext)
     val conf = plan.netConf
     val converter = plan.converter
     val testing = plan.validation
@@ -111,31 +112,53 @@ final class Cortado(@transient val spark: SparkSession) {
       case (Some(df), Some(t)) => Some(selectColumns(df, t.specs, None).rdd)
       case _ => None
     }
-    val data = TaskData.trainingPartitions(trainRows, validationRows, workers.count)
-    // One task per worker: more would train independent models.
-    require(data.getNumPartitions == workers.count,
-      s"${data.getNumPartitions} training partitions for ${workers.count} workers")
     val listening = listeners.asScala.toList
-    if (workers.count > 1) {
-      log.info(s"Training with ${workers.count} workers through ${workers.backend}, " +
-        s"${workers.devices} device${if (workers.devices == 1) "" else "s"} each, batch " +
-        s"${conf.batchSize} per device: ${conf.batchSize.toLong * workers.devices * workers.count}" +
-        s" per iteration in all; training data in ${trainRows.getNumPartitions} partition" +
-        s"${if (trainRows.getNumPartitions == 1) "" else "s"}" +
-        (if (TaskData.fitsBarrierStage(trainRows, workers.count)) " (one per worker)"
-        else s", repartitioned into ${workers.count}"))
+    if (config.maxAttempts < 1) {
+      throw new CortadoConfigException(
+        s"Config.maxAttempts must be at least 1, not ${config.maxAttempts}")
     }
-    val server = Progress.Server.start(spark.sparkContext.getConf, deliver(listening))
-    val result =
+
+    // One attempt: a Spark job of one task per worker, resuming from `from`.
+    def attempt(number: Int, from: Resume, lastIteration: AtomicInteger): TrainingTask.Result = {
+      val workers = Workers.plan(config, spark.sparkContext)
+      val data = TaskData.trainingPartitions(trainRows, validationRows, workers.count)
+      // One task per worker: more would train independent models.
+      require(data.getNumPartitions == workers.count,
+        s"${data.getNumPartitions} training partitions for ${workers.count} workers")
+      if (workers.count > 1 && number == 1) {
+        log.info(s"Training with ${workers.count} workers through ${workers.backend}, " +
+          s"${workers.devices} device${if (workers.devices == 1) "" else "s"} each, batch " +
+          s"${conf.batchSize} per device: " +
+          s"${conf.batchSize.toLong * workers.devices * workers.count} per iteration in all; " +
+          s"training data in ${trainRows.getNumPartitions} partition" +
+          s"${if (trainRows.getNumPartitions == 1) "" else "s"}" +
+          (if (TaskData.fitsBarrierStage(trainRows, workers.count)) " (one per worker)"
+          else s", repartitioned into ${workers.count}"))
+      }
+      val tracking: TrainingEvent => Unit = { event =>
+        event match {
+          case i: IterationEvent => lastIteration.accumulateAndGet(i.iteration, math.max)
+          case _ =>
+        }
+        deliver(listening)(event)
+      }
+      val server = Progress.Server.start(spark.sparkContext.getConf, tracking)
       try {
         val address = server.address
         val task = (rows: Iterator[(Int, Row)]) => Iterator.single(
-          TrainingTask.run(conf, converter, testing, resume, snapshots, address, workers, rows))
+          TrainingTask.run(conf, converter, testing, from, snapshots, address, workers, rows))
         val results =
           if (workers.count > 1) data.barrier().mapPartitions(task).collect()
           else data.mapPartitions(task).collect()
         results.head
       } finally server.close()
+    }
+
+    val tell: String => Unit = text => listening.foreach { l =>
+      try l.onProgress(LogEvent(text))
+      catch { case NonFatal(e) => log.warn(s"a progress listener failed: $e") }
+    }
+    val result = Attempts.run(config.maxAttempts, resume, snapshots, tell)(attempt)
     if (result.unsent.nonEmpty) {
       log.warn(s"${result.unsent.size} training log events did not reach the driver while " +
         "the task ran; here they are")

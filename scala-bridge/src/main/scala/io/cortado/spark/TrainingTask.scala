@@ -54,7 +54,20 @@ private[spark] object TrainingTask {
       val channel = new Progress.Client(if (rank == 0) Some(progress) else None)
       try {
         if (rank == 0) joined.foreach(j => channel.send(LogEvent(describe(workers, j))))
-        resume match {
+        def retriedResume(plan: SnapshotPlan): Option[Resume] = {
+          // Spark runs a failed task (or barrier stage) again with the same arguments: resume
+          // from the newest snapshot rather than from where the first attempt started.
+          val ctx = TaskContext.get()
+          if (ctx == null || (ctx.attemptNumber() == 0 && ctx.stageAttemptNumber() == 0)) None
+          else plan.prefix.flatMap(p => Attempts.readLatest(p, plan.hadoopConf.value)).map {
+            case (files, from) =>
+              channel.send(LogEvent(s"Spark runs this training again (task attempt " +
+                s"${ctx.attemptNumber()}, stage attempt ${ctx.stageAttemptNumber()}): resuming " +
+                s"from ${files.state} (iteration ${files.iter})"))
+              from
+          }
+        }
+        retriedResume(snapshots).getOrElse(resume) match {
           case Resume(Some(model), state) => NativeTrainer.restore(handle, model, state.orNull)
           case _ =>
         }

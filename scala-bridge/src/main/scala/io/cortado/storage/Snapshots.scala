@@ -43,11 +43,15 @@ object Snapshots {
       HadoopFiles.readBytes(files.state, conf))
 
   /** The complete snapshot with the highest iteration under `prefix`, if any. */
-  def latest(prefix: String, conf: Configuration): Option[SnapshotFiles] = {
+  def latest(prefix: String, conf: Configuration): Option[SnapshotFiles] =
+    latestBelow(prefix, conf, Set.empty)
+
+  /** [[latest]], leaving out the iterations in `skip`. */
+  def latestBelow(prefix: String, conf: Configuration, skip: Set[Int]): Option[SnapshotFiles] = {
     val p = new Path(prefix)
     val pattern = (java.util.regex.Pattern.quote(p.getName) + """_iter_(\d+)\.solverstate""").r
     val iters = HadoopFiles.listNames(p.getParent.toString, conf).collect {
-      case pattern(iter) => iter.toInt
+      case pattern(iter) if !skip(iter.toInt) => iter.toInt
     }
     iters.sorted.reverseIterator.map(files(prefix, _)).find(f => HadoopFiles.exists(f.model, conf))
   }

@@ -395,3 +395,119 @@ class MpiWorkersSuite extends AnyFunSuite with LocalCluster {
     }
   }
 }
+
+/**
+ * An executor JVM killed with SIGKILL in the middle of training on two workers
+ * (local-cluster[2,1,1024]; Spark itself retries nothing here, see PerTest): the driver starts a
+ * second attempt, which resumes from the newest snapshot once the cluster has replaced the
+ * executor, and the run ends by itself.
+ */
+class ExecutorLossSuite extends AnyFunSuite with LocalCluster {
+  import WorkersSuite._
+
+  override protected val numWorkers: Int = 2
+
+  /** The executor JVMs' process ids, as their tasks see them. */
+  private def executorPids(): Set[Long] =
+    ss.sparkContext.parallelize(0 until 8, 8).map { _ =>
+      Thread.sleep(200)
+      ProcessHandle.current().pid()
+    }.collect().toSet
+
+  test("a killed executor: the job resumes from the newest snapshot and finishes by itself") {
+    withTempDir("cortado-loss") { dir =>
+      write(dir, "net.prototxt", tinyNet(4))
+      val solver = write(dir, "solver.prototxt", EverySolver.replace("max_iter: 20",
+        "max_iter: 40000").replace("display: 1", "display: 1000") + "snapshot: 2000\n" +
+        s"""snapshot_prefix: "${dir.resolve("snap/tiny")}"\n""")
+      val config = Config(solver, model = dir.resolve("m.caffemodel").toUri.toString,
+        clusterSize = 2, startTimeoutSeconds = 60, commTimeoutSeconds = 20)
+      val events = new ConcurrentLinkedQueue[TrainingEvent]()
+      @volatile var killedAt = -1
+      val pids = executorPids()
+      assert(pids.size === 2 && !pids.contains(ProcessHandle.current().pid()), pids)
+      val cortado = new Cortado(ss)
+      cortado.addProgressListener { e =>
+        events.add(e)
+        e match {
+          case i: IterationEvent if i.iteration >= 10000 && killedAt < 0 =>
+            killedAt = i.iteration
+            ProcessHandle.of(pids.head).ifPresent(p => p.destroyForcibly())
+          case _ =>
+        }
+      }
+      val t0 = System.nanoTime()
+      cortado.train(separable(ss, 256, 5).repartition(2), config)
+      val seconds = (System.nanoTime() - t0) / 1e9
+      assert(killedAt >= 10000)
+      assert(Files.size(dir.resolve("m.caffemodel")) > 0)
+      val texts = events.asScala.collect { case LogEvent(t) => t }.toSeq
+      val retry = texts.filter(_.startsWith("Training attempt 1 of 3 failed"))
+      assert(retry.size === 1, texts)
+      val resumed = "resumes from \\S+_iter_(\\d+)\\.solverstate \\(iteration (\\d+)\\)".r
+        .findFirstMatchIn(retry.head).map(_.group(2).toInt)
+      assert(resumed.isDefined, retry.head)
+      // At most the snapshot interval is trained again.
+      assert(resumed.get >= killedAt - 2000 && resumed.get < 40000, (resumed, killedAt))
+      val displays = events.asScala.collect { case i: IterationEvent => i.iteration }.toSeq
+      assert(displays.last === 40000, displays)
+      assert(texts.count(_ == "Optimization Done.") === 1, texts)
+      assert(seconds < 120, s"$seconds s")
+    }
+  }
+}
+
+/**
+ * Spark's own retry of a training task (spark.task.maxFailures 2, one worker) after its executor
+ * is killed: the retried task resumes from the newest snapshot, not from where the job started.
+ */
+class TaskRetrySuite extends AnyFunSuite with LocalCluster {
+  import WorkersSuite._
+
+  override protected val numWorkers: Int = 2
+
+  override protected def sparkSessionBuilder: SparkSession.Builder =
+    super.sparkSessionBuilder.config("spark.task.maxFailures", "2")
+
+  test("a training task that Spark runs again resumes from the newest snapshot") {
+    withTempDir("cortado-retry") { dir =>
+      write(dir, "net.prototxt", tinyNet(8))
+      val solver = write(dir, "solver.prototxt", EverySolver.replace("max_iter: 20",
+        "max_iter: 60000").replace("display: 1", "display: 1000") + "snapshot: 2000\n" +
+        s"""snapshot_prefix: "${dir.resolve("snap/tiny")}"\n""")
+      val config = Config(solver, model = dir.resolve("m.caffemodel").toUri.toString,
+        clusterSize = 1)
+      val pids = ss.sparkContext.parallelize(0 until 8, 8).map { _ =>
+        Thread.sleep(200)
+        ProcessHandle.current().pid()
+      }.collect().toSet
+      assert(pids.size === 2, pids)
+      val events = new ConcurrentLinkedQueue[TrainingEvent]()
+      @volatile var killedAt = -1
+      val cortado = new Cortado(ss)
+      cortado.addProgressListener { e =>
+        events.add(e)
+        e match {
+          case i: IterationEvent if i.iteration >= 10000 && killedAt < 0 =>
+            killedAt = i.iteration
+            // The task's executor is one of the two: both go.
+            pids.foreach(p => ProcessHandle.of(p).ifPresent(h => h.destroyForcibly()))
+          case _ =>
+        }
+      }
+      // One partition without a shuffle: the retried task recomputes its rows rather than
+      // fetching shuffle output from the executors that went.
+      cortado.train(separable(ss, 256, 5).coalesce(1), config)
+      assert(killedAt >= 10000)
+      val texts = events.asScala.collect { case LogEvent(t) => t }.toSeq
+      // Spark, not the driver's attempts, ran it again.
+      assert(!texts.exists(_.startsWith("Training attempt")), texts)
+      val again = texts.filter(_.startsWith("Spark runs this training again (task attempt 1"))
+      assert(again.size === 1, texts)
+      val resumed = "\\(iteration (\\d+)\\)".r.findFirstMatchIn(again.head).get.group(1).toInt
+      assert(resumed >= killedAt - 2000 && resumed < 60000, (resumed, killedAt))
+      assert(events.asScala.collect { case i: IterationEvent => i.iteration }.last === 60000)
+      assert(Files.size(dir.resolve("m.caffemodel")) > 0)
+    }
+  }
+}

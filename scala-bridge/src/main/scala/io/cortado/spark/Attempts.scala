@@ -1,0 +1,126 @@
+// SPDX-License-Identifier: Apache-2.0
+package io.cortado.spark
+
+import java.io.IOException
+import java.util.concurrent.atomic.AtomicInteger
+
+import scala.util.control.NonFatal
+
+import org.apache.hadoop.conf.Configuration
+import org.apache.spark.TaskKilledException
+import org.slf4j.LoggerFactory
+
+import io.cortado.{CortadoConfigException, CortadoException}
+import io.cortado.storage.{SnapshotFiles, Snapshots}
+
+/**
+ * How a training run survives a lost executor: the driver runs the training job up to
+ * Config.maxAttempts times, each attempt after a failure resuming from the newest snapshot that
+ * can be read under the snapshot prefix (so at most the snapshot interval is trained again), and
+ * gives up early on failures that another attempt cannot cure: bad input or configuration
+ * (CortadoConfigException), a cancelled job, or the same failure at the same iteration twice.
+ */
+private[spark] object Attempts {
+
+  private val log = LoggerFactory.getLogger(classOf[Cortado])
+
+  /**
+   * Runs `attempt(number, from, lastIteration)` (numbers from 1; `lastIteration` to be raised to
+   * each iteration the attempt reports) until one returns or no attempt is left; rethrows the
+   * last failure. Each failure is logged and told to `tell` (the progress listeners).
+   */
+  def run[R](max: Int, initial: Resume, snapshots: SnapshotPlan, tell: String => Unit)(
+      attempt: (Int, Resume, AtomicInteger) => R): R = {
+    var number = 1
+    var from = initial
+    var previous: Option[(String, Int)] = None
+    while (true) {
+      val reached = new AtomicInteger(-1)
+      try {
+        return attempt(number, from, reached)
+      } catch {
+        case NonFatal(e) if retriable(e) =>
+          val cause = describe(e)
+          val at = reached.get
+          val where = if (at >= 0) s" (last reported iteration $at)" else ""
+          if (number >= max) {
+            val text = s"Training attempt $number of $max failed$where: $cause; no attempt left"
+            log.error(text)
+            tell(text)
+            throw e
+          }
+          val key = (normalise(cause), at)
+          if (previous.contains(key)) {
+            val text = s"Training attempt $number of $max failed$where the same way as the one " +
+              s"before: $cause; not trying again"
+            log.error(text)
+            tell(text)
+            throw e
+          }
+          previous = Some(key)
+          val latest = snapshots.prefix.flatMap(p => readLatest(p, snapshots.hadoopConf.value))
+          from = latest.map(_._2).getOrElse(initial)
+          val resumes = latest.map { case (files, _) =>
+            s"resumes from ${files.state} (iteration ${files.iter})"
+          }.getOrElse(if (initial.weights.isDefined) "starts again from the given weights"
+          else "starts again from scratch (no snapshot yet)")
+          val text = s"Training attempt $number of $max failed$where: $cause. Attempt " +
+            s"${number + 1} $resumes"
+          log.warn(text)
+          tell(text)
+          number += 1
+      }
+    }
+    throw new IllegalStateException("unreachable")
+  }
+
+  /**
+   * The newest snapshot under `prefix` whose two files can be read, with its bytes; a newer one
+   * that cannot (a file lost or damaged) is skipped with a warning.
+   */
+  def readLatest(prefix: String, conf: Configuration): Option[(SnapshotFiles, Resume)] = {
+    var skipped = Set.empty[Int]
+    var found: Option[(SnapshotFiles, Resume)] = None
+    while (found.isEmpty) {
+      Snapshots.latestBelow(prefix, conf, skipped) match {
+        case None => return None
+        case Some(files) =>
+          try {
+            val s = Snapshots.read(files, conf)
+            if (s.model.isEmpty || s.state.isEmpty) throw new IOException("an empty file")
+            found = Some(files -> Resume(Some(s.model), Some(s.state)))
+          } catch {
+            case NonFatal(e) =>
+              log.warn(s"Snapshot ${files.state} cannot be read ($e): trying an older one")
+              skipped += files.iter
+          }
+      }
+    }
+    found
+  }
+
+  /** Failures another attempt cannot cure: bad input or settings, a cancelled job. */
+  private def retriable(e: Throwable): Boolean = !chain(e).exists {
+    case _: CortadoConfigException | _: TaskKilledException | _: InterruptedException => true
+    case c => Option(c.getMessage).exists(m => m.contains("cancelled") && m.contains("Job"))
+  }
+
+  private def chain(e: Throwable): Seq[Throwable] =
+    Iterator.iterate(e)(_.getCause).takeWhile(_ != null).take(16).toSeq
+
+  /**
+   * The Cortado message in the chain; else, for a Spark job that lost an executor, Spark's line
+   * saying so; else the first line of the outermost message.
+   */
+  def describe(e: Throwable): String =
+    chain(e).collectFirst { case c: CortadoException => c.getMessage }.getOrElse {
+      val lines = Option(e.getMessage).map(_.linesIterator.toSeq).getOrElse(Seq(e.toString))
+      lines.collectFirst {
+        case line if line.contains("ExecutorLostFailure") =>
+          line.substring(line.indexOf("ExecutorLostFailure")).trim
+      }.getOrElse(lines.headOption.getOrElse(e.toString))
+    }
+
+  /** A cause without the numbers that differ between attempts (stage, task and executor ids). */
+  private def normalise(cause: String): String = cause.replaceAll("[0-9]+", "#")
+}
