@@ -1,7 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "tools/flags.hpp"
 
+#include <cerrno>
 #include <cstdlib>
+#include <limits>
 #include <sstream>
 
 #include "core/error.hpp"
@@ -48,9 +50,16 @@ const std::string& Flags::Get(const std::string& name) const {
 int Flags::GetInt(const std::string& name) const {
   const std::string& value = Get(name);
   char* end = nullptr;
-  long parsed = std::strtol(value.c_str(), &end, 10);
+  errno = 0;
+  const long long parsed = std::strtoll(value.c_str(), &end, 10);
   if (value.empty() || *end != '\0') {
     CORTADO_THROW(kInvalidArgument, "--{} takes an integer, got '{}'", name, value);
+  }
+  // Never wrapped: 4294967297 is not 1.
+  if (errno == ERANGE || parsed < std::numeric_limits<int>::min() ||
+      parsed > std::numeric_limits<int>::max()) {
+    CORTADO_THROW(kInvalidArgument, "--{}={} is out of range ({} to {})", name, value,
+                  std::numeric_limits<int>::min(), std::numeric_limits<int>::max());
   }
   return static_cast<int>(parsed);
 }

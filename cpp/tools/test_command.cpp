@@ -7,6 +7,7 @@
 #include "net/net.hpp"
 #include "net/net_options.hpp"
 #include "tools/commands.hpp"
+#include "tools/feed_check.hpp"
 #include "tools/flags.hpp"
 #include "tools/gpu_flag.hpp"
 
@@ -40,6 +41,7 @@ int TestCommand(int argc, char** argv) {
   if (ctx.device().is_cuda()) CORTADO_LOG_INFO("Use GPU with device ID {}", ctx.device().id);
   Net net(flags.Get("model"), caffe::TEST, &ctx, flags.GetInt("level"),
           SplitList(flags.Get("stage")), NetOptionsFromEnvironment());
+  RefuseFeedLayers(net, "cortado test");
   net.SetForwardOnly();
   if (net.options().share_buffers) net.ShareDataBuffers();
   for (const auto& path : SplitList(flags.Get("weights"))) CopyWeightsFromFile(path, &net);

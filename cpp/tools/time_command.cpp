@@ -11,6 +11,7 @@
 #include "net/net.hpp"
 #include "net/net_options.hpp"
 #include "tools/commands.hpp"
+#include "tools/feed_check.hpp"
 #include "tools/flags.hpp"
 #include "tools/gpu_flag.hpp"
 
@@ -55,6 +56,7 @@ int TimeCommand(int argc, char** argv) {
   if (ctx.device().is_cuda()) CORTADO_LOG_INFO("Use GPU with device ID {}", ctx.device().id);
   Net net(flags.Get("model"), ParsePhase(flags.Get("phase")), &ctx, flags.GetInt("level"),
           SplitList(flags.Get("stage")), NetOptionsFromEnvironment());
+  RefuseFeedLayers(net, "cortado time");
   CORTADO_LOG_INFO("Performing Forward");
   const float initial_loss = net.Forward();
   CORTADO_LOG_INFO("Initial loss: {}", initial_loss);

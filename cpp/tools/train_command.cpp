@@ -20,6 +20,7 @@
 #include "solvers/solver.hpp"
 #include "tools/comm_flags.hpp"
 #include "tools/commands.hpp"
+#include "tools/feed_check.hpp"
 #include "tools/flags.hpp"
 #include "tools/gpu_flag.hpp"
 
@@ -161,6 +162,8 @@ int TrainCommand(int argc, char** argv) {
   CORTADO_LOG_INFO("Starting Optimization");
   Trainer trainer(param, devices, options);
   Solver* solver = trainer.root();
+  RefuseFeedLayers(*solver->net(), "cortado train");
+  for (const auto& test_net : solver->test_nets()) RefuseFeedLayers(*test_net, "cortado train");
   SignalGuard signals(sigint_effect, sighup_effect);
   trainer.set_action_callback([&signals] { return signals.Check(); });
   if (!flags.Get("snapshot").empty()) {
