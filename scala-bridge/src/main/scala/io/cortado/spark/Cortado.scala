@@ -104,6 +104,9 @@ final class Cortado(@transient val spark: SparkSession) {
     val resume = JobPlan.resumeFrom(config, prefix, hadoopConf)
     val snapshots = SnapshotPlan(if (interval > 0) Some(prefix) else None,
       config.snapshotInterval, new SerializableConfiguration(hadoopConf))
+    // Before training: a model or snapshot that cannot be written would be lost after it.
+    HadoopFiles.checkWritable(config.model, hadoopConf)
+    snapshots.prefix.foreach(p => HadoopFiles.checkWritable(s"${p}_iter_0.caffemodel", hadoopConf))
     val conf = plan.netConf
     val converter = plan.converter
     val testing = plan.validation

@@ -60,6 +60,27 @@ object HadoopFiles {
     }
   }
 
+  /**
+   * Fails unless a file can be written at `path` (as writeBytesAtomic writes it): `path` is not
+   * a directory and a file can be created, then deleted, beside it (creating its directory
+   * when missing). Checked before long work whose result would otherwise be lost.
+   */
+  def checkWritable(path: String, conf: Configuration): Unit = {
+    val target = new Path(path)
+    try {
+      val fs = target.getFileSystem(conf)
+      if (fs.exists(target) && fs.getFileStatus(target).isDirectory) {
+        throw new CortadoIOException(s"$path is a directory, not a file that can be written")
+      }
+      val probe = new Path(target.getParent, s".${target.getName}.${UUID.randomUUID()}.probe")
+      fs.create(probe, true).close()
+      fs.delete(probe, false)
+    } catch {
+      case e: CortadoIOException => throw e
+      case e: IOException => throw new CortadoIOException(s"cannot write $path: $e", e)
+    }
+  }
+
   /** True when `path` exists. */
   def exists(path: String, conf: Configuration): Boolean = {
     val p = new Path(path)

@@ -154,6 +154,30 @@ class CortadoSuite extends AnyFunSuite with PerTest {
     }
   }
 
+  test("a model path that cannot be written fails before training, naming it") {
+    withFiles { (dir, config) =>
+      val blocker = write(dir, "a-file", "not a directory")
+      val jobs = ArrayBuffer.empty[Int]
+      ss.sparkContext.addSparkListener(new SparkListener {
+        override def onJobStart(job: SparkListenerJobStart): Unit = jobs.synchronized {
+          jobs += job.jobId
+        }
+      })
+      val df = separable(20)
+      val under = new java.io.File(blocker, "m.caffemodel").toURI.toString
+      val e = intercept[io.cortado.CortadoIOException] {
+        new Cortado(ss).train(df, config.copy(model = under))
+      }
+      assert(e.getMessage.startsWith(s"cannot write $under"), e.getMessage)
+      val directory = intercept[io.cortado.CortadoIOException] {
+        new Cortado(ss).train(df, config.copy(model = dir.toUri.toString))
+      }
+      assert(directory.getMessage.endsWith("is a directory, not a file that can be written"),
+        directory.getMessage)
+      assert(jobs.synchronized(jobs.isEmpty), jobs)
+    }
+  }
+
   test("a bad solver prototxt fails in the driver with file:line before any job starts") {
     withFiles { (dir, config) =>
       val jobs = ArrayBuffer.empty[Int]
