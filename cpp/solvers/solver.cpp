@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <random>
@@ -17,6 +18,12 @@
 
 namespace cortado {
 namespace {
+
+// CORTADO_ALLOW_NONFINITE_LOSS=1: train on through a NaN or infinite loss (Caffe's behaviour).
+bool AllowNonFiniteLoss() {
+  const char* value = std::getenv("CORTADO_ALLOW_NONFINITE_LOSS");
+  return value != nullptr && std::string(value) != "0" && std::string(value) != "";
+}
 
 namespace fs = std::filesystem;
 
@@ -339,6 +346,14 @@ void Solver::Step(int iters) {
     }
     loss /= static_cast<float>(param_.iter_size());
     if (on_gradients_ready_) on_gradients_ready_(&loss);
+    // After the exchange: with several ranks the loss is their mean, so every rank stops alike.
+    if (!std::isfinite(loss) && !AllowNonFiniteLoss()) {
+      CORTADO_THROW(kInvalidArgument,
+                    "iteration {}: the loss is {} (training diverged, or the data holds NaN or "
+                    "infinite values); stopped before applying this update. Lower base_lr or "
+                    "check the data; CORTADO_ALLOW_NONFINITE_LOSS=1 trains on regardless",
+                    iter_, loss);
+    }
     UpdateSmoothedLoss(loss, start_iter, average_loss);
     if (display) {
       const double now = NowSeconds();

@@ -177,5 +177,33 @@ TEST(TrainCommandTest, SighupSnapshotsAndSigintStops) {
   EXPECT_GE(state_files, 1);
 }
 
+TEST(TrainCommandTest, ANonFiniteLossStopsTrainingNamingTheIteration) {
+  TempDir dir;
+  // Constant inputs and weights and a learning rate that blows the weights up at once.
+  std::ofstream(dir / "net.prototxt") << R"(
+name: 'diverges'
+layer { name: 'x' type: 'DummyData' top: 'x' top: 't'
+        dummy_data_param { shape { dim: 2 dim: 3 } shape { dim: 2 dim: 1 }
+                           data_filler { type: 'constant' value: 1 }
+                           data_filler { type: 'constant' value: 0 } } }
+layer { name: 'ip' type: 'InnerProduct' bottom: 'x' top: 'y'
+        inner_product_param { num_output: 1 weight_filler { type: 'constant' value: 1 } } }
+layer { name: 'loss' type: 'EuclideanLoss' bottom: 'y' bottom: 't' top: 'loss' }
+)";
+  std::ofstream(dir / "solver.prototxt") << "net: '" << (dir / "net.prototxt") << "'\n"
+                                         << "base_lr: 1e30\nlr_policy: 'fixed'\nmax_iter: 5\n"
+                                         << "display: 1\nsnapshot_after_train: false\n";
+  const CliResult r = RunCli({"train", "--solver=" + (dir / "solver.prototxt")});
+  EXPECT_NE(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(r.Contains("iteration 1: the loss is inf")) << r.output;
+  EXPECT_FALSE(r.Contains("Optimization Done")) << r.output;
+
+  // Caffe's behaviour on request: train on to max_iter.
+  const CliResult on = RunCli({"train", "--solver=" + (dir / "solver.prototxt")}, {},
+                              {"env", "CORTADO_ALLOW_NONFINITE_LOSS=1"});
+  EXPECT_EQ(on.exit_code, 0) << on.output;
+  EXPECT_TRUE(on.Contains("Optimization Done")) << on.output;
+}
+
 }  // namespace
 }  // namespace cortado
