@@ -233,6 +233,10 @@ DirectBuffer GetDirectBuffer(JNIEnv* env, jobject buffer, const char* what) {
 void ParseBinaryProto(JNIEnv* env, jbyteArray bytes, const std::string& source,
                       google::protobuf::Message* message) {
   ArrayElements<jbyteArray> data(env, bytes, source.c_str());
+  if (data.size() == 0) {
+    CORTADO_THROW(kParse, "'{}' is empty (0 bytes), not a binary {}", source,
+                  message->GetDescriptor()->name());
+  }
   google::protobuf::io::ArrayInputStream array(data.data(), static_cast<int>(data.size()));
   google::protobuf::io::CodedInputStream coded(&array);
   coded.SetTotalBytesLimit(INT_MAX);

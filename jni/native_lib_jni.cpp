@@ -129,6 +129,7 @@ JNIEXPORT void JNICALL Java_io_cortado_jni_NativeLib_validateNet(JNIEnv* env, jc
     caffe::NetParameter param;
     cortado::io::ReadProtoFromTextString(jni::ToStdString(env, prototxt, "prototxt"), name, &param);
     cortado::io::UpgradeNetAsNeeded(name, &param);
+    cortado::io::CheckNetHasLayers(param, name);
     jni::CheckLayerTypes(param, name);
   });
 }

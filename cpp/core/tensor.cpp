@@ -3,6 +3,7 @@
 
 #include <cblas.h>
 
+#include <algorithm>
 #include <climits>
 #include <cmath>
 #include <cstring>
@@ -203,25 +204,38 @@ void Tensor::CopyFrom(const Tensor& source, bool copy_diff, bool reshape) {
 
 namespace {
 
-std::vector<int> ProtoShape(const caffe::BlobProto& proto) {
-  std::vector<int> shape;
+// The stored shape as written (64-bit dims: a dimension beyond int is never read as another).
+std::vector<int64_t> ProtoShape(const caffe::BlobProto& proto) {
+  std::vector<int64_t> shape;
   if (proto.has_num() || proto.has_channels() || proto.has_height() || proto.has_width()) {
     shape = {proto.num(), proto.channels(), proto.height(), proto.width()};
   } else {
-    for (int i = 0; i < proto.shape().dim_size(); ++i) {
-      shape.push_back(static_cast<int>(proto.shape().dim(i)));
-    }
+    shape.assign(proto.shape().dim().begin(), proto.shape().dim().end());
   }
   return shape;
+}
+
+// The stored shape as tensor dims; a dimension outside [0, INT_MAX] is kInvalidArgument.
+std::vector<int> ProtoShapeInts(const caffe::BlobProto& proto) {
+  std::vector<int> dims;
+  for (int64_t d : ProtoShape(proto)) {
+    if (d < 0 || d > INT_MAX) {
+      CORTADO_THROW(kInvalidArgument, "a stored blob has dimension {}, outside 0 to {}", d,
+                    INT_MAX);
+    }
+    dims.push_back(static_cast<int>(d));
+  }
+  return dims;
 }
 
 }  // namespace
 
 std::string ProtoShapeString(const caffe::BlobProto& proto) {
-  std::vector<int> shape = ProtoShape(proto);
-  int64_t count = 1;
-  for (int d : shape) count *= d;
-  return fmt::format("{}{}({})", fmt::join(shape, " "), shape.empty() ? "" : " ", count);
+  const std::vector<int64_t> shape = ProtoShape(proto);
+  // In double: the dims of a hostile file may overflow any integer product.
+  double count = 1;
+  for (int64_t d : shape) count *= static_cast<double>(d);
+  return fmt::format("{}{}({:.15g})", fmt::join(shape, " "), shape.empty() ? "" : " ", count);
 }
 
 bool Tensor::ShapeEquals(const caffe::BlobProto& proto) const {
@@ -231,12 +245,14 @@ bool Tensor::ShapeEquals(const caffe::BlobProto& proto) const {
            LegacyShape(-3) == proto.channels() && LegacyShape(-2) == proto.height() &&
            LegacyShape(-1) == proto.width();
   }
-  return ProtoShape(proto) == shape_;
+  const std::vector<int64_t> stored = ProtoShape(proto);
+  return std::equal(stored.begin(), stored.end(), shape_.begin(), shape_.end(),
+                    [](int64_t a, int b) { return a == static_cast<int64_t>(b); });
 }
 
 void Tensor::FromProto(const caffe::BlobProto& proto, bool reshape) {
   if (reshape) {
-    Reshape(ProtoShape(proto));
+    Reshape(ProtoShapeInts(proto));
   } else if (!ShapeEquals(proto)) {
     CORTADO_THROW(kInvalidArgument, "shape mismatch: stored blob is {}, expected {}",
                   ProtoShapeString(proto), ShapeString());

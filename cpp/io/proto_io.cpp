@@ -12,6 +12,7 @@
 #include <climits>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -42,6 +43,10 @@ class ErrorCollector : public google::protobuf::io::ErrorCollector {
 }  // namespace
 
 std::string ReadFile(const std::string& path) {
+  std::error_code ignored;
+  if (std::filesystem::is_directory(path, ignored)) {
+    CORTADO_THROW(kInvalidArgument, "'{}' is a directory, not a file", path);
+  }
   std::ifstream in(path, std::ios::binary);
   if (!in) {
     CORTADO_THROW(kNotFound, "cannot open '{}': {}", path, std::strerror(errno));
@@ -97,6 +102,10 @@ void ReadProtoFromTextFile(const std::string& path, google::protobuf::Message* m
 
 void ReadProtoFromBinaryFile(const std::string& path, google::protobuf::Message* message) {
   const std::string bytes = ReadFile(path);
+  if (bytes.empty()) {
+    CORTADO_THROW(kParse, "'{}' is empty (0 bytes), not a binary {}", path,
+                  message->GetDescriptor()->name());
+  }
   google::protobuf::io::ArrayInputStream array(bytes.data(), static_cast<int>(bytes.size()));
   google::protobuf::io::CodedInputStream coded(&array);
   coded.SetTotalBytesLimit(INT_MAX);
@@ -122,10 +131,18 @@ void WriteProtoToBinaryFile(const google::protobuf::Message& message, const std:
   WriteFileAtomic(path, bytes);
 }
 
+void CheckNetHasLayers(const caffe::NetParameter& param, const std::string& source) {
+  if (param.layer_size() == 0 && param.layers_size() == 0) {
+    CORTADO_THROW(kInvalidArgument, "{}: the net defines no layers{}", source,
+                  param.input_size() > 0 ? "" : " (an empty file?)");
+  }
+}
+
 caffe::NetParameter ReadNetParameterFromTextFile(const std::string& path) {
   caffe::NetParameter param;
   ReadProtoFromTextFile(path, &param);
   UpgradeNetAsNeeded(path, &param);
+  CheckNetHasLayers(param, path);
   return param;
 }
 

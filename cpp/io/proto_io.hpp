@@ -30,6 +30,9 @@ void WriteFileAtomic(const std::string& path, const std::string& bytes);
 
 // A net prototxt (text) or a .caffemodel (binary), upgraded from old formats as Caffe does.
 caffe::NetParameter ReadNetParameterFromTextFile(const std::string& path);
+// kInvalidArgument "<source>: the net defines no layers" for a net without layers (an empty
+// prototxt parses as one). ReadNetParameterFromTextFile checks it.
+void CheckNetHasLayers(const caffe::NetParameter& param, const std::string& source);
 caffe::NetParameter ReadNetParameterFromBinaryFile(const std::string& path);
 // A solver prototxt, upgraded (solver_type enum to type string) as Caffe does.
 caffe::SolverParameter ReadSolverParameterFromTextFile(const std::string& path);

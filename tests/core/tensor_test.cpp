@@ -3,6 +3,8 @@
 
 #include <gtest/gtest.h>
 
+#include <string>
+
 #include "core/error.hpp"
 #include "proto/caffe.pb.h"
 
@@ -70,6 +72,31 @@ TEST(TensorTest, ProtoRoundTripAndLegacyShape) {
   wrong.mutable_shape()->add_dim(7);
   for (int i = 0; i < 7; ++i) wrong.add_data(0);
   EXPECT_THROW(t.FromProto(wrong, false), Error);
+}
+
+// A stored dimension beyond int (4294967301 = 2^32 + 5) is not read as 5.
+TEST(TensorTest, AStoredDimensionBeyondIntIsNeverTruncated) {
+  Tensor t({5});
+  caffe::BlobProto proto;
+  proto.mutable_shape()->add_dim(4294967301LL);
+  for (int i = 0; i < 5; ++i) proto.add_data(1.0f);
+  EXPECT_FALSE(t.ShapeEquals(proto));
+  try {
+    t.FromProto(proto, false);
+    FAIL() << "the shape matched";
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()),
+              "shape mismatch: stored blob is 4294967301 (4294967301), expected 5 (5)");
+  }
+  try {
+    t.FromProto(proto, true);
+    FAIL() << "reshaped to a truncated dimension";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
+    EXPECT_NE(std::string(e.what()).find("dimension 4294967301, outside 0 to 2147483647"),
+              std::string::npos)
+        << e.what();
+  }
 }
 
 TEST(TensorTest, ShareDataAliases) {

@@ -73,5 +73,42 @@ TEST(ProtoIoTest, BinaryRoundTripAndTruncation) {
   std::remove(path.c_str());
 }
 
+// What Caffe accepts silently and Cortado refuses: an empty model, a directory named as a file,
+// an empty net prototxt.
+TEST(ProtoIoTest, EmptyFilesAndDirectoriesAreRefusedByName) {
+  const std::string empty = TempPath("empty.caffemodel");
+  WriteText(empty, "");
+  caffe::NetParameter param;
+  try {
+    ReadProtoFromBinaryFile(empty, &param);
+    FAIL() << "an empty model was read";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kParse);
+    EXPECT_EQ(std::string(e.what()),
+              "'" + empty + "' is empty (0 bytes), not a binary NetParameter");
+  }
+  const std::string dir = TempPath("a-directory");
+  std::filesystem::create_directories(dir);
+  try {
+    ReadProtoFromBinaryFile(dir, &param);
+    FAIL() << "a directory was read";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
+    EXPECT_EQ(std::string(e.what()), "'" + dir + "' is a directory, not a file");
+  }
+  const std::string net = TempPath("empty.prototxt");
+  WriteText(net, "# nothing but a comment\n");
+  try {
+    ReadNetParameterFromTextFile(net);
+    FAIL() << "an empty net was read";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
+    EXPECT_EQ(std::string(e.what()), net + ": the net defines no layers (an empty file?)");
+  }
+  std::remove(empty.c_str());
+  std::remove(net.c_str());
+  std::filesystem::remove(dir);
+}
+
 }  // namespace
 }  // namespace cortado::io

@@ -197,7 +197,12 @@ class MpiCommunicator final : public Communicator {
     MPI_Comm group = MPI_COMM_SELF;
     MPI_Comm inter = MPI_COMM_NULL;
     int members = 1;
+    // One joiner at a time, in rank order: rank 0 names whose turn it is at the ompi-server
+    // before each accept. (Open MPI 4.1 singletons that connect to one port at the same time
+    // can hang in the accept.)
+    auto turn = [&](int r) { return service + "-turn-" + std::to_string(r); };
     if (rank() != 0) {
+      LookUp(turn(rank()));
       Check(MPI_Comm_connect(port.c_str(), MPI_INFO_NULL, 0, MPI_COMM_SELF, &inter),
             "connecting to rank 0's port " + port);
       Check(MPI_Intercomm_merge(inter, /*high=*/1, &group), "MPI_Intercomm_merge");
@@ -206,7 +211,12 @@ class MpiCommunicator final : public Communicator {
     }
     while (members < size()) {
       MPI_Comm merged = MPI_COMM_NULL;
+      if (rank() == 0) {
+        Check(MPI_Publish_name(turn(members).c_str(), MPI_INFO_NULL, port.c_str()),
+              "MPI_Publish_name at the ompi-server (OMPI_MCA_pmix_server_uri)");
+      }
       Check(MPI_Comm_accept(port.c_str(), MPI_INFO_NULL, 0, group, &inter), "MPI_Comm_accept");
+      if (rank() == 0) MPI_Unpublish_name(turn(members).c_str(), MPI_INFO_NULL, port.c_str());
       Check(MPI_Intercomm_merge(inter, /*high=*/0, &merged), "MPI_Intercomm_merge");
       MPI_Comm_free(&inter);
       if (group != MPI_COMM_SELF) MPI_Comm_free(&group);

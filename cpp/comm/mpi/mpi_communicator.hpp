@@ -11,9 +11,12 @@
 // opens a port (MPI_Open_port); the others learn its name from CommOptions::mpi_port when the
 // caller's rendezvous carried it (OpenMpiPort on rank 0, before the rendezvous), else from the
 // server's name service (MPI_Publish_name / MPI_Lookup_name under "cortado-<token>-<attempt>",
-// retried until connect_timeout_s). The group then grows one rank at a time (MPI_Comm_accept
-// by every member, MPI_Comm_connect by the newcomer, MPI_Intercomm_merge) and is finally
-// ordered by the requested ranks (MPI_Comm_split). MPI has no timeout for accept and connect:
+// retried until connect_timeout_s). The group then grows one rank at a time, in rank order
+// (MPI_Comm_accept by every member, MPI_Comm_connect by the newcomer, MPI_Intercomm_merge):
+// before each accept rank 0 publishes "cortado-<token>-<attempt>-turn-<k>", which rank k
+// awaits before it connects, because Open MPI 4.1 singletons connecting to one port at the
+// same time could leave the accept hanging. The group is finally ordered by the requested
+// ranks (MPI_Comm_split). MPI has no timeout for accept and connect:
 // once the port is known, a rank that never comes leaves the others waiting in the join.
 //
 // Collectives are MPI's non-blocking ones (MPI_Iallreduce, ...), polled with MPI_Test so that
