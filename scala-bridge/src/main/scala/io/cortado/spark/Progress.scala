@@ -5,8 +5,11 @@ import java.io.{BufferedInputStream, BufferedOutputStream, DataInputStream, Data
   EOFException, IOException}
 import java.net.{InetAddress, InetSocketAddress, ServerSocket, Socket, SocketTimeoutException}
 import java.nio.charset.StandardCharsets
-import java.util.UUID
-import java.util.concurrent.ConcurrentLinkedQueue
+import java.security.{MessageDigest, SecureRandom}
+import java.util.concurrent.{ConcurrentHashMap, ConcurrentLinkedQueue}
+import java.util.concurrent.atomic.AtomicInteger
+import javax.crypto.Mac
+import javax.crypto.spec.SecretKeySpec
 
 import scala.collection.JavaConverters._
 import scala.collection.mutable.ArrayBuffer
@@ -90,6 +93,21 @@ private[spark] object Progress {
   private val TestTag = 2
   private val LogTag = 3
 
+  private val NonceBytes = 16
+  private val MacBytes = 32
+  /** How long a new connection may take to prove itself. */
+  private val HandshakeMillis = 5000
+  /** Connections open at once (a job has one per worker 0 attempt; more is an attack or a bug). */
+  private val MaxConnections = 64
+  private val random = new SecureRandom()
+
+  /** HMAC-SHA256 of `nonce` under `token`. */
+  private def mac(token: String, nonce: Array[Byte]): Array[Byte] = {
+    val m = Mac.getInstance("HmacSHA256")
+    m.init(new SecretKeySpec(token.getBytes(StandardCharsets.UTF_8), "HmacSHA256"))
+    m.doFinal(nonce)
+  }
+
   /** Where a task sends its events. */
   final case class Address(host: String, port: Int, token: String)
 
@@ -144,11 +162,18 @@ private[spark] object Progress {
    */
   final class Server(advertised: String, bind: String, deliver: TrainingEvent => Unit)
       extends AutoCloseable {
-    private val token = UUID.randomUUID().toString
+    private val token = {
+      val bytes = new Array[Byte](32)
+      random.nextBytes(bytes)
+      bytes.map(b => f"${b & 0xff}%02x").mkString
+    }
+    private val refused = new AtomicInteger(0)
     private val socket = new ServerSocket()
     socket.bind(new InetSocketAddress(InetAddress.getByName(bind), 0))
     private val readers = new ConcurrentLinkedQueue[Thread]()
     private val clients = new ConcurrentLinkedQueue[Socket]()
+    // Connections that have not yet proved themselves: close() ends them at once.
+    private val pending = ConcurrentHashMap.newKeySet[Socket]()
     @volatile private var closing = false
 
     val address: Address = Address(advertised, socket.getLocalPort, token)
@@ -164,11 +189,17 @@ private[spark] object Progress {
       while (open) {
         try {
           val client = socket.accept()
-          clients.add(client)
-          val reader = new Thread(() => serve(client), "cortado-progress")
-          reader.setDaemon(true)
-          readers.add(reader)
-          reader.start()
+          if (clients.size >= MaxConnections) {
+            refuse(client, s"came while $MaxConnections were open")
+            client.close()
+          } else {
+            clients.add(client)
+            pending.add(client)
+            val reader = new Thread(() => serve(client), "cortado-progress")
+            reader.setDaemon(true)
+            readers.add(reader)
+            reader.start()
+          }
         } catch {
           case _: SocketTimeoutException => open = !closing
           case e: IOException =>
@@ -179,20 +210,48 @@ private[spark] object Progress {
     }
 
     private def serve(client: Socket): Unit = {
+      var authenticated = false
       try {
+        // A connection proves it knows the token without sending it: HMAC-SHA256 of a fresh
+        // nonce. Silence is cut off, so idle connections hold no thread for long.
+        client.setSoTimeout(HandshakeMillis)
+        val nonce = new Array[Byte](NonceBytes)
+        random.nextBytes(nonce)
+        val out = client.getOutputStream
+        out.write(nonce)
+        out.flush()
         val in = new DataInputStream(new BufferedInputStream(client.getInputStream))
-        if (in.readUTF() != token) {
-          log.warn(s"progress channel: a connection from ${client.getRemoteSocketAddress} " +
-            "had the wrong token; closed")
+        val proof = new Array[Byte](MacBytes)
+        in.readFully(proof)
+        if (!MessageDigest.isEqual(proof, mac(token, nonce))) {
+          refuse(client, "did not prove it belongs to this job")
         } else {
+          authenticated = true
+          pending.remove(client)
+          client.setSoTimeout(0)
           Iterator.continually(read(in)).takeWhile(_.isDefined).flatten.foreach(deliver)
         }
       } catch {
+        case _: SocketTimeoutException if !authenticated =>
+          refuse(client, s"sent nothing for ${HandshakeMillis / 1000} s")
+        case _: EOFException if !authenticated => refuse(client, "closed during the handshake")
         case _: EOFException =>
         case e: IOException if !client.isClosed => log.warn(s"progress channel: $e")
         case _: IOException =>
-      } finally client.close()
+      } finally {
+        clients.remove(client)
+        pending.remove(client)
+        readers.remove(Thread.currentThread())
+        client.close()
+      }
     }
+
+    /** Logs the first refused connection of this server (and counts the others). */
+    private def refuse(client: Socket, why: String): Unit =
+      if (refused.getAndIncrement() == 0) {
+        log.warn(s"progress channel: a connection from ${client.getRemoteSocketAddress} $why; " +
+          "closed (later ones are closed without a word)")
+      }
 
     /**
      * Stops accepting once no connection is waiting, then waits up to `drainMillis` for the
@@ -202,6 +261,8 @@ private[spark] object Progress {
       val deadline = System.currentTimeMillis() + drainMillis
       closing = true
       acceptor.join(math.max(1, deadline - System.currentTimeMillis()))
+      // Only the tasks of the job get time to finish sending.
+      pending.asScala.foreach(_.close())
       readers.asScala.foreach(t => t.join(math.max(1, deadline - System.currentTimeMillis())))
       socket.close()
       clients.asScala.foreach(_.close())
@@ -234,8 +295,12 @@ private[spark] object Progress {
         val s = new Socket()
         s.connect(new InetSocketAddress(a.host, a.port), connectTimeoutMillis)
         s.setTcpNoDelay(true)
+        s.setSoTimeout(connectTimeoutMillis)
+        val nonce = new Array[Byte](NonceBytes)
+        new DataInputStream(s.getInputStream).readFully(nonce)
+        s.setSoTimeout(0)
         val o = new DataOutputStream(new BufferedOutputStream(s.getOutputStream))
-        o.writeUTF(a.token)
+        o.write(mac(a.token, nonce))
         o.flush()
         Some((s, o))
       } catch {

@@ -158,6 +158,62 @@ class TrainWithValidationSuite extends AnyFunSuite with PerTest {
     assert(received.asScala.toSeq === events)
   }
 
+  test("the progress channel: the token never crosses the wire; idle and surplus connections") {
+    // What a client sends, seen by a stand-in server that hands it a nonce.
+    val fake = new ServerSocket(0)
+    val token = "the-job-secret"
+    val seen = new java.util.concurrent.LinkedBlockingQueue[Array[Byte]]()
+    val reader = new Thread(() => {
+      val c = fake.accept()
+      c.getOutputStream.write(Array.fill[Byte](16)(7))
+      c.getOutputStream.flush()
+      seen.put(c.getInputStream.readAllBytes())
+      c.close()
+    })
+    reader.start()
+    val client = new Progress.Client(Some(Progress.Address("127.0.0.1", fake.getLocalPort, token)))
+    client.send(LogEvent("hello"))
+    client.close()
+    reader.join(10000)
+    fake.close()
+    val sent = seen.poll(10, java.util.concurrent.TimeUnit.SECONDS)
+    val expected = {
+      val m = javax.crypto.Mac.getInstance("HmacSHA256")
+      m.init(new javax.crypto.spec.SecretKeySpec(token.getBytes("UTF-8"), "HmacSHA256"))
+      m.doFinal(Array.fill[Byte](16)(7))
+    }
+    assert(sent.take(32).toSeq === expected.toSeq)
+    assert(!new String(sent, "ISO-8859-1").contains(token))
+
+    // Idle connections are dropped and do not hold up close(); beyond 64 open, closed at once.
+    val received = new ConcurrentLinkedQueue[TrainingEvent]()
+    val server = new Progress.Server("127.0.0.1", "127.0.0.1", e => received.add(e))
+    val flood = (0 until 70).map(_ => new java.net.Socket("127.0.0.1", server.address.port))
+    val idle =
+      try {
+        flood.foreach(_.setSoTimeout(10000))
+        // The first 64 get a nonce; the others an immediate end of stream.
+        val firstBytes = flood.map(_.getInputStream.read())
+        assert(firstBytes.count(_ == -1) === 6, firstBytes)
+        flood.drop(5).foreach(_.close())
+        flood.take(5)
+      } catch {
+        case t: Throwable => flood.foreach(_.close()); throw t
+      }
+    try {
+      // The closed ones free their places: the job's own connection gets in.
+      Thread.sleep(500)
+      val good = new Progress.Client(Some(server.address))
+      good.send(LogEvent("from the job"))
+      good.close()
+      val t0 = System.nanoTime()
+      server.close()
+      assert((System.nanoTime() - t0) / 1e9 < 3, "idle connections held up close()")
+      assert(good.unsent.isEmpty)
+      assert(received.asScala.toSeq === Seq(LogEvent("from the job")))
+    } finally idle.foreach(_.close())
+  }
+
   test("cancelling the job stops the training task at once: the watchdog aborts the feed") {
     withTempDir("cortado-cancel") { dir =>
       CortadoSuite.write(dir, "net.prototxt", CortadoSuite.TinyNet)
