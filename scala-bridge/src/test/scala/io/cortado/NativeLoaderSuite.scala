@@ -27,6 +27,36 @@ class NativeLoaderSuite extends AnyFunSuite {
     assert(new File(NativeLoader.loadedFrom()).getName.startsWith("cortado-native-"))
   }
 
+  test("the extracted libraries are shared by this user's JVMs; a tampered copy is not used") {
+    val dir = System.getProperty(NativeLoader.NATIVE_DIR_PROPERTY)
+    assume(dir == null || dir.isEmpty, s"${NativeLoader.NATIVE_DIR_PROPERTY}=$dir")
+    val extract = classOf[NativeLoader].getDeclaredMethod("extractResources")
+    extract.setAccessible(true)
+    val shared = extract.invoke(null).asInstanceOf[File]
+    val user = System.getProperty("user.name")
+    assert(shared.getName.matches(s"cortado-native-\\Q$user\\E-[0-9a-f]{16}"), shared)
+    // Another JVM (here: another call) finds the same directory rather than a copy of its own.
+    assert(extract.invoke(null).asInstanceOf[File] === shared)
+    assert(new File(NativeLoader.loadedFrom()) === shared)
+    // Tampered with: this JVM's own fresh copy is used instead. (The loaded file is replaced by
+    // a rename, never rewritten in place: this JVM maps it.)
+    val library = new File(shared, NativeLoader.LIBRARIES(1)).toPath
+    val original = java.nio.file.Files.readAllBytes(library)
+    def replace(bytes: Array[Byte]): Unit = {
+      val temp = java.nio.file.Files.createTempFile(shared.toPath, "swap", ".tmp")
+      java.nio.file.Files.write(temp, bytes)
+      java.nio.file.Files.move(temp, library, java.nio.file.StandardCopyOption.REPLACE_EXISTING,
+        java.nio.file.StandardCopyOption.ATOMIC_MOVE)
+    }
+    try {
+      replace(Array[Byte](1, 2, 3))
+      val fresh = extract.invoke(null).asInstanceOf[File]
+      assert(fresh !== shared)
+      assert(java.nio.file.Files.readAllBytes(new File(fresh, NativeLoader.LIBRARIES(1)).toPath)
+        .sameElements(original))
+    } finally replace(original)
+  }
+
   test("deviceQuery describes the build") {
     val lines = NativeLib.deviceQuery()
     assert(lines.nonEmpty)

@@ -260,6 +260,12 @@ class ClusterWorkersSuite extends AnyFunSuite with LocalCluster {
       assert(displays.forall(_._2), "events arrived only after the job")
       val metrics = cortado.test(separable(ss, 100, 11), config)
       assert(metrics("accuracy") >= 0.95, metrics)
+      // Both executor JVMs load the libraries from one extracted copy, not one copy each.
+      val loaded = ss.sparkContext.parallelize(0 until 8, 8).map { _ =>
+        Thread.sleep(100)
+        (ProcessHandle.current().pid(), io.cortado.NativeLoader.loadedFrom())
+      }.collect().toSet
+      assert(loaded.map(_._1).size === 2 && loaded.map(_._2).size === 1, loaded)
     }
   }
 }
