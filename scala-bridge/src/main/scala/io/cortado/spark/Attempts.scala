@@ -20,7 +20,7 @@ import io.cortado.storage.{SnapshotFiles, Snapshots}
  * gives up early on failures that another attempt cannot cure: bad input or configuration
  * (CortadoConfigException), a cancelled job, or the same failure at the same iteration twice.
  */
-private[spark] object Attempts {
+private[cortado] object Attempts {
 
   private val log = LoggerFactory.getLogger(classOf[Cortado])
 

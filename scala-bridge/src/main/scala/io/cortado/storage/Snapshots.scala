@@ -1,9 +1,13 @@
 // SPDX-License-Identifier: Apache-2.0
 package io.cortado.storage
 
+import java.nio.charset.StandardCharsets
+import java.security.MessageDigest
+
 import org.apache.hadoop.conf.Configuration
 import org.apache.hadoop.fs.Path
 
+import io.cortado.CortadoIOException
 import io.cortado.api.{Solver, SolverSnapshot}
 
 /** A snapshot's two files: Caffe's `<prefix>_iter_<iter>.caffemodel` and `.solverstate`. */
@@ -12,10 +16,18 @@ final case class SnapshotFiles(iter: Int, model: String, state: String)
 /**
  * Solver snapshots on any Hadoop path, named as Caffe names them, so that `cortado train
  * --snapshot=<prefix>_iter_N.solverstate` and Caffe resume from them too. The model is written
- * first and the state last, each atomically: a state file therefore always has its model, and
- * the newest state file marks the newest complete snapshot.
+ * first and the state last, each atomically and read back to check its SHA-256: a state file
+ * therefore always has its model, and the newest state file marks the newest complete snapshot.
+ * The two digests then go to `<prefix>_iter_N.sha256` (hex, one line per file: digest, two
+ * spaces, file name, as sha256sum writes them), which [[read]] checks when it exists, so a
+ * snapshot damaged after it was written is refused rather than resumed from. (Caffe's own
+ * snapshots have no such file and are read as they are.)
  */
 object Snapshots {
+
+  /** The digests' file of a snapshot. */
+  def checksums(files: SnapshotFiles): String =
+    files.state.stripSuffix(".solverstate") + ".sha256"
 
   def files(prefix: String, iter: Int): SnapshotFiles =
     SnapshotFiles(iter, s"${prefix}_iter_$iter.caffemodel", s"${prefix}_iter_$iter.solverstate")
@@ -32,15 +44,50 @@ object Snapshots {
       take: String => SolverSnapshot): SnapshotFiles = {
     val f = files(prefix, iter)
     val snapshot = take(new Path(f.model).getName)
-    HadoopFiles.writeBytesAtomic(f.model, snapshot.model, conf)
-    HadoopFiles.writeBytesAtomic(f.state, snapshot.state, conf)
+    val modelDigest = writeChecked(f.model, snapshot.model, conf)
+    val stateDigest = writeChecked(f.state, snapshot.state, conf)
+    val lines = Seq(modelDigest -> f.model, stateDigest -> f.state)
+      .map { case (d, path) => s"$d  ${new Path(path).getName}\n" }.mkString
+    HadoopFiles.writeBytesAtomic(checksums(f), lines.getBytes(StandardCharsets.UTF_8), conf)
     f
   }
 
-  def read(files: SnapshotFiles, conf: Configuration): SolverSnapshot =
-    SolverSnapshot(
+  /**
+   * Both files; when the snapshot has its digests' file, a file whose SHA-256 differs from the
+   * one recorded is a CortadoIOException naming it.
+   */
+  def read(files: SnapshotFiles, conf: Configuration): SolverSnapshot = {
+    val snapshot = SolverSnapshot(
       HadoopFiles.readBytes(files.model, conf),
       HadoopFiles.readBytes(files.state, conf))
+    val sums = checksums(files)
+    if (HadoopFiles.exists(sums, conf)) {
+      val recorded = new String(HadoopFiles.readBytes(sums, conf), StandardCharsets.UTF_8)
+        .linesIterator.map(_.split("  ", 2)).collect { case Array(d, name) => name -> d }.toMap
+      Seq(files.model -> snapshot.model, files.state -> snapshot.state).foreach {
+        case (path, bytes) =>
+          val name = new Path(path).getName
+          if (!recorded.get(name).contains(sha256(bytes))) {
+            throw new CortadoIOException(s"$path does not match the SHA-256 recorded in $sums: " +
+              "the snapshot was damaged after it was written")
+          }
+      }
+    }
+    snapshot
+  }
+
+  /** Writes `bytes` atomically, reads them back and checks them; returns their SHA-256 (hex). */
+  private def writeChecked(path: String, bytes: Array[Byte], conf: Configuration): String = {
+    HadoopFiles.writeBytesAtomic(path, bytes, conf)
+    val digest = sha256(bytes)
+    if (sha256(HadoopFiles.readBytes(path, conf)) != digest) {
+      throw new CortadoIOException(s"$path reads back other bytes than were written")
+    }
+    digest
+  }
+
+  private def sha256(bytes: Array[Byte]): String =
+    MessageDigest.getInstance("SHA-256").digest(bytes).map(b => f"${b & 0xff}%02x").mkString
 
   /** The complete snapshot with the highest iteration under `prefix`, if any. */
   def latest(prefix: String, conf: Configuration): Option[SnapshotFiles] =

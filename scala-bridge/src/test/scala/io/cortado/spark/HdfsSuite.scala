@@ -95,15 +95,16 @@ class HdfsSuite extends AnyFunSuite with BeforeAndAfterAll with PerTest {
     new Path(path).getFileSystem(dfsConf).getFileStatus(new Path(path)).getModificationTime
 
   private def snapshotIters(dir: String, name: String): Seq[(Int, String)] = {
-    val pattern = (java.util.regex.Pattern.quote(name) + """_iter_(\d+)\.(caffemodel|solverstate)""").r
+    val pattern = (java.util.regex.Pattern.quote(name) + """_iter_(\d+)\.(caffemodel|solverstate|sha256)""").r
     HadoopFiles.listNames(dir, dfsConf).map {
       case pattern(iter, ext) => iter.toInt -> ext
       case other => fail(s"unexpected file $other in $dir")
     }.sorted
   }
 
+  /** Each snapshot's model, state and digests. */
   private def both(iters: Int*): Seq[(Int, String)] =
-    iters.flatMap(i => Seq(i -> "caffemodel", i -> "solverstate"))
+    iters.flatMap(i => Seq(i -> "caffemodel", i -> "sha256", i -> "solverstate"))
 
   test("the cluster is HDFS and Spark's default file system") {
     assert(uri.startsWith("hdfs://"), uri)

@@ -38,4 +38,30 @@ class SnapshotsSuite extends AnyFunSuite {
       }
     }
   }
+
+  test("each file is checked after writing; a snapshot damaged later is refused, and skipped") {
+    withTempDir("cortado-snapshots") { dir =>
+      val prefix = dir.toUri.toString + "regression"
+      withResource(newSolver()) { solver =>
+        solver.step(2)
+        Snapshots.write(solver, prefix, conf)
+        solver.step(2)
+        Snapshots.write(solver, prefix, conf)
+      }
+      val newest = Snapshots.files(prefix, 4)
+      val sums = new String(HadoopFiles.readBytes(Snapshots.checksums(newest), conf), "UTF-8")
+      assert(sums.linesIterator.map(_.replaceAll("^[0-9a-f]{64}  ", "")).toSeq ===
+        Seq("regression_iter_4.caffemodel", "regression_iter_4.solverstate"), sums)
+      Snapshots.read(newest, conf)
+      // Damaged after the fact: the same length, one byte changed.
+      val model = HadoopFiles.readBytes(newest.model, conf)
+      model(model.length / 2) = (model(model.length / 2) ^ 0x40).toByte
+      HadoopFiles.writeBytesAtomic(newest.model, model, conf)
+      val e = intercept[io.cortado.CortadoIOException](Snapshots.read(newest, conf))
+      assert(e.getMessage === s"${newest.model} does not match the SHA-256 recorded in " +
+        s"${Snapshots.checksums(newest)}: the snapshot was damaged after it was written")
+      // Resuming after a failure takes the older one.
+      assert(io.cortado.spark.Attempts.readLatest(prefix, conf).map(_._1.iter) === Some(2))
+    }
+  }
 }
