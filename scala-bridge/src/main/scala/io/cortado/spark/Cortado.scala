@@ -193,7 +193,7 @@ final class Cortado(@transient val spark: SparkSession) {
     require(config.model.nonEmpty, "Config.model: the model to test is required")
     val plan = JobPlan.make(config, NativeNet.TEST, source.schema, None, hadoopConf)
     val outputs = plan.outputs
-    val model = HadoopFiles.readBytes(config.model, hadoopConf)
+    val model = readModel(config)
     val conf = plan.netConf
     val converter = plan.converter
     val data = selectColumns(source, plan.specs, None)
@@ -203,6 +203,15 @@ final class Cortado(@transient val spark: SparkSession) {
       .collect()
       .head
     sums.toMap
+  }
+
+  /** Config.model's bytes; an empty file is refused here, in the driver, naming it. */
+  private def readModel(config: Config): Array[Byte] = {
+    val bytes = HadoopFiles.readBytes(config.model, hadoopConf)
+    if (bytes.isEmpty) {
+      throw new CortadoConfigException(s"${config.model} is empty (0 bytes), not a .caffemodel")
+    }
+    bytes
   }
 
   /** [[test]] for Java. */
@@ -231,7 +240,7 @@ final class Cortado(@transient val spark: SparkSession) {
         s"${plan.netConf.netSource}: the TEST net has no blob ${missing.mkString(", ")} " +
           s"(it has: ${plan.blobNames.mkString(", ")})")
     }
-    val model = HadoopFiles.readBytes(config.model, hadoopConf)
+    val model = readModel(config)
     val idField = source.schema.fields.find(_.name == config.idColumn)
     val data = selectColumns(source, plan.specs, idField.map(_.name))
     val conf = plan.netConf

@@ -80,7 +80,7 @@ class IdxToParquetSuite extends AnyFunSuite with PerTest {
           |""".stripMargin
       CortadoSuite.write(dir, "net.prototxt", net)
       val solver = CortadoSuite.write(dir, "solver.prototxt", "net: \"net.prototxt\"\n")
-      val model = CortadoSuite.write(dir, "empty.caffemodel", "")
+      val model = CortadoSuite.untrainedModel(dir, net)
       val features = new Cortado(ss).features(df, Seq("data", "label"), Config(solver, model))
         .collect().map(r => r.getLong(0) -> (r.getSeq[Float](1), r.getSeq[Float](2))).toMap
       assert(features(2L) === (Seq(127.5f, 127f, 64f, 3.5f), Seq(3f)))

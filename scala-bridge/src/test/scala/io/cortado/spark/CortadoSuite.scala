@@ -64,6 +64,21 @@ object CortadoSuite {
     spark.createDataFrame(rows).toDF("id", "features", "label")
   }
 
+  /**
+   * The weights a net starts with (its fillers), as a .caffemodel in `dir`: a model for
+   * features() and test() where the weights do not matter.
+   */
+  def untrainedModel(dir: Path, netText: String): String = {
+    val net = io.cortado.jni.NativeNet.create(netText, "net.prototxt",
+      io.cortado.jni.NativeNet.TEST, -1, 1)
+    val bytes =
+      try io.cortado.jni.NativeNet.saveWeights(net)
+      finally io.cortado.jni.NativeNet.dispose(net)
+    val path = dir.resolve("untrained.caffemodel")
+    Files.write(path, bytes)
+    path.toString
+  }
+
   def write(dir: Path, name: String, text: String): String = {
     val path = dir.resolve(name)
     Files.write(path, text.getBytes(StandardCharsets.UTF_8))
@@ -178,6 +193,18 @@ class CortadoSuite extends AnyFunSuite with PerTest {
     }
   }
 
+  test("an empty model file is refused in the driver for test and features") {
+    withFiles { (dir, config) =>
+      val empty = config.copy(model = write(dir, "empty.caffemodel", ""))
+      val e = intercept[CortadoConfigException](new Cortado(ss).test(separable(10), empty))
+      assert(e.getMessage === s"${empty.model} is empty (0 bytes), not a .caffemodel")
+      val f = intercept[CortadoConfigException] {
+        new Cortado(ss).features(separable(10), Seq("ip"), empty)
+      }
+      assert(f.getMessage === e.getMessage)
+    }
+  }
+
   test("a bad solver prototxt fails in the driver with file:line before any job starts") {
     withFiles { (dir, config) =>
       val jobs = ArrayBuffer.empty[Int]
@@ -217,7 +244,7 @@ class CortadoSuite extends AnyFunSuite with PerTest {
           |""".stripMargin
       write(dir, "net.prototxt", net)
       val solver = write(dir, "solver.prototxt", "net: \"net.prototxt\"\nbase_lr: 0.1\n")
-      val model = write(dir, "empty.caffemodel", "")
+      val model = untrainedModel(dir, net)
       val images =
         Seq(Array[Byte](0, 2, 4, -1), Array[Byte](10, 20, 30, 40), Array[Byte](6, 6, 6, 6))
       val df = ss.createDataFrame(images.zipWithIndex.map { case (b, i) => (i, b) })
@@ -244,7 +271,7 @@ class CortadoSuite extends AnyFunSuite with PerTest {
           |""".stripMargin
       write(dir, "net.prototxt", net)
       val solver = write(dir, "solver.prototxt", "net: \"net.prototxt\"\nbase_lr: 0.1\n")
-      val model = write(dir, "empty.caffemodel", "")
+      val model = untrainedModel(dir, net)
       val df = ss.createDataFrame(Seq((7L, Array.tabulate[Byte](16)(_.toByte))))
         .toDF("id", "image")
       val rows = new Cortado(ss).features(df, Seq("pixels"), Config(solver, model = model))
