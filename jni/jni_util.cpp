@@ -132,6 +132,24 @@ std::string ToStdString(JNIEnv* env, jstring string, const char* what) {
   return StringChars(env, string, what).str();
 }
 
+std::vector<std::string> ToStdStrings(JNIEnv* env, jobjectArray array, const char* what) {
+  if (array == nullptr) CORTADO_THROW(kInvalidArgument, "{} is null", what);
+  std::vector<std::string> result;
+  const jsize n = env->GetArrayLength(array);
+  for (jsize i = 0; i < n; ++i) {
+    auto element = static_cast<jstring>(env->GetObjectArrayElement(array, i));
+    CheckJavaException(env);
+    result.push_back(ToStdString(env, element, what));
+    env->DeleteLocalRef(element);
+  }
+  return result;
+}
+
+std::string ToBytes(JNIEnv* env, jbyteArray array, const char* what) {
+  ArrayElements<jbyteArray> bytes(env, array, what);
+  return std::string(reinterpret_cast<const char*>(bytes.data()), bytes.size());
+}
+
 namespace {
 
 jsize CheckedLength(size_t n, const char* what) {

@@ -108,6 +108,8 @@ class StringChars {
 
 // A copy of a Java string; null is kInvalidArgument naming `what`.
 std::string ToStdString(JNIEnv* env, jstring string, const char* what);
+// Copies of the strings of a String[]; a null array or element is kInvalidArgument naming `what`.
+std::vector<std::string> ToStdStrings(JNIEnv* env, jobjectArray array, const char* what);
 
 // New Java objects; a failed allocation leaves Java's OutOfMemoryError pending and throws
 // JavaExceptionPending. Arrays over 2^31 - 1 elements are kInvalidArgument.
@@ -183,6 +185,9 @@ class ArrayElements {
   jsize size_ = 0;
   Element* data_ = nullptr;
 };
+
+// A copy of a byte[] as bytes; null is kInvalidArgument naming `what`.
+std::string ToBytes(JNIEnv* env, jbyteArray array, const char* what);
 
 // ---- direct buffers -------------------------------------------------------------------------
 

@@ -19,25 +19,6 @@ comm::TcpListener& GetListener(jlong handle) {
   return FromHandle<comm::TcpListener>(handle, "NativeComm listener");
 }
 
-std::vector<std::string> ToStdStrings(JNIEnv* env, jobjectArray array, const char* what) {
-  if (array == nullptr) CORTADO_THROW(kInvalidArgument, "{} is null", what);
-  std::vector<std::string> result;
-  const jsize n = env->GetArrayLength(array);
-  for (jsize i = 0; i < n; ++i) {
-    auto element = static_cast<jstring>(env->GetObjectArrayElement(array, i));
-    CheckJavaException(env);
-    result.push_back(ToStdString(env, element, what));
-    env->DeleteLocalRef(element);
-  }
-  return result;
-}
-
-std::string ToBytes(JNIEnv* env, jbyteArray array, const char* what) {
-  if (array == nullptr) return {};
-  ArrayElements<jbyteArray> bytes(env, array, what);
-  return std::string(reinterpret_cast<const char*>(bytes.data()), bytes.size());
-}
-
 }  // namespace
 
 comm::Communicator& GetComm(jlong handle) {
@@ -98,7 +79,10 @@ JNIEXPORT jlong JNICALL Java_io_cortado_jni_NativeComm_connect(
     options.device = device;
     options.connect_timeout_s = connect_timeout_s;
     options.timeout_s = timeout_s;
-    comm::SetRootRendezvous(jni::ToBytes(env, rendezvous, "rendezvous"), &options);
+    // Null: nothing from rank 0.
+    comm::SetRootRendezvous(
+        rendezvous == nullptr ? std::string() : jni::ToBytes(env, rendezvous, "rendezvous"),
+        &options);
     std::unique_ptr<comm::Communicator> communicator;
     if (options.backend == "tcp") {
       if (owned == nullptr && world > 1) {

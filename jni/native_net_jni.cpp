@@ -84,15 +84,8 @@ JNIEXPORT jlong JNICALL Java_io_cortado_jni_NativeNet_forwardOnly(JNIEnv* env, j
                                                                   jobjectArray keep) {
   return jni::Guard(env, jlong{0}, [&] {
     Net& net = jni::GetNet(handle);
-    std::vector<std::string> names;
-    if (keep != nullptr) {
-      const jsize n = env->GetArrayLength(keep);
-      for (jsize i = 0; i < n; ++i) {
-        auto name = static_cast<jstring>(env->GetObjectArrayElement(keep, i));
-        names.push_back(jni::ToStdString(env, name, "keep"));
-        env->DeleteLocalRef(name);
-      }
-    }
+    const std::vector<std::string> names =
+        keep == nullptr ? std::vector<std::string>() : jni::ToStdStrings(env, keep, "keep");
     // Checked before anything changes: a bad name leaves the net as it was.
     for (const auto& name : names) net.blob_by_name(name);
     net.SetForwardOnly();

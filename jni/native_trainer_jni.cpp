@@ -137,11 +137,6 @@ class QuietScope {
   QuietScope& operator=(const QuietScope&) = delete;
 };
 
-std::string ToBytes(JNIEnv* env, jbyteArray array, const char* what) {
-  ArrayElements<jbyteArray> bytes(env, array, what);
-  return std::string(reinterpret_cast<const char*>(bytes.data()), bytes.size());
-}
-
 }  // namespace
 }  // namespace cortado::jni
 
