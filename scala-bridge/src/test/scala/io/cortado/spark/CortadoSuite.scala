@@ -29,15 +29,20 @@ object CortadoSuite {
       |    top { name: "label" type: INT channels: 1 sample_num_axes: 0 } } }
       |""".stripMargin
 
-  /** CoSData -> InnerProduct -> SoftmaxWithLoss, and Accuracy in TEST. */
-  val TinyNet: String =
-    "name: \"tiny\"\n" + feedLayer("TRAIN", 8) + feedLayer("TEST", 10) +
-      """layer { name: "ip" type: "InnerProduct" bottom: "data" top: "ip"
-        |  inner_product_param { num_output: 2 weight_filler { type: "gaussian" std: 0.01 } } }
+  /**
+   * CoSData (TRAIN batch `batch`, TEST batch 10) -> InnerProduct (gaussian weights of `std`) ->
+   * SoftmaxWithLoss, and Accuracy in TEST.
+   */
+  def tinyNet(batch: Int, std: Double): String =
+    "name: \"tiny\"\n" + feedLayer("TRAIN", batch) + feedLayer("TEST", 10) +
+      s"""layer { name: "ip" type: "InnerProduct" bottom: "data" top: "ip"
+        |  inner_product_param { num_output: 2 weight_filler { type: "gaussian" std: $std } } }
         |layer { name: "loss" type: "SoftmaxWithLoss" bottom: "ip" bottom: "label" top: "loss" }
         |layer { name: "accuracy" type: "Accuracy" bottom: "ip" bottom: "label" top: "accuracy"
         |  include { phase: TEST } }
         |""".stripMargin
+
+  val TinyNet: String = tinyNet(8, 0.01)
 
   /** The net by a relative path (resolved against the solver's directory), with a test net. */
   val TinySolver: String =

@@ -14,19 +14,12 @@ import org.scalatest.funsuite.AnyFunSuite
 
 import io.cortado.CortadoConfigException
 import io.cortado.TestDirs.withTempDir
-import io.cortado.spark.CortadoSuite.{feedLayer, separable, write}
+import io.cortado.spark.CortadoSuite.{separable, write}
 
 object WorkersSuite {
 
   /** TinyNet with TRAIN batch `batch`. */
-  def tinyNet(batch: Int): String =
-    "name: \"tiny\"\n" + feedLayer("TRAIN", batch) + feedLayer("TEST", 10) +
-      """layer { name: "ip" type: "InnerProduct" bottom: "data" top: "ip"
-        |  inner_product_param { num_output: 2 weight_filler { type: "gaussian" std: 0.1 } } }
-        |layer { name: "loss" type: "SoftmaxWithLoss" bottom: "ip" bottom: "label" top: "loss" }
-        |layer { name: "accuracy" type: "Accuracy" bottom: "ip" bottom: "label" top: "accuracy"
-        |  include { phase: TEST } }
-        |""".stripMargin
+  def tinyNet(batch: Int): String = CortadoSuite.tinyNet(batch, 0.1)
 
   /** Displays every iteration, so that every loss reaches the listener. */
   val EverySolver: String =
@@ -53,6 +46,22 @@ object WorkersSuite {
   /** The losses of the iterations that trained (not the closing display). */
   def losses(events: Seq[TrainingEvent]): Seq[(Int, Float)] =
     events.collect { case i: IterationEvent if !i.closing => i.iteration -> i.loss }
+
+  /** The executor JVMs' process ids, as their tasks see them. */
+  def executorPids(spark: SparkSession): Set[Long] =
+    spark.sparkContext.parallelize(0 until 8, 8).map { _ =>
+      Thread.sleep(200)
+      ProcessHandle.current().pid()
+    }.collect().toSet
+
+  /**
+   * EverySolver for `maxIter` iterations, displaying every 1000 and snapshotting every 2000
+   * under `dir`/snap/tiny: long enough to kill an executor in the middle.
+   */
+  def snapshottingSolver(dir: Path, maxIter: Int): String =
+    write(dir, "solver.prototxt", EverySolver.replace("max_iter: 20", s"max_iter: $maxIter")
+      .replace("display: 1", "display: 1000") + "snapshot: 2000\n" +
+      s"""snapshot_prefix: "${dir.resolve("snap/tiny")}"\n""")
 
   /** `rows` samples of `separable` in `partitions` partitions, in order. */
   def partitioned(spark: SparkSession, rows: Seq[Row], partitions: Int): DataFrame = {
@@ -413,24 +422,15 @@ class ExecutorLossSuite extends AnyFunSuite with LocalCluster {
 
   override protected val numWorkers: Int = 2
 
-  /** The executor JVMs' process ids, as their tasks see them. */
-  private def executorPids(): Set[Long] =
-    ss.sparkContext.parallelize(0 until 8, 8).map { _ =>
-      Thread.sleep(200)
-      ProcessHandle.current().pid()
-    }.collect().toSet
-
   test("a killed executor: the job resumes from the newest snapshot and finishes by itself") {
     withTempDir("cortado-loss") { dir =>
       write(dir, "net.prototxt", tinyNet(4))
-      val solver = write(dir, "solver.prototxt", EverySolver.replace("max_iter: 20",
-        "max_iter: 40000").replace("display: 1", "display: 1000") + "snapshot: 2000\n" +
-        s"""snapshot_prefix: "${dir.resolve("snap/tiny")}"\n""")
+      val solver = snapshottingSolver(dir, 40000)
       val config = Config(solver, model = dir.resolve("m.caffemodel").toUri.toString,
         clusterSize = 2, startTimeoutSeconds = 60, commTimeoutSeconds = 20)
       val events = new ConcurrentLinkedQueue[TrainingEvent]()
       @volatile var killedAt = -1
-      val pids = executorPids()
+      val pids = executorPids(ss)
       assert(pids.size === 2 && !pids.contains(ProcessHandle.current().pid()), pids)
       val cortado = new Cortado(ss)
       cortado.addProgressListener { e =>
@@ -478,15 +478,10 @@ class TaskRetrySuite extends AnyFunSuite with LocalCluster {
   test("a training task that Spark runs again resumes from the newest snapshot") {
     withTempDir("cortado-retry") { dir =>
       write(dir, "net.prototxt", tinyNet(8))
-      val solver = write(dir, "solver.prototxt", EverySolver.replace("max_iter: 20",
-        "max_iter: 60000").replace("display: 1", "display: 1000") + "snapshot: 2000\n" +
-        s"""snapshot_prefix: "${dir.resolve("snap/tiny")}"\n""")
+      val solver = snapshottingSolver(dir, 60000)
       val config = Config(solver, model = dir.resolve("m.caffemodel").toUri.toString,
         clusterSize = 1)
-      val pids = ss.sparkContext.parallelize(0 until 8, 8).map { _ =>
-        Thread.sleep(200)
-        ProcessHandle.current().pid()
-      }.collect().toSet
+      val pids = executorPids(ss)
       assert(pids.size === 2, pids)
       val events = new ConcurrentLinkedQueue[TrainingEvent]()
       @volatile var killedAt = -1
