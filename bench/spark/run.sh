@@ -17,71 +17,14 @@ cd "$(dirname "$0")/../.."
 
 iters=${ITERS:-1000}
 rounds=${ROUNDS:-2}
-build_dir=${BUILD_DIR:-build}
-dataset=${FASHION_MNIST_DIR:-/usr/share/datasets/fashion-mnist}
-cortado=$build_dir/cpp/tools/cortado
-jars=(scala-bridge/target/cortado-*.jar)
-jar=${jars[0]}
-for f in "$cortado" "$jar"; do
-  [[ -f $f ]] || { echo "$f not found: build first (examples/spark-fashion-mnist/run.sh)" >&2; exit 1; }
-done
-submit=scala-bridge/bin/spark-submit
-[[ -n ${SPARK_HOME:-} ]] && submit=$SPARK_HOME/bin/spark-submit
-spark_options=(--master 'local[2]' --driver-memory 3g
-  --driver-java-options "-Dlog4j2.configurationFile=$PWD/examples/spark-fashion-mnist/log4j2.properties")
-export CORTADO_LOG_LEVEL=${CORTADO_LOG_LEVEL:-info}
-
-# Data: the LMDBs of examples/fashion-mnist (the test one too: `cortado train` builds the test
-# net) and the Parquet files of examples/spark-fashion-mnist.
-mkdir -p examples/fashion-mnist/data
-for split in train t10k; do
-  name=$([[ $split == train ]] && echo train || echo test)
-  lmdb=examples/fashion-mnist/data/fashion_mnist_${name}_lmdb
-  if [[ ! -d $lmdb ]]; then
-    "$cortado" convert_idx --images="$dataset/$split-images-idx3-ubyte.gz" \
-      --labels="$dataset/$split-labels-idx1-ubyte.gz" --out="$lmdb"
-  fi
-done
-parquet=examples/spark-fashion-mnist/data/fashion_mnist_train.parquet
-if [[ ! -f $parquet/_SUCCESS ]]; then
-  rm -rf "$parquet"
-  "$submit" "${spark_options[@]}" --class io.cortado.data.IdxToParquet "$jar" \
-    "$dataset/train-images-idx3-ubyte.gz" "$dataset/train-labels-idx1-ubyte.gz" "$parquet"
-fi
+source bench/spark/common.sh
+spark_options=(--master 'local[2]' --driver-memory 3g --driver-java-options "$log4j")
+prepare_data
 
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-# Caffe's LeNet solver with the given net, ITERS iterations, no tests and no snapshots.
-solver() {
-  cat <<SOLVER
-net: "$1"
-test_iter: 100
-test_interval: 100000000
-test_initialization: false
-base_lr: 0.01
-momentum: 0.9
-weight_decay: 0.0005
-lr_policy: "inv"
-gamma: 0.0001
-power: 0.75
-display: 100
-max_iter: $iters
-snapshot: 0
-snapshot_after_train: false
-solver_mode: CPU
-random_seed: 1701
-SOLVER
-}
 solver "$PWD/examples/fashion-mnist/lenet_train_test.prototxt" >"$work/cli_solver.prototxt"
 solver "$PWD/examples/spark-fashion-mnist/lenet_cos_train_test.prototxt" >"$work/spark_solver.prototxt"
-
-# Mean seconds per iteration over the display windows after the first full one: lines
-# "Iteration N (X iter/s, Ys/100 iters..." with N > 100.
-per_iter() {
-  grep -o 'Iteration [0-9]* ([0-9.e+-]* iter/s, [0-9.e+-]*s/[0-9]* iters' "$1" |
-    awk '{ n = $2 + 0; split($5, t, "s/"); if (n > 100) { s += t[1]; k += t[2] } }
-         END { if (k == 0) exit 1; printf "%.3f", 1000 * s / k }'
-}
 
 # The display windows' ms/iter after the first window, for the record.
 windows() {
