@@ -2,18 +2,38 @@
 // The tcp backend (see tcp_communicator.hpp).
 //
 // Set-up. Every rank (1) connects to its next, retrying until connect_timeout_s, and sends a
-// hello; (2) accepts on its listener until its prev's hello arrives, checks it and answers
-// with an accept (or a refusal carrying the reason, and then fails); (3) reads its next's
-// answer and checks it the same way (2 and 3 in one poll loop, whichever comes first). Step 1
-// needs only the next's listener (the connection waits in its backlog), so no rank waits on
-// another in a cycle. Until 2 and 3 are done the listener is watched for a second connection
-// claiming the same rank; then it is closed.
+// hello; (2) takes the connections that arrive on its listener and runs the acceptor's side of
+// the handshake with each until one proves it is its prev; (3) runs the connector's side with
+// its next. 2 and 3 run in one poll loop, each connection advancing when its peer's message
+// arrives, so no rank waits on another in a cycle (step 1 needs only the next's listener: the
+// connection waits in its backlog). Until 2 and 3 are done the listener is watched for a second
+// connection claiming the same rank; then it is closed.
 //
-// A handshake message, integers big-endian:
-//   u32 magic "CRTD", u32 version (1), u32 kind (1 hello, 2 accept, 3 refuse), u32 world size,
-//   u32 sender's rank, u32 the rank the sender believes it talks to, i32 attempt,
-//   u32 token length, u32 message length, token bytes, message bytes (a refusal's reason).
-// Both ends check magic, version, token, attempt, world size and both ranks.
+// The handshake proves to both ends that the other knows the job's token without sending it:
+// the token is the key of HMAC-SHA256 over both ends' fresh random nonces and fields, so what
+// travels is useless to another job, and a recorded handshake cannot be replayed (the other
+// end's nonce differs next time). The token itself never leaves the process.
+//   connector -> acceptor  hello:   fields, nonce_c
+//   acceptor -> connector  accept:  fields, nonce_a,
+//                                   MAC_a = HMAC(token, "cortado-tcp accept" | H | A)
+//   connector -> acceptor  confirm: fields, MAC_c = HMAC(token, "cortado-tcp connect" | H | A)
+//   acceptor -> connector  ready (or refuse, with the reason)
+// where H and A are the hello's and the accept's fields and nonces as on the wire (the first 28
+// and the next 16 bytes of each message below). The connector checks MAC_a (constant time)
+// before it sends MAC_c; a bad MAC_a is "belongs to another job (token mismatch)", and it tells
+// the acceptor so with a refusal. The acceptor checks MAC_c, then the attempt, world size, both
+// ranks and that no other connection already holds its prev's place, and answers ready or a
+// refusal naming what differs; the connector checks the accept's attempt and world size itself.
+// A connection that does not speak this (no hello within 10 s, another magic) is dropped, and
+// the first one of a set-up is logged.
+//
+// A handshake message, integers big-endian, 80 bytes and then the message:
+//   u32 magic "CRTD", u32 version (2), u32 kind (1 hello, 2 accept, 3 refuse, 4 confirm,
+//   5 ready), u32 world size, u32 sender's rank, u32 the rank the sender believes it talks to,
+//   i32 attempt, u32 message length (at most 4 KiB; only a refusal has one), 16 bytes nonce
+//   (hello, accept; zeros otherwise), 32 bytes MAC (accept, confirm; zeros otherwise), message
+//   bytes (a refusal's reason). Magic and version are read first, so a peer of another version
+//   is named as such.
 //
 // Data. After the handshake the sockets carry raw data only, in the order both ends derive
 // from the operation (ring.hpp); there are no per-message headers.
@@ -33,15 +53,19 @@
 #include <endian.h>
 #include <poll.h>
 #include <sys/eventfd.h>
+#include <sys/random.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <array>
 #include <cerrno>
 #include <cstdint>
 #include <cstring>
 #include <mutex>
 #include <new>
 #include <optional>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -49,6 +73,7 @@
 #include "comm/tcp/ring.hpp"
 #include "core/error.hpp"
 #include "core/logging.hpp"
+#include "core/sha256.hpp"
 
 namespace cortado::comm {
 
@@ -64,20 +89,26 @@ std::unique_ptr<TcpListener> TcpListener::Open(const std::string& host, int port
   // Rebinding a port whose last connections are in TIME_WAIT (a restarted attempt) is fine.
   const int one = 1;
   ::setsockopt(fd.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+  // Listening on every interface would take connections from networks the job does not use;
+  // the host must be the address the other ranks reach this one at.
+  char ip[INET_ADDRSTRLEN] = {};
+  ::inet_ntop(AF_INET, &addr.sin_addr, ip, sizeof(ip));
+  if (addr.sin_addr.s_addr == htonl(INADDR_ANY)) {
+    CORTADO_THROW(kInvalidArgument,
+                  "cannot listen on {}: {} is every interface, not an address of this machine; "
+                  "give one of this machine's own addresses",
+                  address.ToString(), ip);
+  }
   if (::bind(fd.get(), reinterpret_cast<const sockaddr*>(&addr), sizeof(addr)) != 0) {
-    int err = errno;
+    const int err = errno;
     if (err == EADDRNOTAVAIL) {
-      // The name is not one of this machine's addresses (NAT, containers): listen on all.
-      CORTADO_LOG_WARN("{} is not an address of this machine; listening on 0.0.0.0:{}",
-                       address.host, port);
-      addr.sin_addr.s_addr = htonl(INADDR_ANY);
-      err =
-          ::bind(fd.get(), reinterpret_cast<const sockaddr*>(&addr), sizeof(addr)) == 0 ? 0 : errno;
+      CORTADO_THROW(kComm,
+                    "cannot listen on {}: {} is not an address of this machine; give one of this "
+                    "machine's own addresses (the one the other ranks reach it at)",
+                    address.ToString(), ip);
     }
-    if (err != 0) {
-      CORTADO_THROW(kComm, "cannot listen on {} ({}): {}", address.ToString(), FormatSockaddr(addr),
-                    ErrnoText(err));
-    }
+    CORTADO_THROW(kComm, "cannot listen on {} ({}): {}", address.ToString(), FormatSockaddr(addr),
+                  ErrnoText(err));
   }
   if (::listen(fd.get(), 64) != 0) {
     CORTADO_THROW(kComm, "cannot listen on {}: {}", address.ToString(), ErrnoText(errno));
@@ -92,13 +123,24 @@ std::unique_ptr<TcpListener> TcpListener::Open(const std::string& host, int port
 namespace {
 
 constexpr uint32_t kMagic = 0x43525444;  // "CRTD"
-constexpr uint32_t kVersion = 1;
-constexpr uint32_t kMaxHandshakeString = 1 << 20;
-constexpr size_t kHeaderBytes = 9 * sizeof(uint32_t);
-// The longest a stray connection may keep the acceptor waiting for its hello.
+constexpr uint32_t kVersion = 2;
+// A refusal's reason is a sentence; nothing else has a message.
+constexpr uint32_t kMaxHandshakeString = 4096;
+constexpr size_t kNonceBytes = 16;
+constexpr size_t kFieldBytes = 7 * sizeof(uint32_t);  // magic to attempt: what the MACs cover
+constexpr size_t kFixedBytes = kFieldBytes + sizeof(uint32_t) + kNonceBytes + 32;
+// The longest a stray connection may keep the acceptor waiting for its hello, and the longest
+// one message may take to arrive once it has begun.
 constexpr double kHelloWaitS = 10;
+// Connections whose handshake is under way at once; more are dropped as they arrive.
+constexpr size_t kMaxPending = 16;
 
-enum Kind : uint32_t { kHello = 1, kAccept = 2, kRefuse = 3 };
+constexpr std::string_view kAcceptLabel = "cortado-tcp accept";
+constexpr std::string_view kConnectLabel = "cortado-tcp connect";
+
+enum Kind : uint32_t { kHello = 1, kAccept = 2, kRefuse = 3, kConfirm = 4, kReady = 5 };
+
+using Nonce = std::array<uint8_t, kNonceBytes>;
 
 struct Handshake {
   uint32_t magic = kMagic;
@@ -108,54 +150,87 @@ struct Handshake {
   uint32_t from = 0;
   uint32_t to = 0;
   int32_t attempt = 0;
-  std::string token;
+  Nonce nonce{};
+  Sha256Digest mac{};
   std::string message;
 };
 
+void PutU32(uint32_t value, char* at) {
+  const uint32_t be = htonl(value);
+  std::memcpy(at, &be, sizeof(be));
+}
+
+uint32_t GetU32(const char* at) {
+  uint32_t be;
+  std::memcpy(&be, at, sizeof(be));
+  return ntohl(be);
+}
+
+// The fields and nonce of `h` as on the wire: what the MACs cover.
+std::string Fields(const Handshake& h) {
+  const uint32_t fields[7] = {
+      h.magic, h.version, h.kind, h.world, h.from, h.to, static_cast<uint32_t>(h.attempt)};
+  std::string bytes(kFieldBytes + kNonceBytes, '\0');
+  for (int i = 0; i < 7; ++i) PutU32(fields[i], &bytes[i * sizeof(uint32_t)]);
+  std::memcpy(&bytes[kFieldBytes], h.nonce.data(), kNonceBytes);
+  return bytes;
+}
+
 std::string Encode(const Handshake& h) {
-  const uint32_t fields[9] = {h.magic,
-                              h.version,
-                              h.kind,
-                              h.world,
-                              h.from,
-                              h.to,
-                              static_cast<uint32_t>(h.attempt),
-                              static_cast<uint32_t>(h.token.size()),
-                              static_cast<uint32_t>(h.message.size())};
-  std::string bytes(kHeaderBytes, '\0');
-  for (int i = 0; i < 9; ++i) {
-    const uint32_t be = htonl(fields[i]);
-    std::memcpy(&bytes[i * sizeof(uint32_t)], &be, sizeof(be));
+  std::string bytes = Fields(h);
+  bytes.insert(kFieldBytes, sizeof(uint32_t), '\0');
+  PutU32(static_cast<uint32_t>(h.message.size()), &bytes[kFieldBytes]);
+  bytes.append(reinterpret_cast<const char*>(h.mac.data()), h.mac.size());
+  return bytes + h.message;
+}
+
+// MAC_a (kAcceptLabel) or MAC_c (kConnectLabel) of a hello and its accept under `token`.
+Sha256Digest HandshakeMac(const std::string& token, std::string_view label, const Handshake& hello,
+                          const Handshake& accept) {
+  std::string covered(label);
+  covered += Fields(hello);
+  covered += Fields(accept);
+  return HmacSha256(token, covered);
+}
+
+Nonce FreshNonce() {
+  Nonce nonce;
+  size_t filled = 0;
+  while (filled < nonce.size()) {
+    const ssize_t n = ::getrandom(nonce.data() + filled, nonce.size() - filled, 0);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) CORTADO_THROW(kComm, "cannot draw a random nonce: {}", ErrnoText(errno));
+    filled += static_cast<size_t>(n);
   }
-  return bytes + h.token + h.message;
+  return nonce;
 }
 
 // Reads one handshake. Returns 0, an errno (ETIMEDOUT, ECANCELED when woken, EPIPE for EOF), or
 // EPROTO when the bytes are not a Cortado handshake or speak another version (h->magic and
 // h->version say which).
 int ReadHandshake(int fd, Clock::time_point deadline, int wake_fd, Handshake* h) {
-  char header[kHeaderBytes];
-  if (const int err = RecvAllBy(fd, header, sizeof(header), deadline, wake_fd)) return err;
-  uint32_t fields[9];
-  for (int i = 0; i < 9; ++i) {
-    std::memcpy(&fields[i], header + i * sizeof(uint32_t), sizeof(uint32_t));
-    fields[i] = ntohl(fields[i]);
-  }
-  h->magic = fields[0];
-  h->version = fields[1];
+  char fixed[kFixedBytes];
+  // Magic and version first: a peer of another version may send fewer bytes than ours.
+  if (const int err = RecvAllBy(fd, fixed, 8, deadline, wake_fd)) return err;
+  h->magic = GetU32(fixed);
+  h->version = GetU32(fixed + 4);
   if (h->magic != kMagic || h->version != kVersion) return EPROTO;
-  h->kind = fields[2];
-  h->world = fields[3];
-  h->from = fields[4];
-  h->to = fields[5];
-  h->attempt = static_cast<int32_t>(fields[6]);
-  if (fields[7] > kMaxHandshakeString || fields[8] > kMaxHandshakeString) return EPROTO;
-  h->token.resize(fields[7]);
-  h->message.resize(fields[8]);
-  if (const int err = RecvAllBy(fd, h->token.data(), h->token.size(), deadline, wake_fd)) {
-    return err;
-  }
+  if (const int err = RecvAllBy(fd, fixed + 8, kFixedBytes - 8, deadline, wake_fd)) return err;
+  h->kind = GetU32(fixed + 8);
+  h->world = GetU32(fixed + 12);
+  h->from = GetU32(fixed + 16);
+  h->to = GetU32(fixed + 20);
+  h->attempt = static_cast<int32_t>(GetU32(fixed + 24));
+  const uint32_t length = GetU32(fixed + kFieldBytes);
+  std::memcpy(h->nonce.data(), fixed + kFieldBytes + 4, kNonceBytes);
+  std::memcpy(h->mac.data(), fixed + kFieldBytes + 4 + kNonceBytes, h->mac.size());
+  if (length > kMaxHandshakeString) return EPROTO;
+  h->message.resize(length);
   return RecvAllBy(fd, h->message.data(), h->message.size(), deadline, wake_fd);
+}
+
+bool MacMatches(const Sha256Digest& expected, const Sha256Digest& got) {
+  return ConstantTimeEqual(expected.data(), got.data(), expected.size());
 }
 
 std::string PeerAddress(int fd) {
@@ -163,6 +238,11 @@ std::string PeerAddress(int fd) {
   socklen_t len = sizeof(addr);
   if (::getpeername(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) return "?";
   return FormatSockaddr(addr);
+}
+
+Clock::time_point SecondsFromNow(double seconds) {
+  return Clock::now() +
+         std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
 }
 
 class TcpCommunicator final : public Communicator {
@@ -178,14 +258,33 @@ class TcpCommunicator final : public Communicator {
   void Abort(const std::string& reason) noexcept override;
 
  private:
+  // A connection that arrived on the listener, its handshake under way.
+  struct Incoming {
+    UniqueFd fd;
+    std::string address;             // the peer's host:port
+    Clock::time_point hello_by;      // dropped if no hello came by then
+    std::optional<Handshake> hello;  // set once answered with an accept
+    Handshake accept;
+  };
+  enum class Outgoing { kAwaitAccept, kAwaitVerdict, kDone };
+  enum class Step { kKeep, kDrop, kPrev };
+
   // Set-up (the file comment's steps 1 to 3).
   void Connect(TcpListener* listener);
-  // Checks a connection that arrived on the listener; returns true when it is our prev's
-  // (then recv_ holds it), false for a stray that is not a Cortado peer; throws for a
-  // Cortado peer that does not belong (after telling it why).
-  bool HandleIncoming(UniqueFd conn, Clock::time_point deadline);
-  // Reads the next rank's answer to our hello and checks it.
-  void ReadAnswer(Clock::time_point deadline);
+  // Advances the handshake of a connection whose next message has begun to arrive: answers a
+  // hello with an accept; checks a confirm. kPrev once it proved to be our prev (then recv_
+  // holds it), kDrop for a stray that is not a Cortado peer; throws for a Cortado peer that
+  // does not belong (after telling it why).
+  Step AdvanceIncoming(Incoming* in, Clock::time_point deadline);
+  // The connector's side: reads the next rank's accept, checks it and sends the confirm; then
+  // reads its verdict.
+  void ReadAccept(Clock::time_point deadline);
+  void ReadVerdict(Clock::time_point deadline);
+  // Reads a message from the next rank, turning errors into exceptions.
+  Handshake ReadFromNext(Clock::time_point deadline);
+  // Sends a refusal with `why` and does not wait to see it arrive.
+  void Refuse(int fd, int to, const std::string& why, Clock::time_point deadline);
+  void LogStray(const std::string& address, const std::string& why);
   Handshake Ours(Kind kind, int to) const;
 
   // Runs an operation's body: rethrows the first error when broken, and breaks the
@@ -210,6 +309,9 @@ class TcpCommunicator final : public Communicator {
   RingLinks links_;
   RingTransfer transfer_;
   std::vector<uint64_t> lengths_;  // AllGather's block lengths, big-endian
+  Handshake hello_;                // the hello we sent our next
+  Handshake next_accept_;          // and its accept
+  bool stray_logged_ = false;      // a stray connection was logged during set-up
 
   std::mutex mutex_;  // guards error_
   std::optional<Error> error_;
@@ -250,7 +352,6 @@ Handshake TcpCommunicator::Ours(Kind kind, int to) const {
   h.from = static_cast<uint32_t>(rank());
   h.to = static_cast<uint32_t>(to);
   h.attempt = attempt_;
-  h.token = token_;
   return h;
 }
 
@@ -260,8 +361,7 @@ void TcpCommunicator::Connect(TcpListener* listener) {
     CORTADO_LOG_WARN("rank {} listens on port {} but peers[{}] is {}", rank(), listener->port(),
                      rank(), peers_[rank()].ToString());
   }
-  const auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
-                                           std::chrono::duration<double>(connect_timeout_s_));
+  const auto deadline = SecondsFromNow(connect_timeout_s_);
   const std::string self = fmt::format("rank {}", rank());
   const std::string next_at = fmt::format("rank {} at {}", next_, peers_[next_].ToString());
 
@@ -269,114 +369,205 @@ void TcpCommunicator::Connect(TcpListener* listener) {
   const sockaddr_in next_addr =
       ResolveIpv4(peers_[next_], fmt::format("peer {} '{}'", next_, peers_[next_].ToString()));
   send_ = ConnectWithRetry(next_addr, deadline, connect_timeout_s_, wake_.get(), self, next_at);
-  const std::string hello = Encode(Ours(kHello, next_));
+  hello_ = Ours(kHello, next_);
+  hello_.nonce = FreshNonce();
+  const std::string hello = Encode(hello_);
   if (const int err = SendAllBy(send_.get(), hello.data(), hello.size(), deadline, wake_.get())) {
     if (err == ECANCELED) CORTADO_THROW(kAborted, "{}: aborted during set-up", self);
     CORTADO_THROW(kComm, "{}: cannot send the handshake to {} ({})", self, next_at, ErrnoText(err));
   }
 
-  // 2 and 3. Accept the previous rank, and read the next rank's answer as soon as it comes (a
-  // refusal, or the next rank closing, ends the set-up at once). The listener stays watched
-  // until both are done, for a second connection claiming our prev's rank.
-  bool answered = false;
-  while (!answered || !recv_.valid()) {
-    // After its answer the next rank sends nothing on this socket: POLLIN then means it left.
-    pollfd fds[3] = {
+  // 2 and 3. Run the handshakes of the connections that arrive and of ours with the next rank,
+  // each step as soon as its message comes (a refusal, or the next rank closing, ends the
+  // set-up at once). The listener stays watched until both are done, for a second connection
+  // claiming our prev's rank.
+  Outgoing outgoing = Outgoing::kAwaitAccept;
+  std::vector<Incoming> pending;
+  auto advance_pending = [&](const std::vector<pollfd>& fds, size_t first,
+                             Clock::time_point until) {
+    std::vector<Incoming> kept;
+    for (size_t i = 0; i < pending.size(); ++i) {
+      Incoming& in = pending[i];
+      Step step = Step::kKeep;
+      if (fds[first + i].revents != 0) {
+        step = AdvanceIncoming(&in, until);
+      } else if (!in.hello && Clock::now() >= in.hello_by) {
+        LogStray(in.address, "no hello");
+        step = Step::kDrop;
+      }
+      if (step == Step::kKeep) kept.push_back(std::move(in));
+    }
+    pending = std::move(kept);
+  };
+  auto take_connection = [&] {
+    // EAGAIN, ECONNABORTED, ...: nothing to do but wait for the next one.
+    UniqueFd conn(::accept4(listener->fd(), nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC));
+    if (!conn.valid()) return false;
+    PrepareStreamSocket(conn.get());
+    std::string address = PeerAddress(conn.get());
+    if (pending.size() >= kMaxPending) {
+      LogStray(address, "too many handshakes under way");
+      return true;
+    }
+    pending.push_back({std::move(conn), std::move(address), SecondsFromNow(kHelloWaitS), {}, {}});
+    return true;
+  };
+  while (outgoing != Outgoing::kDone || !recv_.valid()) {
+    // After its verdict the next rank sends nothing on this socket: POLLIN then means it left.
+    std::vector<pollfd> fds = {
         {wake_.get(), POLLIN, 0}, {send_.get(), POLLIN, 0}, {listener->fd(), POLLIN, 0}};
-    const auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline - Clock::now());
-    const int rc = ::poll(fds, 3, static_cast<int>(std::max<int64_t>(left.count(), 0)));
+    auto wait_until = deadline;
+    for (const Incoming& in : pending) {
+      fds.push_back({in.fd.get(), POLLIN, 0});
+      if (!in.hello) wait_until = std::min(wait_until, in.hello_by);
+    }
+    const auto left = std::chrono::ceil<std::chrono::milliseconds>(wait_until - Clock::now());
+    const int rc =
+        ::poll(fds.data(), fds.size(), static_cast<int>(std::max<int64_t>(left.count(), 0)));
     if (rc < 0 && errno != EINTR) CORTADO_THROW(kComm, "poll failed: {}", ErrnoText(errno));
     if (fds[0].revents != 0) CORTADO_THROW(kAborted, "{}: aborted during set-up", self);
+    // The incoming connections first: when the next rank refuses us and leaves, its reason
+    // (sent on its connection to us) says more than the closed socket.
+    advance_pending(fds, 3, deadline);
     if (fds[1].revents != 0) {
-      if (answered) {
+      if (outgoing == Outgoing::kDone) {
         CORTADO_THROW(kComm, "{} closed the connection during set-up", Name(next_));
       }
-      ReadAnswer(deadline);
-      answered = true;
+      if (outgoing == Outgoing::kAwaitAccept) {
+        ReadAccept(deadline);
+        outgoing = Outgoing::kAwaitVerdict;
+      } else {
+        ReadVerdict(deadline);
+        outgoing = Outgoing::kDone;
+      }
     }
-    if (fds[2].revents != 0) {
-      // EAGAIN, ECONNABORTED, ...: nothing to do but wait for the next one.
-      UniqueFd conn(::accept4(listener->fd(), nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC));
-      if (conn.valid()) HandleIncoming(std::move(conn), deadline);
-    }
-    if (rc == 0 && Clock::now() >= deadline) {
+    if (fds[2].revents != 0) take_connection();
+    if (Clock::now() >= deadline) {
       if (!recv_.valid()) {
         CORTADO_THROW(kTimeout, "{}: {} did not connect within {:g} s", self, Name(prev_),
                       connect_timeout_s_);
       }
-      CORTADO_THROW(kTimeout, "{}: {} did not answer the handshake within {:g} s", self, next_at,
-                    connect_timeout_s_);
+      if (outgoing != Outgoing::kDone) {
+        CORTADO_THROW(kTimeout, "{}: {} did not answer the handshake within {:g} s", self, next_at,
+                      connect_timeout_s_);
+      }
     }
   }
 
-  // A second connection that claims our prev's rank and is already queued fails the job too.
-  while (true) {
-    UniqueFd conn(::accept4(listener->fd(), nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC));
-    if (!conn.valid()) break;
-    HandleIncoming(std::move(conn), std::min(deadline, Clock::now() + std::chrono::seconds(1)));
+  // A second connection that claims our prev's rank, already queued or under way, fails the
+  // job too; give those a moment to finish their handshake.
+  const auto drain_until = std::min(deadline, Clock::now() + std::chrono::seconds(1));
+  while (take_connection()) {
+  }
+  while (!pending.empty() && Clock::now() < drain_until) {
+    std::vector<pollfd> fds = {{wake_.get(), POLLIN, 0}};
+    for (const Incoming& in : pending) fds.push_back({in.fd.get(), POLLIN, 0});
+    const auto left = std::chrono::ceil<std::chrono::milliseconds>(drain_until - Clock::now());
+    const int rc =
+        ::poll(fds.data(), fds.size(), static_cast<int>(std::max<int64_t>(left.count(), 0)));
+    if (rc < 0 && errno != EINTR) CORTADO_THROW(kComm, "poll failed: {}", ErrnoText(errno));
+    if (fds[0].revents != 0) CORTADO_THROW(kAborted, "{}: aborted during set-up", self);
+    advance_pending(fds, 1, drain_until);
   }
 }
 
-bool TcpCommunicator::HandleIncoming(UniqueFd conn, Clock::time_point deadline) {
-  PrepareStreamSocket(conn.get());
-  const std::string from = PeerAddress(conn.get());
+void TcpCommunicator::LogStray(const std::string& address, const std::string& why) {
+  if (stray_logged_) return;
+  stray_logged_ = true;
+  CORTADO_LOG_WARN(
+      "rank {}: ignoring a connection from {} that is not a Cortado peer ({}); others during "
+      "this set-up are ignored without a message",
+      rank(), address, why);
+}
+
+void TcpCommunicator::Refuse(int fd, int to, const std::string& why, Clock::time_point deadline) {
+  Handshake refusal = Ours(kRefuse, to);
+  refusal.message = why.substr(0, kMaxHandshakeString);
+  const std::string bytes = Encode(refusal);
+  SendAllBy(fd, bytes.data(), bytes.size(),
+            std::min(deadline, Clock::now() + std::chrono::seconds(1)), wake_.get());
+}
+
+TcpCommunicator::Step TcpCommunicator::AdvanceIncoming(Incoming* in, Clock::time_point deadline) {
   Handshake h;
-  const auto hello_deadline =
-      std::min(deadline, Clock::now() + std::chrono::duration_cast<Clock::duration>(
-                                            std::chrono::duration<double>(kHelloWaitS)));
-  const int err = ReadHandshake(conn.get(), hello_deadline, wake_.get(), &h);
+  const int err =
+      ReadHandshake(in->fd.get(), std::min(deadline, SecondsFromNow(kHelloWaitS)), wake_.get(), &h);
   if (err == ECANCELED) CORTADO_THROW(kAborted, "rank {}: aborted during set-up", rank());
-  if (err == EPROTO && h.magic == kMagic) {
+  if (err == EPROTO && h.magic == kMagic && h.version != kVersion) {
     CORTADO_THROW(kComm,
                   "a peer at {} speaks the tcp communicator's protocol version {}; rank {} "
                   "speaks version {} (mixed Cortado versions?)",
-                  from, h.version, rank(), kVersion);
+                  in->address, h.version, rank(), kVersion);
   }
-  if (err != 0 || h.kind != kHello) {
-    CORTADO_LOG_WARN("rank {}: ignoring a connection from {} that is not a Cortado peer ({})",
-                     rank(), from, err != 0 ? ErrnoText(err) : "not a hello");
-    return false;
+  if (!in->hello) {
+    if (err != 0 || h.kind != kHello) {
+      LogStray(in->address, err != 0 ? ErrnoText(err) : "not a hello");
+      return Step::kDrop;
+    }
+    // Answer whatever the hello says: the fields are checked once the peer has proved that it
+    // knows the token, so that a peer of another job hears about the token and nothing else.
+    in->accept = Ours(kAccept, prev_);
+    in->accept.nonce = FreshNonce();
+    in->accept.mac = HandshakeMac(token_, kAcceptLabel, h, in->accept);
+    const std::string bytes = Encode(in->accept);
+    if (const int send_err =
+            SendAllBy(in->fd.get(), bytes.data(), bytes.size(), deadline, wake_.get())) {
+      if (send_err == ECANCELED) CORTADO_THROW(kAborted, "rank {}: aborted during set-up", rank());
+      LogStray(in->address, "gone before the accept: " + ErrnoText(send_err));
+      return Step::kDrop;
+    }
+    in->hello = h;
+    return Step::kKeep;
   }
-  const std::string claimed = fmt::format("rank {} at {}", h.from, from);
+  const Handshake& hello = *in->hello;
+  const std::string claimed = fmt::format("rank {} at {}", hello.from, in->address);
+  if (err != 0) {
+    LogStray(in->address, "no confirm: " + ErrnoText(err));
+    return Step::kDrop;
+  }
+  if (h.kind == kRefuse) {
+    CORTADO_THROW(kComm, "{} refused the connection: {}", claimed, h.message);
+  }
+  if (h.kind != kConfirm) {
+    LogStray(in->address, "not a confirm");
+    return Step::kDrop;
+  }
+  const int from = static_cast<int>(hello.from);
   std::string why;
-  if (h.token != token_) {
+  if (!MacMatches(HandshakeMac(token_, kConnectLabel, hello, in->accept), h.mac)) {
     why = fmt::format("{} belongs to another job (token mismatch)", claimed);
-  } else if (h.attempt != attempt_) {
-    why = fmt::format("attempt mismatch: {} has attempt {}, rank {} has {}", claimed, h.attempt,
+  } else if (hello.attempt != attempt_) {
+    why = fmt::format("attempt mismatch: {} has attempt {}, rank {} has {}", claimed, hello.attempt,
                       rank(), attempt_);
-  } else if (h.world != static_cast<uint32_t>(size())) {
-    why = fmt::format("{} says the world has {} ranks, rank {} has {}", claimed, h.world, rank(),
-                      size());
-  } else if (h.to != static_cast<uint32_t>(rank())) {
-    why = fmt::format("{} believes it connected to rank {}, but {} is rank {}", claimed, h.to,
+  } else if (hello.world != static_cast<uint32_t>(size())) {
+    why = fmt::format("{} says the world has {} ranks, rank {} has {}", claimed, hello.world,
+                      rank(), size());
+  } else if (hello.to != static_cast<uint32_t>(rank())) {
+    why = fmt::format("{} believes it connected to rank {}, but {} is rank {}", claimed, hello.to,
                       peers_[rank()].ToString(), rank());
-  } else if (h.from != static_cast<uint32_t>(prev_)) {
+  } else if (from != prev_) {
     why = fmt::format("rank {} expected rank {} but rank {} connected from {}", rank(), prev_,
-                      h.from, from);
+                      hello.from, in->address);
   } else if (recv_.valid()) {
     why = fmt::format("duplicated rank {}: a second connection from {} claims to be rank {}",
-                      h.from, from, h.from);
+                      hello.from, in->address, hello.from);
   }
   if (!why.empty()) {
-    Handshake refusal = Ours(kRefuse, static_cast<int>(h.from));
-    refusal.message = why;
-    const std::string bytes = Encode(refusal);
-    SendAllBy(conn.get(), bytes.data(), bytes.size(),
-              std::min(deadline, Clock::now() + std::chrono::seconds(1)), wake_.get());
+    Refuse(in->fd.get(), from, why, deadline);
     CORTADO_THROW(kComm, "{}", why);
   }
-  const std::string accept = Encode(Ours(kAccept, prev_));
+  const std::string ready = Encode(Ours(kReady, prev_));
   if (const int send_err =
-          SendAllBy(conn.get(), accept.data(), accept.size(), deadline, wake_.get())) {
+          SendAllBy(in->fd.get(), ready.data(), ready.size(), deadline, wake_.get())) {
     if (send_err == ECANCELED) CORTADO_THROW(kAborted, "rank {}: aborted during set-up", rank());
     CORTADO_THROW(kComm, "rank {}: cannot answer {}'s handshake ({})", rank(), Name(prev_),
                   ErrnoText(send_err));
   }
-  recv_ = std::move(conn);
-  return true;
+  recv_ = std::move(in->fd);
+  return Step::kPrev;
 }
 
-void TcpCommunicator::ReadAnswer(Clock::time_point deadline) {
+Handshake TcpCommunicator::ReadFromNext(Clock::time_point deadline) {
   const std::string next_at = fmt::format("rank {} at {}", next_, peers_[next_].ToString());
   Handshake h;
   const int err = ReadHandshake(send_.get(), deadline, wake_.get(), &h);
@@ -388,7 +579,7 @@ void TcpCommunicator::ReadAnswer(Clock::time_point deadline) {
   if (err == EPIPE || err == ECONNRESET) {
     CORTADO_THROW(kComm, "{} closed the connection during set-up", Name(next_));
   }
-  if (err == EPROTO && h.magic == kMagic) {
+  if (err == EPROTO && h.magic == kMagic && h.version != kVersion) {
     CORTADO_THROW(kComm,
                   "{} speaks the tcp communicator's protocol version {}; rank {} speaks version "
                   "{} (mixed Cortado versions?)",
@@ -397,8 +588,32 @@ void TcpCommunicator::ReadAnswer(Clock::time_point deadline) {
   if (err != 0) {
     CORTADO_THROW(kComm, "{} is not a Cortado peer ({})", next_at, ErrnoText(err));
   }
-  if (h.token != token_) {
-    CORTADO_THROW(kComm, "{} belongs to another job (token mismatch)", next_at);
+  if (h.kind == kRefuse) {
+    CORTADO_THROW(kComm, "{} refused the connection: {}", next_at, h.message);
+  }
+  return h;
+}
+
+void TcpCommunicator::ReadAccept(Clock::time_point deadline) {
+  const std::string next_at = fmt::format("rank {} at {}", next_, peers_[next_].ToString());
+  const Handshake h = ReadFromNext(deadline);
+  if (h.kind != kAccept) {
+    CORTADO_THROW(kComm, "{} is not a Cortado peer (it did not answer the hello)", next_at);
+  }
+  if (!MacMatches(HandshakeMac(token_, kAcceptLabel, hello_, h), h.mac)) {
+    const std::string why = fmt::format("{} belongs to another job (token mismatch)", next_at);
+    Refuse(send_.get(), next_, why, deadline);
+    CORTADO_THROW(kComm, "{}", why);
+  }
+  // The next rank knows the token: prove that we do too, and let it judge the rest.
+  next_accept_ = h;
+  Handshake confirm = Ours(kConfirm, next_);
+  confirm.mac = HandshakeMac(token_, kConnectLabel, hello_, h);
+  const std::string bytes = Encode(confirm);
+  if (const int err = SendAllBy(send_.get(), bytes.data(), bytes.size(), deadline, wake_.get())) {
+    if (err == ECANCELED) CORTADO_THROW(kAborted, "rank {}: aborted during set-up", rank());
+    CORTADO_THROW(kComm, "rank {}: cannot send the handshake to {} ({})", rank(), next_at,
+                  ErrnoText(err));
   }
   if (h.attempt != attempt_) {
     CORTADO_THROW(kComm, "attempt mismatch: {} has attempt {}, rank {} has {}", next_at, h.attempt,
@@ -408,13 +623,18 @@ void TcpCommunicator::ReadAnswer(Clock::time_point deadline) {
     CORTADO_THROW(kComm, "{} says the world has {} ranks, rank {} has {}", next_at, h.world, rank(),
                   size());
   }
-  if (h.kind == kRefuse) {
-    CORTADO_THROW(kComm, "{} refused the connection: {}", next_at, h.message);
+}
+
+void TcpCommunicator::ReadVerdict(Clock::time_point deadline) {
+  const Handshake h = ReadFromNext(deadline);
+  const Handshake& accept = next_accept_;
+  if (h.kind != kReady) {
+    CORTADO_THROW(kComm, "rank {} at {} is not a Cortado peer (it did not answer the confirm)",
+                  next_, peers_[next_].ToString());
   }
-  if (h.kind != kAccept || h.from != static_cast<uint32_t>(next_) ||
-      h.to != static_cast<uint32_t>(rank())) {
+  if (accept.from != static_cast<uint32_t>(next_) || accept.to != static_cast<uint32_t>(rank())) {
     CORTADO_THROW(kComm, "rank {} expected rank {} at {} but rank {} answered (for rank {})",
-                  rank(), next_, peers_[next_].ToString(), h.from, h.to);
+                  rank(), next_, peers_[next_].ToString(), accept.from, accept.to);
   }
 }
 

@@ -6,7 +6,7 @@
 // ring.hpp.
 //
 // CreateCommunicator({.backend = "tcp", ...}) listens on the port of peers[rank], bound to that
-// entry's host address (any address when the host is not one of this machine's). When the
+// entry's host address, which must be one of this machine's (never every interface). When the
 // ports are not known in advance (Spark: every task opens an ephemeral port, then the tasks
 // exchange addresses), open the listener first and hand it over:
 //
@@ -28,10 +28,11 @@ namespace cortado::comm {
 // is connected. Not thread-safe; owns the socket.
 class TcpListener {
  public:
-  // Listens on `host`:`port`; host is an IPv4 address or hostname of this machine ("0.0.0.0":
-  // every interface; a name that resolves to no local address falls back to every interface),
-  // port 0 picks a free ephemeral port. kInvalidArgument for a bad host or port, kComm when
-  // the port cannot be bound (in use).
+  // Listens on `host`:`port`, bound to that address only; host is an IPv4 address or hostname
+  // of this machine, the one the other ranks reach it at; port 0 picks a free ephemeral port.
+  // kInvalidArgument for a bad host or port, or for 0.0.0.0 (every interface); kComm when the
+  // host is not an address of this machine (its name resolves elsewhere: NAT, a container's
+  // outside name) or the port cannot be bound (in use).
   static std::unique_ptr<TcpListener> Open(const std::string& host, int port);
 
   TcpListener(const TcpListener&) = delete;
@@ -57,8 +58,9 @@ class TcpListener {
 // be the one in options.peers[options.rank]); blocks until the ring is connected or
 // options.connect_timeout_s has passed (kTimeout naming the rank it could not reach). With one
 // rank the listener may be null. kInvalidArgument for bad options (peers not one "host:port" per
-// rank, naming the entry and its index); kComm when a peer belongs to another job (token or
-// attempt differs), counts another world size, or claims the wrong rank.
+// rank, naming the entry and its index); kComm when a peer belongs to another job (it cannot
+// prove that it knows options.token; the token itself never travels), has another attempt,
+// counts another world size, or claims the wrong rank.
 std::unique_ptr<Communicator> CreateTcpCommunicator(const CommOptions& options,
                                                     std::unique_ptr<TcpListener> listener);
 
