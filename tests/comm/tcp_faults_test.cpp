@@ -5,6 +5,7 @@
 // communicator rethrows its first error.
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/socket.h>
 
 #include <chrono>
 #include <future>
@@ -83,6 +84,22 @@ TEST(TcpSocketTest, ListenerPicksAFreePortAndABusyPortFails) {
   EXPECT_TRUE(Contains(message, "cannot listen on 127.0.0.1:" + std::to_string(listener->port())));
   EXPECT_TRUE(Contains(message, "in use"));
   ErrorOf([] { TcpListener::Open("127.0.0.1", 70000); }, ErrorCode::kInvalidArgument);
+}
+
+TEST(TcpSocketTest, ListenerBindsTheGivenAddressOnly) {
+  auto listener = TcpListener::Open("127.0.0.1", 0);
+  sockaddr_in bound{};
+  socklen_t len = sizeof(bound);
+  ASSERT_EQ(::getsockname(listener->fd(), reinterpret_cast<sockaddr*>(&bound), &len), 0);
+  EXPECT_EQ(FormatSockaddr(bound), "127.0.0.1:" + std::to_string(listener->port()));
+  // 192.0.2.1 (TEST-NET-1) is nobody's address: bound, never connected to.
+  const std::string message = ErrorOf([] { TcpListener::Open("192.0.2.1", 0); }, ErrorCode::kComm);
+  EXPECT_TRUE(Contains(message,
+                       "cannot listen on 192.0.2.1:0: 192.0.2.1 is not an address of "
+                       "this machine; give one of this machine's own addresses"));
+  EXPECT_TRUE(
+      Contains(ErrorOf([] { TcpListener::Open("0.0.0.0", 0); }, ErrorCode::kInvalidArgument),
+               "0.0.0.0 is every interface"));
 }
 
 TEST(TcpFaultTest, BadPeersAreRejectedNamingTheEntry) {

@@ -32,8 +32,9 @@ public final class NativeComm {
   public static native String[] backends();
 
   /**
-   * Opens a listening TCP socket on {@code host} (an address or name of this machine; one that
-   * is not falls back to every interface), on a free port; returns its handle.
+   * Opens a listening TCP socket on {@code host} (an address or name of this machine, bound to
+   * that address only; one that is not an address of this machine is refused), on a free port;
+   * returns its handle.
    */
   public static native long listen(String host);
 
