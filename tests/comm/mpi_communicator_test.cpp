@@ -12,6 +12,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <memory>
 #include <string>
 #include <thread>
@@ -19,6 +20,7 @@
 
 #include "comm/communicator.hpp"
 #include "core/config.hpp"
+#include "core/error.hpp"
 #include "support/spawn_ranks.hpp"
 
 #if CORTADO_WITH_MPI
@@ -123,27 +125,54 @@ TEST(MpiJoinTest, WithoutAnOmpiServerTheErrorSaysWhatToDo) {
       << outcomes[0].error;
 }
 
+// An ompi-server of the test's own, stopped when destroyed; uri() is what ranks set
+// OMPI_MCA_pmix_server_uri to (without "file:").
+class OmpiServer {
+ public:
+  explicit OmpiServer(const std::string& name)
+      : dir_(std::filesystem::temp_directory_path() /
+             ("cortado-" + name + "-" + std::to_string(getpid()))) {
+    std::filesystem::create_directories(dir_);
+    uri_ = dir_ / "uri";
+    pid_ = fork();
+    if (pid_ == 0) {
+      execlp("ompi-server", "ompi-server", "--no-daemonize", "--report-uri", uri_.c_str(),
+             static_cast<char*>(nullptr));
+      _exit(127);
+    }
+    for (int i = 0; i < 100; ++i) {
+      if (std::filesystem::exists(uri_) && std::filesystem::file_size(uri_) > 0) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+  }
+  ~OmpiServer() {
+    if (pid_ > 0) {
+      kill(pid_, SIGTERM);
+      waitpid(pid_, nullptr, 0);
+    }
+    std::filesystem::remove_all(dir_);
+  }
+  OmpiServer(const OmpiServer&) = delete;
+  OmpiServer& operator=(const OmpiServer&) = delete;
+
+  bool started() const { return pid_ > 0 && std::filesystem::exists(uri_); }
+  const std::string& uri() const { return uri_; }
+  const std::filesystem::path& dir() const { return dir_; }
+
+ private:
+  std::filesystem::path dir_;
+  std::string uri_;
+  pid_t pid_ = -1;
+};
+
+bool HaveOmpiServer() { return std::system("command -v ompi-server > /dev/null 2>&1") == 0; }
+
 TEST(MpiJoinTest, ThreeProcessesJoinThroughOmpiServer) {
   if (UnderMpirun()) GTEST_SKIP() << "runs outside mpirun";
-  if (std::system("command -v ompi-server > /dev/null 2>&1") != 0) {
-    GTEST_SKIP() << "no ompi-server (openmpi-bin)";
-  }
-  const std::filesystem::path dir =
-      std::filesystem::temp_directory_path() / ("cortado-ompi-server-" + std::to_string(getpid()));
-  std::filesystem::create_directories(dir);
-  const std::string uri = dir / "uri";
-  const pid_t server = fork();
-  ASSERT_GE(server, 0);
-  if (server == 0) {
-    execlp("ompi-server", "ompi-server", "--no-daemonize", "--report-uri", uri.c_str(),
-           static_cast<char*>(nullptr));
-    _exit(127);
-  }
-  for (int i = 0; i < 100; ++i) {
-    if (std::filesystem::exists(uri) && std::filesystem::file_size(uri) > 0) break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
-  ASSERT_TRUE(std::filesystem::exists(uri)) << "ompi-server wrote no URI";
+  if (!HaveOmpiServer()) GTEST_SKIP() << "no ompi-server (openmpi-bin)";
+  OmpiServer server("ompi-server");
+  ASSERT_TRUE(server.started()) << "ompi-server wrote no URI";
+  const std::string uri = server.uri();
   const std::string token = "join-test-" + std::to_string(getpid());
   const std::vector<testing::RankOutcome> outcomes = testing::RunRanksAsProcesses(
       3,
@@ -191,11 +220,70 @@ TEST(MpiJoinTest, ThreeProcessesJoinThroughOmpiServer) {
         CORTADO_THROW(kInternal, "the aborted communicator still works");
       },
       90);
-  kill(server, SIGTERM);
-  waitpid(server, nullptr, 0);
-  std::filesystem::remove_all(dir);
   for (const auto& outcome : outcomes) {
     EXPECT_TRUE(outcome.ok) << testing::Describe(outcomes);
+  }
+}
+
+TEST(MpiJoinTest, ARankThatNeverJoinsIsNamedWithinTheTimeout) {
+  if (UnderMpirun()) GTEST_SKIP() << "runs outside mpirun";
+  if (!HaveOmpiServer()) GTEST_SKIP() << "no ompi-server (openmpi-bin)";
+  constexpr double kTimeoutS = 4;
+  // Rank 2 missing: ranks 0 and 1 wait in MPI_Comm_accept. Rank 1 missing: rank 0 waits in
+  // the accept, rank 2 for its turn.
+  for (const int missing : {2, 1}) {
+    SCOPED_TRACE("rank " + std::to_string(missing) + " missing");
+    OmpiServer server("ompi-missing-" + std::to_string(missing));
+    ASSERT_TRUE(server.started()) << "ompi-server wrote no URI";
+    const std::string token = "missing-test-" + std::to_string(getpid());
+    const std::vector<int> started = missing == 2 ? std::vector<int>{0, 1} : std::vector<int>{0, 2};
+    const std::vector<testing::RankOutcome> outcomes = testing::RunRanksAsProcesses(
+        2,
+        [&](int index) -> std::string {
+          const int rank = started[index];
+          setenv("OMPI_MCA_pmix_server_uri", ("file:" + server.uri()).c_str(), 1);
+          comm::CommOptions options;
+          options.backend = "mpi";
+          options.world_size = 3;
+          options.rank = rank;
+          options.token = token;
+          options.connect_timeout_s = kTimeoutS;
+          const auto start = std::chrono::steady_clock::now();
+          std::string report;
+          try {
+            comm::CreateCommunicator(options);
+            report = "joined";
+          } catch (const Error& e) {
+            const double seconds =
+                std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+            report = std::string(ErrorCodeName(e.code())) + "|" + std::to_string(seconds) + "|" +
+                     e.what();
+          }
+          // Leave as a process ends normally (atexit handlers, static destructors), with a
+          // thread still blocked in MPI_Comm_accept: the report goes through a file.
+          std::ofstream(server.dir() / ("rank-" + std::to_string(rank))) << report;
+          std::exit(0);
+        },
+        60);
+    for (size_t index = 0; index < started.size(); ++index) {
+      const int rank = started[index];
+      SCOPED_TRACE("rank " + std::to_string(rank));
+      EXPECT_EQ(outcomes[index].error, "exited with status 0 without a report")
+          << "the process did not exit normally";
+      std::ifstream file(server.dir() / ("rank-" + std::to_string(rank)));
+      const std::string report((std::istreambuf_iterator<char>(file)),
+                               std::istreambuf_iterator<char>());
+      const size_t bar1 = report.find('|');
+      const size_t bar2 = report.find('|', bar1 + 1);
+      ASSERT_NE(bar2, std::string::npos) << report;
+      EXPECT_EQ(report.substr(0, bar1), "timeout") << report;
+      EXPECT_LT(std::stod(report.substr(bar1 + 1, bar2 - bar1 - 1)), kTimeoutS + 5) << report;
+      const std::string message = report.substr(bar2 + 1);
+      EXPECT_NE(message.find("rank " + std::to_string(missing) +
+                             " did not join the mpi communicator within 4 s"),
+                std::string::npos)
+          << message;
+    }
   }
 }
 

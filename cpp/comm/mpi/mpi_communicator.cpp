@@ -7,8 +7,10 @@
 #include <atomic>
 #include <chrono>
 #include <climits>
+#include <condition_variable>
 #include <cstdint>
 #include <cstdlib>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <thread>
@@ -77,6 +79,48 @@ void CheckServer() {
                   "--report-uri FILE` and set OMPI_MCA_pmix_server_uri=file:FILE in every rank's "
                   "environment (or start the job with mpirun, or use the tcp backend)");
   }
+}
+
+// Runs `call` (a blocking MPI call that yields a communicator, such as MPI_Comm_accept) on a
+// thread of its own and waits for it up to `timeout_s`. Returns true with `*code` and `*result`
+// when it ended in time; false when it did not. MPI cannot cancel an accept or a connect, so the
+// thread is then left behind, detached and blocked in the call: it owns what it touches (the
+// shared state below), ends if the peer ever comes, and does not keep
+// the process from exiting. MPI is not finalised at exit afterwards (g_broken), since finalising
+// would wait for the call.
+bool CallWithin(double timeout_s, std::function<int(MPI_Comm*)> call, int* code, MPI_Comm* result) {
+  struct State {
+    std::mutex mutex;
+    std::condition_variable done_cv;
+    bool done = false;
+    bool abandoned = false;
+    int code = MPI_SUCCESS;
+    MPI_Comm result = MPI_COMM_NULL;
+  };
+  auto state = std::make_shared<State>();
+  std::thread([state, call = std::move(call)] {
+    MPI_Comm got = MPI_COMM_NULL;
+    const int rc = call(&got);
+    std::lock_guard<std::mutex> lock(state->mutex);
+    // Too late: whoever waited has failed, and what the call got is left alone (the peer's
+    // next step fails on its own timeout).
+    if (state->abandoned) return;
+    state->code = rc;
+    state->result = got;
+    state->done = true;
+    state->done_cv.notify_all();
+  }).detach();
+  std::unique_lock<std::mutex> lock(state->mutex);
+  const bool in_time = state->done_cv.wait_for(lock, std::chrono::duration<double>(timeout_s),
+                                               [&] { return state->done; });
+  if (!in_time) {
+    state->abandoned = true;
+    g_broken.store(true);
+    return false;
+  }
+  *code = state->code;
+  *result = state->result;
+  return true;
 }
 
 class MpiCommunicator final : public Communicator {
@@ -201,12 +245,32 @@ class MpiCommunicator final : public Communicator {
     // before each accept. (Open MPI 4.1 singletons that connect to one port at the same time
     // can hang in the accept.)
     auto turn = [&](int r) { return service + "-turn-" + std::to_string(r); };
+    const double timeout_s = options_.connect_timeout_s;
     if (rank() != 0) {
-      LookUp(turn(rank()));
-      Check(MPI_Comm_connect(port.c_str(), MPI_INFO_NULL, 0, MPI_COMM_SELF, &inter),
-            "connecting to rank 0's port " + port);
-      Check(MPI_Intercomm_merge(inter, /*high=*/1, &group), "MPI_Intercomm_merge");
-      MPI_Comm_free(&inter);
+      LookUpTurn(turn, rank());
+      // Connect and merge on a helper thread: neither has a timeout of its own, and rank 0 may
+      // have given up (or gone) since it published our turn.
+      int code = MPI_SUCCESS;
+      const std::string where = port;
+      if (!CallWithin(
+              timeout_s,
+              [where](MPI_Comm* merged) {
+                MPI_Comm joined = MPI_COMM_NULL;
+                const int rc =
+                    MPI_Comm_connect(where.c_str(), MPI_INFO_NULL, 0, MPI_COMM_SELF, &joined);
+                if (rc != MPI_SUCCESS) return rc;
+                const int merge_rc = MPI_Intercomm_merge(joined, /*high=*/1, merged);
+                MPI_Comm_free(&joined);
+                return merge_rc;
+              },
+              &code, &group)) {
+        broken_ = true;
+        CORTADO_THROW(kTimeout,
+                      "rank {}: the ranks already joined did not take rank {} into the mpi "
+                      "communicator within {} s (connecting to rank 0's port {})",
+                      rank(), rank(), timeout_s, port);
+      }
+      Check(code, "connecting to rank 0's port " + port);
       MPI_Comm_size(group, &members);
     }
     while (members < size()) {
@@ -215,7 +279,25 @@ class MpiCommunicator final : public Communicator {
         Check(MPI_Publish_name(turn(members).c_str(), MPI_INFO_NULL, port.c_str()),
               "MPI_Publish_name at the ompi-server (OMPI_MCA_pmix_server_uri)");
       }
-      Check(MPI_Comm_accept(port.c_str(), MPI_INFO_NULL, 0, group, &inter), "MPI_Comm_accept");
+      // MPI_Comm_accept has no timeout and cannot be cancelled: wait for it on a helper thread,
+      // which stays blocked in it if the joiner never comes (see CallWithin).
+      int code = MPI_SUCCESS;
+      const std::string where = port;
+      const MPI_Comm members_group = group;
+      if (!CallWithin(
+              timeout_s,
+              [where, members_group](MPI_Comm* accepted) {
+                return MPI_Comm_accept(where.c_str(), MPI_INFO_NULL, 0, members_group, accepted);
+              },
+              &code, &inter)) {
+        broken_ = true;
+        CORTADO_THROW(kTimeout,
+                      "rank {}: rank {} did not join the mpi communicator within {} s (the ranks "
+                      "join in rank order; a thread of this process stays blocked in "
+                      "MPI_Comm_accept, which MPI cannot cancel)",
+                      rank(), members, timeout_s);
+      }
+      Check(code, "MPI_Comm_accept");
       if (rank() == 0) MPI_Unpublish_name(turn(members).c_str(), MPI_INFO_NULL, port.c_str());
       Check(MPI_Intercomm_merge(inter, /*high=*/0, &merged), "MPI_Intercomm_merge");
       MPI_Comm_free(&inter);
@@ -240,6 +322,41 @@ class MpiCommunicator final : public Communicator {
     }
     Check(MPI_Comm_split(group, 0, rank(), &comm_), "MPI_Comm_split");
     if (group != MPI_COMM_SELF) MPI_Comm_free(&group);
+  }
+
+  // Waits until rank 0 publishes that it is rank `me`'s turn to join. When it does not within
+  // connect_timeout_s, the error names the rank whose turn it was while we waited (a rank that
+  // did not join), when the server said.
+  template <typename Turn>
+  void LookUpTurn(const Turn& turn, int me) {
+    const auto deadline =
+        Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                           std::chrono::duration<double>(options_.connect_timeout_s));
+    char port[MPI_MAX_PORT_NAME] = {};
+    int awaited = -1;  // the last turn seen published before ours
+    for (int i = 0;; ++i) {
+      if (MPI_Lookup_name(turn(me).c_str(), MPI_INFO_NULL, port) == MPI_SUCCESS) return;
+      if (Clock::now() > deadline) break;
+      if (i % 10 == 0) {  // about once a second: whose turn is it?
+        for (int k = me - 1; k >= 1; --k) {
+          if (MPI_Lookup_name(turn(k).c_str(), MPI_INFO_NULL, port) == MPI_SUCCESS) {
+            awaited = k;
+            break;
+          }
+        }
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    if (awaited > 0) {
+      CORTADO_THROW(kTimeout,
+                    "rank {}: rank {} did not join the mpi communicator within {} s (the ranks "
+                    "join in rank order; rank 0 was awaiting rank {})",
+                    me, awaited, options_.connect_timeout_s, awaited);
+    }
+    CORTADO_THROW(kTimeout,
+                  "rank {}: rank 0 did not publish '{}' at the ompi-server within {} s (a rank "
+                  "before {} did not join?)",
+                  me, turn(me), options_.connect_timeout_s, me);
   }
 
   std::string LookUp(const std::string& service) {

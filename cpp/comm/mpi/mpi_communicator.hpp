@@ -16,8 +16,12 @@
 // before each accept rank 0 publishes "cortado-<token>-<attempt>-turn-<k>", which rank k
 // awaits before it connects, because Open MPI 4.1 singletons connecting to one port at the
 // same time could leave the accept hanging. The group is finally ordered by the requested
-// ranks (MPI_Comm_split). MPI has no timeout for accept and connect:
-// once the port is known, a rank that never comes leaves the others waiting in the join.
+// ranks (MPI_Comm_split). MPI has no timeout for accept and connect, and cannot cancel them:
+// they run on a helper thread, and when one has not ended after connect_timeout_s the join fails
+// with kTimeout naming the rank that did not join (the ranks waiting for their turn behind it
+// name it too). The helper thread is then left detached, blocked in the call; it does not keep
+// the process (a JVM) from exiting, but MPI is not finalised at exit any more, and later MPI use
+// in the process needs MPI_THREAD_MULTIPLE (which Open MPI provides).
 //
 // Collectives are MPI's non-blocking ones (MPI_Iallreduce, ...), polled with MPI_Test so that
 // CommOptions::timeout_s and Abort end a call that a lost peer would keep forever; the
