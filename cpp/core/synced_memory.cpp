@@ -1,13 +1,17 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "core/synced_memory.hpp"
 
+#include <unistd.h>
+
 #include <atomic>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <utility>
 
 #include "core/config.hpp"
 #include "core/error.hpp"
+#include "core/host_memory.hpp"
 #include "core/logging.hpp"
 
 #if CORTADO_WITH_CUDA
@@ -21,8 +25,25 @@ constexpr size_t kAlignment = 64;
 
 std::atomic<size_t> host_allocated{0};
 std::atomic<size_t> host_peak{0};
+std::atomic<size_t> host_limit{0};  // 0: the physical memory
+
+size_t PhysicalMemoryBytes() {
+  const long pages = ::sysconf(_SC_PHYS_PAGES);
+  const long page_size = ::sysconf(_SC_PAGE_SIZE);
+  if (pages <= 0 || page_size <= 0) return SIZE_MAX;
+  return static_cast<size_t>(pages) * static_cast<size_t>(page_size);
+}
 
 void* AllocateHost(size_t bytes) {
+  const size_t limit = HostMemoryLimit();
+  const size_t held = host_allocated.load();
+  if (bytes > limit || held > limit - bytes) {
+    CORTADO_THROW(kOutOfMemory,
+                  "cannot allocate {} bytes of host memory: tensors already hold {} bytes and "
+                  "the limit is {} bytes ({})",
+                  bytes, held, limit,
+                  host_limit.load() == 0 ? "this machine's memory" : "SetHostMemoryLimit");
+  }
   size_t rounded = (bytes + kAlignment - 1) / kAlignment * kAlignment;
   void* ptr = std::aligned_alloc(kAlignment, rounded == 0 ? kAlignment : rounded);
   if (ptr == nullptr) {
@@ -99,6 +120,15 @@ SyncedMemory::SyncedMemory(std::shared_ptr<SyncedMemory> parent, size_t offset, 
 size_t HostAllocatedBytes() { return host_allocated.load(); }
 size_t HostPeakAllocatedBytes() { return host_peak.load(); }
 void ResetHostPeakAllocatedBytes() { host_peak.store(host_allocated.load()); }
+
+void SetHostMemoryLimit(size_t bytes) { host_limit.store(bytes); }
+
+size_t HostMemoryLimit() {
+  const size_t limit = host_limit.load();
+  if (limit != 0) return limit;
+  static const size_t physical = PhysicalMemoryBytes();
+  return physical;
+}
 
 SyncedMemory::~SyncedMemory() {
   FreeHost(host_, bytes_);

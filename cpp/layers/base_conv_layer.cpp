@@ -2,6 +2,8 @@
 #include "layers/base_conv_layer.hpp"
 
 #include <algorithm>
+#include <climits>
+#include <cstdint>
 #include <cstring>
 #include <memory>
 
@@ -88,10 +90,27 @@ std::vector<int> ReadAxisValues(const std::string& layer, const char* field, con
   return result;
 }
 
-int Product(const std::vector<int>& v, size_t begin = 0) {
-  int p = 1;
-  for (size_t i = begin; i < v.size(); ++i) p *= v[i];
+int64_t Product64(const std::vector<int>& v, size_t begin = 0) {
+  int64_t p = 1;
+  for (size_t i = begin; i < v.size(); ++i) {
+    p *= v[i];
+    if (p > INT_MAX) return int64_t{INT_MAX} + 1;  // saturates: the callers refuse it
+  }
   return p;
+}
+
+// The product of v[begin:] as an int; kInvalidArgument naming `owner()`, `what` and the shape
+// when it exceeds INT_MAX (sizes of one image that the column buffers and GEMMs index with ints).
+// `owner` is called only then.
+template <typename Owner>
+int CheckedProduct(const std::vector<int>& v, Owner&& owner, const char* what, size_t begin = 0) {
+  const int64_t p = Product64(v, begin);
+  if (p > INT_MAX) {
+    const std::vector<int> dims(v.begin() + static_cast<std::ptrdiff_t>(begin), v.end());
+    CORTADO_THROW(kInvalidArgument, "{}: {} [{}] has more than INT_MAX ({}) elements", owner(),
+                  what, fmt::join(dims, " "), INT_MAX);
+  }
+  return static_cast<int>(p);
 }
 
 // The wide column matrices hold `count` images side by side: a rows x (count * cols) matrix
@@ -184,7 +203,8 @@ void BaseConvolutionLayer::Setup(const std::vector<Tensor*>& bottom,
 
   std::vector<int> weight_shape = {conv_out_channels_, conv_in_channels_ / group_};
   weight_shape.insert(weight_shape.end(), kernel_shape_.begin(), kernel_shape_.end());
-  kernel_dim_ = Product(weight_shape, 1);
+  kernel_dim_ = CheckedProduct(
+      weight_shape, [&] { return Describe(); }, "a filter of shape", 1);
   const std::vector<int> bias_shape = {num_output_};
   const size_t num_blobs = bias_term_ ? 2 : 1;
   if (!blobs_.empty()) {
@@ -249,15 +269,22 @@ void BaseConvolutionLayer::Reshape(const std::vector<Tensor*>& bottom,
 
   const std::vector<int>& conv_in_spatial = reverse_dimensions() ? output_shape_ : input_shape_;
   const std::vector<int>& conv_out_spatial = reverse_dimensions() ? input_shape_ : output_shape_;
-  conv_in_spatial_dim_ = Product(conv_in_spatial);
-  conv_out_spatial_dim_ = Product(conv_out_spatial);
+  // One image's input, output and column buffer are indexed with ints (as in Caffe): a batch of
+  // 0 images leaves the tops empty, so only these products can catch an image too large.
+  const auto me = [&] { return Describe() + " with bottom " + in.ShapeString(); };
   conv_input_shape_ = {conv_in_channels_};
   conv_input_shape_.insert(conv_input_shape_.end(), conv_in_spatial.begin(), conv_in_spatial.end());
+  std::vector<int> conv_output_shape = {conv_out_channels_};
+  conv_output_shape.insert(conv_output_shape.end(), conv_out_spatial.begin(),
+                           conv_out_spatial.end());
   col_shape_ = {kernel_dim_ * group_};
   col_shape_.insert(col_shape_.end(), conv_out_spatial.begin(), conv_out_spatial.end());
-  conv_input_dim_ = conv_in_channels_ * conv_in_spatial_dim_;
-  conv_output_dim_ = conv_out_channels_ * conv_out_spatial_dim_;
-  out_spatial_dim_ = Product(output_shape_);
+  conv_input_dim_ = CheckedProduct(conv_input_shape_, me, "an input image of shape");
+  conv_output_dim_ = CheckedProduct(conv_output_shape, me, "an output image of shape");
+  CheckedProduct(col_shape_, me, "the column buffer of one image, of shape");
+  conv_in_spatial_dim_ = CheckedProduct(conv_in_spatial, me, "an input plane of shape");
+  conv_out_spatial_dim_ = CheckedProduct(conv_out_spatial, me, "an output plane of shape");
+  out_spatial_dim_ = CheckedProduct(output_shape_, me, "an output plane of shape");
 }
 
 int BaseConvolutionLayer::ChunkSize(int num) const {

@@ -3,9 +3,12 @@
 
 #include <algorithm>
 #include <climits>
+#include <cmath>
+#include <cstdlib>
 #include <set>
 
 #include "core/error.hpp"
+#include "core/host_memory.hpp"
 #include "core/logging.hpp"
 #include "io/hdf5_io.hpp"
 #include "io/proto_io.hpp"
@@ -15,6 +18,27 @@
 
 namespace cortado {
 namespace {
+
+// Weights holding NaN or infinity come from a damaged file or a diverged run; either way the net
+// cannot use them. CORTADO_ALLOW_NONFINITE_LOSS=1 (which lets training go on through a
+// non-finite loss) lets them load too.
+void CheckFinite(const Tensor& blob, const std::string& layer, const char* type, int index) {
+  static const bool allowed = [] {
+    const char* value = std::getenv("CORTADO_ALLOW_NONFINITE_LOSS");
+    return value != nullptr && std::string(value) == "1";
+  }();
+  if (allowed) return;
+  const float* data = blob.cpu_data();
+  for (int i = 0; i < blob.count(); ++i) {
+    if (!std::isfinite(data[i])) {
+      CORTADO_THROW(kInvalidArgument,
+                    "copying weights into layer '{}' ({}): blob {} holds {} at index {}: the file "
+                    "is damaged or comes from a diverged run (CORTADO_ALLOW_NONFINITE_LOSS=1 "
+                    "loads it regardless)",
+                    layer, type, index, data[i], i);
+    }
+  }
+}
 
 std::string ShapesOf(const std::vector<Tensor*>& tensors, const std::vector<std::string>& names) {
   std::string out;
@@ -141,6 +165,20 @@ void Net::Init(const caffe::NetParameter& in_param) {
         fmt::format("{}: setting up {} with bottoms {}", name_.empty() ? "net" : name_,
                     DescribeLayer(layer_id), ShapesOf(bottom_vecs_[layer_id], bottom_names)),
         [&] { layer->Initialize(bottom_vecs_[layer_id], top_vecs_[layer_id]); });
+    // A top of more than the host memory tensors may hold is refused here, naming the layer,
+    // rather than when it is first used.
+    for (size_t top_id = 0; top_id < top_vecs_[layer_id].size(); ++top_id) {
+      const Tensor* top = top_vecs_[layer_id][top_id];
+      const double bytes = 2.0 * sizeof(float) * static_cast<double>(top->count());  // data, diff
+      if (bytes > static_cast<double>(HostMemoryLimit())) {
+        CORTADO_THROW(kOutOfMemory,
+                      "{}: {}: top '{}' has shape {}, which needs {:.0f} bytes (data and diff), "
+                      "more than the {} bytes of host memory tensors may hold",
+                      name_.empty() ? "net" : name_, DescribeLayer(layer_id),
+                      blob_names_[top_ids_[layer_id][top_id]], top->ShapeString(), bytes,
+                      HostMemoryLimit());
+      }
+    }
     for (int top_id = 0; top_id < static_cast<int>(top_vecs_[layer_id].size()); ++top_id) {
       const int blob_id = top_ids_[layer_id][top_id];
       if (static_cast<int>(blob_loss_weights_.size()) <= blob_id) {
@@ -380,7 +418,12 @@ float Net::ForwardFromTo(int start, int end) {
   CORTADO_CHECK(0 <= start && start <= end && end < static_cast<int>(layers_.size()) + 1);
   float loss = 0.0f;
   for (int i = start; i < end; ++i) {
-    loss += layers_[i]->Forward(bottom_vecs_[i], top_vecs_[i]);
+    try {
+      loss += layers_[i]->Forward(bottom_vecs_[i], top_vecs_[i]);
+    } catch (const Error& e) {
+      throw Error(e.code(), fmt::format("forward of {}: {}", DescribeLayer(i), e.what()), e.file(),
+                  e.line());
+    }
   }
   return loss;
 }
@@ -392,7 +435,12 @@ void Net::BackwardFromTo(int start, int end) {
   CORTADO_CHECK(start < static_cast<int>(layers_.size()) && end >= 0);
   for (int i = start; i >= end; --i) {
     if (layer_need_backward_[i]) {
-      layers_[i]->Backward(top_vecs_[i], bottom_need_backward_[i], bottom_vecs_[i]);
+      try {
+        layers_[i]->Backward(top_vecs_[i], bottom_need_backward_[i], bottom_vecs_[i]);
+      } catch (const Error& e) {
+        throw Error(e.code(), fmt::format("backward of {}: {}", DescribeLayer(i), e.what()),
+                    e.file(), e.line());
+      }
       if (!after_backward_.empty()) RunAfterBackward(i);
     }
   }
@@ -518,6 +566,7 @@ void Net::CopyTrainedLayersFrom(const caffe::NetParameter& trained) {
                       blobs[j]->ShapeString());
       }
       blobs[j]->FromProto(source.blobs(j), false);
+      CheckFinite(*blobs[j], source.name(), target->type(), j);
     }
   }
 }
