@@ -11,6 +11,7 @@
 
 #include "core/context.hpp"
 #include "core/error.hpp"
+#include "core/host_memory.hpp"
 #include "core/logging.hpp"
 #include "data/lmdb_db.hpp"
 #include "proto/caffe.pb.h"
@@ -20,35 +21,6 @@ namespace {
 
 constexpr uint32_t kImagesMagic = 0x00000803;
 constexpr uint32_t kLabelsMagic = 0x00000801;
-
-// Reads a whole file, inflating it when it is gzip-compressed (gzread passes plain files through).
-std::vector<uint8_t> ReadMaybeGzipped(const std::string& path) {
-  std::error_code ec;
-  if (!std::filesystem::is_regular_file(path, ec)) {
-    CORTADO_THROW(kNotFound, "IDX file '{}' does not exist or is not a regular file", path);
-  }
-  gzFile file = gzopen(path.c_str(), "rb");
-  if (file == nullptr) CORTADO_THROW(kIo, "cannot open IDX file '{}'", path);
-  gzbuffer(file, 1 << 17);
-  std::vector<uint8_t> bytes;
-  constexpr size_t kChunk = 1 << 20;
-  for (;;) {
-    const size_t old_size = bytes.size();
-    bytes.resize(old_size + kChunk);
-    const int got = gzread(file, bytes.data() + old_size, static_cast<unsigned>(kChunk));
-    if (got < 0) break;
-    bytes.resize(old_size + static_cast<size_t>(got));
-    if (got == 0) break;
-  }
-  int err = Z_OK;
-  const char* message = gzerror(file, &err);
-  const std::string error_text = message != nullptr ? message : "";
-  gzclose(file);
-  if (err != Z_OK) {
-    CORTADO_THROW(kIo, "IDX file '{}' is corrupt or truncated: {}", path, error_text);
-  }
-  return bytes;
-}
 
 uint32_t BigEndian32(const uint8_t* p) {
   return (uint32_t{p[0]} << 24) | (uint32_t{p[1]} << 16) | (uint32_t{p[2]} << 8) | uint32_t{p[3]};
@@ -61,11 +33,87 @@ void CheckMagic(uint32_t magic, uint32_t expected, const std::string& path, cons
   }
 }
 
+// `have`: the bytes read, which stop one byte past what the header promises.
 void CheckSize(size_t have, uint64_t expected, const std::string& path, const char* what) {
-  if (have != expected) {
-    CORTADO_THROW(kIo, "IDX {} file '{}' holds {} bytes but its header promises {}{}", what, path,
-                  have, expected, have < expected ? " (truncated?)" : "");
+  if (have < expected) {
+    CORTADO_THROW(kIo, "IDX {} file '{}' holds {} bytes but its header promises {} (truncated?)",
+                  what, path, have, expected);
   }
+  if (have > expected) {
+    CORTADO_THROW(kIo, "IDX {} file '{}' holds more than the {} bytes its header promises", what,
+                  path, expected);
+  }
+}
+
+class GzipReader {
+ public:
+  explicit GzipReader(const std::string& path) : path_(path) {
+    std::error_code ec;
+    if (!std::filesystem::is_regular_file(path, ec)) {
+      CORTADO_THROW(kNotFound, "IDX file '{}' does not exist or is not a regular file", path);
+    }
+    file_ = gzopen(path.c_str(), "rb");
+    if (file_ == nullptr) CORTADO_THROW(kIo, "cannot open IDX file '{}'", path);
+    gzbuffer(file_, 1 << 17);
+  }
+  ~GzipReader() { gzclose(file_); }
+  GzipReader(const GzipReader&) = delete;
+  GzipReader& operator=(const GzipReader&) = delete;
+
+  // Appends up to `n` bytes (fewer at the end of the data) to `bytes`, in chunks, so that memory
+  // grows with what the file holds rather than with what a header claims.
+  void Append(uint64_t n, std::vector<uint8_t>* bytes) {
+    constexpr uint64_t kChunk = 1 << 20;
+    while (n > 0) {
+      const size_t want = static_cast<size_t>(std::min(n, kChunk));
+      const size_t old_size = bytes->size();
+      bytes->resize(old_size + want);
+      const int got = gzread(file_, bytes->data() + old_size, static_cast<unsigned>(want));
+      if (got < 0) {
+        bytes->resize(old_size);
+        ThrowIfFailed();
+        return;
+      }
+      bytes->resize(old_size + static_cast<size_t>(got));
+      if (static_cast<size_t>(got) < want) break;
+      n -= want;
+    }
+    ThrowIfFailed();
+  }
+
+ private:
+  void ThrowIfFailed() {
+    int err = Z_OK;
+    const char* message = gzerror(file_, &err);
+    if (err != Z_OK) {
+      CORTADO_THROW(kIo, "IDX file '{}' is corrupt or truncated: {}", path_,
+                    message != nullptr ? message : "");
+    }
+  }
+
+  std::string path_;
+  gzFile file_ = nullptr;
+};
+
+// Reads an IDX file, inflating it when it is gzip-compressed (gzread passes plain files
+// through): the `header_size` bytes of its header, then the body whose size `body_size` derives
+// from them, and no more than one byte beyond it (to tell trailing bytes). A body larger than
+// the memory tensors may hold is refused before any of it is read.
+template <typename BodySize>
+std::vector<uint8_t> ReadIdx(const std::string& path, const char* what, size_t header_size,
+                             BodySize&& body_size) {
+  GzipReader reader(path);
+  std::vector<uint8_t> bytes;
+  reader.Append(header_size, &bytes);
+  const uint64_t body = body_size(bytes);  // checks the header
+  if (body > HostMemoryLimit()) {
+    CORTADO_THROW(kOutOfMemory,
+                  "IDX {} file '{}': its header promises {} bytes of data, more than the {} bytes "
+                  "of memory this process may use",
+                  what, path, body, HostMemoryLimit());
+  }
+  reader.Append(body + 1, &bytes);
+  return bytes;
 }
 
 void Rename(const std::filesystem::path& from, const std::filesystem::path& to) {
@@ -80,33 +128,42 @@ void Rename(const std::filesystem::path& from, const std::filesystem::path& to) 
 }  // namespace
 
 IdxImages ReadIdxImages(const std::string& path) {
-  const std::vector<uint8_t> bytes = ReadMaybeGzipped(path);
-  if (bytes.size() < 4) CheckSize(bytes.size(), 16, path, "image");
-  CheckMagic(BigEndian32(bytes.data()), kImagesMagic, path, "image");
-  if (bytes.size() < 16) CheckSize(bytes.size(), 16, path, "image");
-  const uint32_t count = BigEndian32(bytes.data() + 4);
-  const uint32_t rows = BigEndian32(bytes.data() + 8);
-  const uint32_t cols = BigEndian32(bytes.data() + 12);
-  if (count > INT32_MAX || rows == 0 || cols == 0 || rows > 65535 || cols > 65535) {
-    CORTADO_THROW(kIo, "IDX image file '{}' has an implausible header: {} images of {} x {}", path,
-                  count, rows, cols);
-  }
-  CheckSize(bytes.size(), 16 + uint64_t{count} * rows * cols, path, "image");
   IdxImages images;
-  images.count = static_cast<int>(count);
-  images.rows = static_cast<int>(rows);
-  images.cols = static_cast<int>(cols);
+  const std::vector<uint8_t> bytes =
+      ReadIdx(path, "image", 16, [&](const std::vector<uint8_t>& header) -> uint64_t {
+        if (header.size() < 4) CheckSize(header.size(), 16, path, "image");
+        CheckMagic(BigEndian32(header.data()), kImagesMagic, path, "image");
+        if (header.size() < 16) CheckSize(header.size(), 16, path, "image");
+        const uint32_t count = BigEndian32(header.data() + 4);
+        const uint32_t rows = BigEndian32(header.data() + 8);
+        const uint32_t cols = BigEndian32(header.data() + 12);
+        if (count > INT32_MAX || rows == 0 || cols == 0 || rows > 65535 || cols > 65535) {
+          CORTADO_THROW(kIo, "IDX image file '{}' has an implausible header: {} images of {} x {}",
+                        path, count, rows, cols);
+        }
+        images.count = static_cast<int>(count);
+        images.rows = static_cast<int>(rows);
+        images.cols = static_cast<int>(cols);
+        return uint64_t{count} * rows * cols;
+      });
+  CheckSize(bytes.size(),
+            16 + uint64_t{static_cast<uint32_t>(images.count)} * images.rows * images.cols, path,
+            "image");
   images.pixels.assign(bytes.begin() + 16, bytes.end());
   return images;
 }
 
 std::vector<uint8_t> ReadIdxLabels(const std::string& path) {
-  const std::vector<uint8_t> bytes = ReadMaybeGzipped(path);
-  if (bytes.size() < 4) CheckSize(bytes.size(), 8, path, "label");
-  CheckMagic(BigEndian32(bytes.data()), kLabelsMagic, path, "label");
-  if (bytes.size() < 8) CheckSize(bytes.size(), 8, path, "label");
-  const uint32_t count = BigEndian32(bytes.data() + 4);
-  CheckSize(bytes.size(), 8 + uint64_t{count}, path, "label");
+  uint64_t count = 0;
+  const std::vector<uint8_t> bytes =
+      ReadIdx(path, "label", 8, [&](const std::vector<uint8_t>& header) -> uint64_t {
+        if (header.size() < 4) CheckSize(header.size(), 8, path, "label");
+        CheckMagic(BigEndian32(header.data()), kLabelsMagic, path, "label");
+        if (header.size() < 8) CheckSize(header.size(), 8, path, "label");
+        count = BigEndian32(header.data() + 4);
+        return count;
+      });
+  CheckSize(bytes.size(), 8 + count, path, "label");
   return std::vector<uint8_t>(bytes.begin() + 8, bytes.end());
 }
 

@@ -194,6 +194,49 @@ TEST(IdxConvertTest, TruncatedFilesNameTheFile) {
   EXPECT_FALSE(std::filesystem::exists(options.out));
 }
 
+TEST(IdxConvertTest, TrailingBytesAreRefused) {
+  TempDir dir;
+  const std::string path = Write(dir, "labels", LabelsBytes(3) + "xyz");
+  try {
+    ReadIdxLabels(path);
+    FAIL() << "trailing bytes accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("more than the 11 bytes its header promises"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
+// A small gzip file whose header promises more than the memory tensors may hold is refused
+// before its body is inflated; one that inflates to more than its header promises stops one
+// byte past the promise (never inflating the rest).
+TEST(IdxConvertTest, HeadersBoundWhatIsRead) {
+  TempDir dir;
+  std::string header;
+  for (uint32_t field : {0x803u, uint32_t{INT32_MAX}, 65535u, 65535u}) PutBigEndian(&header, field);
+  const std::string huge = WriteGz(dir, "huge.gz", header);
+  try {
+    ReadIdxImages(huge);
+    FAIL() << "a header promising " << (uint64_t{INT32_MAX} * 65535 * 65535) << " bytes accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kOutOfMemory) << e.what();
+    EXPECT_NE(std::string(e.what()).find(huge), std::string::npos) << e.what();
+  }
+  // 64 MiB of zeros after a header promising 2 labels (10 bytes in all): compressed to about
+  // 64 KiB.
+  std::string bomb = LabelsBytes(2);
+  bomb.append(size_t{64} << 20, '\0');
+  const std::string bomb_path = WriteGz(dir, "bomb.gz", bomb);
+  bomb.clear();
+  bomb.shrink_to_fit();
+  try {
+    ReadIdxLabels(bomb_path);
+    FAIL() << "trailing bytes accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("more than the 10 bytes"), std::string::npos) << e.what();
+  }
+}
+
 TEST(IdxConvertTest, MissingInputIsNotFound) {
   TempDir dir;
   IdxConvertOptions options;
