@@ -174,6 +174,7 @@ void BasePrefetchingDataLayer::ForwardCpu(const std::vector<Tensor*>& /*bottom*/
                                           const std::vector<Tensor*>& top) {
   std::unique_ptr<DataBatch> batch = TakeBatch(top);
   for (size_t i = 0; i < top.size(); ++i) {
+    if (batch->tops[i].empty()) continue;  // a top of no values (a dimension of 0)
     std::memcpy(top[i]->mutable_cpu_data(), batch->tops[i].data(),
                 batch->tops[i].size() * sizeof(float));
   }
