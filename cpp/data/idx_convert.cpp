@@ -107,7 +107,7 @@ std::vector<uint8_t> ReadIdx(const std::string& path, const char* what, size_t h
   reader.Append(header_size, &bytes);
   const uint64_t body = body_size(bytes);  // checks the header
   if (body > HostMemoryLimit()) {
-    CORTADO_THROW(kOutOfMemory,
+    CORTADO_THROW(kIo,
                   "IDX {} file '{}': its header promises {} bytes of data, more than the {} bytes "
                   "of memory this process may use",
                   what, path, body, HostMemoryLimit());

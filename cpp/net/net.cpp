@@ -166,12 +166,13 @@ void Net::Init(const caffe::NetParameter& in_param) {
                     DescribeLayer(layer_id), ShapesOf(bottom_vecs_[layer_id], bottom_names)),
         [&] { layer->Initialize(bottom_vecs_[layer_id], top_vecs_[layer_id]); });
     // A top of more than the host memory tensors may hold is refused here, naming the layer,
-    // rather than when it is first used.
+    // rather than when it is first used: a shape the machine cannot hold is a setting to fix
+    // (kInvalidArgument), not a failure to retry.
     for (size_t top_id = 0; top_id < top_vecs_[layer_id].size(); ++top_id) {
       const Tensor* top = top_vecs_[layer_id][top_id];
       const double bytes = 2.0 * sizeof(float) * static_cast<double>(top->count());  // data, diff
       if (bytes > static_cast<double>(HostMemoryLimit())) {
-        CORTADO_THROW(kOutOfMemory,
+        CORTADO_THROW(kInvalidArgument,
                       "{}: {}: top '{}' has shape {}, which needs {:.0f} bytes (data and diff), "
                       "more than the {} bytes of host memory tensors may hold",
                       name_.empty() ? "net" : name_, DescribeLayer(layer_id),

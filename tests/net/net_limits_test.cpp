@@ -53,7 +53,7 @@ TEST_F(HostMemoryLimitTest, TopLargerThanTheLimitNamesTheLayer) {
     layer { name: "big_input" type: "Input" top: "data"
             input_param { shape { dim: 1 dim: 1 dim: 1000 dim: 1000 } } })"),
                                    &code);
-  EXPECT_EQ(code, ErrorCode::kOutOfMemory) << what;
+  EXPECT_EQ(code, ErrorCode::kInvalidArgument) << what;
   EXPECT_NE(what.find("layer 'big_input' (Input)"), std::string::npos) << what;
   EXPECT_NE(what.find("1 1 1000 1000"), std::string::npos) << what;
 }
