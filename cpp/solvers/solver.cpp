@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <random>
 
 #include "core/error.hpp"
@@ -620,29 +621,48 @@ caffe::SolverState Solver::StateProto(const std::string& learned_net) const {
 void Solver::Snapshot() {
   const bool hdf5 = param_.snapshot_format() == caffe::SolverParameter::HDF5;
   const auto format = param_.snapshot_format();
+  const std::string context = fmt::format("snapshot at iteration {}", iter_);
   // The model goes first: a state file must never name a model that is not there.
   const std::string model_file = SnapshotFilename(hdf5 ? ".caffemodel.h5" : ".caffemodel");
   CORTADO_LOG_INFO("Snapshotting to {} file {}", hdf5 ? "HDF5" : "binary proto", model_file);
   const caffe::NetParameter net_param = ModelProto();
-  WithContext(fmt::format("snapshot at iteration {}", iter_),
-              [&] { snapshot::WriteModel(net_param, model_file, format, param_.snapshot_diff()); });
+  const std::string model_digest = WithContext(context, [&] {
+    return snapshot::WriteModel(net_param, model_file, format, param_.snapshot_diff());
+  });
 
   const caffe::SolverState state = StateProto(model_file);
   const std::string state_file = SnapshotFilename(hdf5 ? ".solverstate.h5" : ".solverstate");
   CORTADO_LOG_INFO("Snapshotting solver state to {} file {}", hdf5 ? "HDF5" : "binary proto",
                    state_file);
-  WithContext(fmt::format("snapshot at iteration {}", iter_),
-              [&] { snapshot::WriteState(state, state_file, format); });
+  const std::string state_digest =
+      WithContext(context, [&] { return snapshot::WriteState(state, state_file, format); });
+
+  // The digests go last, from the files as read back (as the Spark side's Snapshots.scala
+  // does): a snapshot with its .sha256 is complete, and one damaged later is refused by Restore.
+  WithContext(context, [&] {
+    snapshot::WriteDigests(SnapshotFilename(".sha256"),
+                           {{model_file, model_digest}, {state_file, state_digest}});
+  });
 }
 
 void Solver::Restore(const std::string& state_file) {
   CORTADO_LOG_INFO("Restoring previous solver status from {}", state_file);
+  // With the snapshot's .sha256 beside it, the state is checked before it is parsed and its
+  // model before it is read; a snapshot without one (Caffe's, older Cortado's) loads as it is.
+  const std::string digests_file = snapshot::DigestsFileFor(state_file);
+  std::optional<snapshot::Digests> digests;
+  if (!digests_file.empty()) digests = snapshot::Digests::ReadIfPresent(digests_file);
+  if (digests) digests->Check(state_file);
   const caffe::SolverState state = snapshot::ReadState(state_file);
   caffe::NetParameter weights;
   std::string model_file;
   if (!state.learned_net().empty()) {
     model_file = ResolveLearnedNet(state_file, state.learned_net());
+    if (digests) digests->Check(model_file);
     weights = snapshot::ReadModel(model_file);
+  }
+  if (digests) {
+    CORTADO_LOG_INFO("{} and its model match the SHA-256 digests in {}", state_file, digests_file);
   }
   Restore(
       state, weights, state_file,

@@ -77,7 +77,9 @@ class Solver {
   void Step(int iters);
   // Runs every test net once (Caffe's TestAll); mean scores are in test_scores().
   void TestAll();
-  // Writes <prefix>_iter_<iter>.caffemodel[.h5] and then the matching .solverstate[.h5].
+  // Writes <prefix>_iter_<iter>.caffemodel[.h5], then the matching .solverstate[.h5], then
+  // <prefix>_iter_<iter>.sha256 with the SHA-256 of both as read back (sha256sum's format, as
+  // the Spark side writes it; see solvers/snapshot.hpp).
   void Snapshot();
   // What Snapshot writes, without files: the model (Net::ToProto, with diffs when
   // snapshot_diff) and the state naming `learned_net` as its model. Serialised, these are the
@@ -86,7 +88,11 @@ class Solver {
   caffe::SolverState StateProto(const std::string& learned_net) const;
   // Loads a .solverstate (binary or HDF5, by content): the weights from its learned_net, the
   // history, iter and current_step. A history of the wrong length or shapes, or weights that do
-  // not fit, throw kInvalidArgument naming the file and leave the solver unchanged.
+  // not fit, throw kInvalidArgument naming the file and leave the solver unchanged. When the
+  // snapshot's .sha256 is beside the state file, the state and its model are checked against it
+  // first: a file that does not match is kIo naming it and both digests (the snapshot was
+  // damaged after it was written), and a malformed or foreign line names the .sha256's
+  // file:line. Without a .sha256 (Caffe's snapshots) nothing is checked.
   void Restore(const std::string& state_file);
   // The same from protos in memory; `state_source` and `model_source` name them in errors.
   void Restore(const caffe::SolverState& state, const caffe::NetParameter& weights,

@@ -1,13 +1,22 @@
 // SPDX-License-Identifier: Apache-2.0
 // Snapshots and resuming: a resumed run repeats an uninterrupted one bit for bit (random data,
 // momentum history, every update rule, binary and HDF5 files, data layers positioned by Seek),
-// and bad snapshots fail with errors that name the file and change nothing.
+// bad snapshots fail with errors that name the file and change nothing, and the .sha256 written
+// last records both files (as sha256sum would) so that one damaged afterwards is refused.
 #include "solvers/snapshot.hpp"
 
 #include <gtest/gtest.h>
+#include <sys/wait.h>
 
+#include <cctype>
+#include <cstdio>
+#include <cstdlib>
 #include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <sstream>
 
+#include "core/sha256.hpp"
 #include "io/hdf5_io.hpp"
 #include "io/proto_io.hpp"
 #include "layers/layer.hpp"
@@ -117,6 +126,8 @@ void ExpectResumeIsExact(caffe::SolverParameter::SnapshotFormat format, const st
     solver->Solve();
   }
   ASSERT_TRUE(std::filesystem::exists(resumed / ("run_iter_3" + state_ext)));
+  // Restore below checks the snapshot against these digests before loading it.
+  ASSERT_TRUE(std::filesystem::exists(resumed / "run_iter_3.sha256"));
   EXPECT_EQ(FileBytes(straight / ("run_iter_3" + model_ext)),
             FileBytes(resumed / ("run_iter_3" + model_ext)));
   {
@@ -367,6 +378,8 @@ TEST(SnapshotTest, WeightsThatDoNotFitAreRolledBack) {
     other.ToProto(&proto);
     io::WriteProtoToBinaryFile(proto, dir / "run_iter_1.caffemodel");
   }
+  // A model replaced by hand: without its digests file, nothing refuses it before the shapes.
+  std::filesystem::remove(dir / "run_iter_1.sha256");
   Context ctx(Device::Cpu(), 1);
   auto solver = CreateSolver(param_for(2, dir / "other", 3), &ctx);
   std::vector<std::vector<float>> before;
@@ -424,6 +437,7 @@ TEST(SnapshotTest, FailedSnapshotLeavesEarlierSnapshotsIntact) {
   solver->Step(1);
   const std::string model = FileBytes(dir / "snaps/run_iter_1.caffemodel");
   const std::string state = FileBytes(dir / "snaps/run_iter_1.solverstate");
+  const std::string digests = FileBytes(dir / "snaps/run_iter_1.sha256");
   std::filesystem::rename(dir.path() / "snaps", dir.path() / "moved");
   try {
     solver->Step(1);
@@ -435,9 +449,263 @@ TEST(SnapshotTest, FailedSnapshotLeavesEarlierSnapshotsIntact) {
   }
   EXPECT_EQ(FileBytes(dir / "moved/run_iter_1.caffemodel"), model);
   EXPECT_EQ(FileBytes(dir / "moved/run_iter_1.solverstate"), state);
+  EXPECT_EQ(FileBytes(dir / "moved/run_iter_1.sha256"), digests);
   EXPECT_EQ(std::distance(std::filesystem::directory_iterator(dir.path() / "moved"),
                           std::filesystem::directory_iterator()),
-            2);
+            3);
+}
+
+// ---- Digests (<prefix>_iter_N.sha256) ----
+
+const char* ModelExt(caffe::SolverParameter::SnapshotFormat format) {
+  return format == caffe::SolverParameter::HDF5 ? ".caffemodel.h5" : ".caffemodel";
+}
+const char* StateExt(caffe::SolverParameter::SnapshotFormat format) {
+  return format == caffe::SolverParameter::HDF5 ? ".solverstate.h5" : ".solverstate";
+}
+
+// Trains 3 iterations into `dir`/run, snapshotting once at the end.
+void TrainThreeIterations(const TempDir& dir, caffe::SolverParameter::SnapshotFormat format) {
+  Context ctx(Device::Cpu(), 1);
+  CreateSolver(RandomSolver(dir / "run", 3, format), &ctx)->Solve();
+}
+
+std::string HexSha256OfFile(const std::string& path) { return ToHex(Sha256(FileBytes(path))); }
+
+// Flips every bit of the byte in the middle of the file at `path`.
+void FlipByte(const std::string& path) {
+  std::string bytes = FileBytes(path);
+  ASSERT_FALSE(bytes.empty()) << path;
+  bytes[bytes.size() / 2] = static_cast<char>(~bytes[bytes.size() / 2]);
+  std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes;
+}
+
+bool OnPath(const std::string& program) {
+  const char* path = std::getenv("PATH");
+  std::stringstream dirs(path != nullptr ? path : "");
+  for (std::string dir; std::getline(dirs, dir, ':');) {
+    std::error_code ec;
+    if (!dir.empty() && std::filesystem::exists(std::filesystem::path(dir) / program, ec)) {
+      return true;
+    }
+  }
+  return false;
+}
+
+// Runs `command` with sh; returns its stdout and sets `*status` to its exit status.
+std::string RunShell(const std::string& command, int* status) {
+  std::string output;
+  FILE* pipe = popen(command.c_str(), "r");
+  if (pipe == nullptr) {
+    ADD_FAILURE() << "cannot run " << command;
+    return output;
+  }
+  char buffer[512];
+  for (size_t n; (n = fread(buffer, 1, sizeof(buffer), pipe)) > 0;) output.append(buffer, n);
+  const int wait_status = pclose(pipe);
+  *status = WIFEXITED(wait_status) ? WEXITSTATUS(wait_status) : -1;
+  return output;
+}
+
+void ExpectDigestsRecordBothFiles(caffe::SolverParameter::SnapshotFormat format) {
+  TempDir dir;
+  TrainThreeIterations(dir, format);
+  const std::string model = std::string("run_iter_3") + ModelExt(format);
+  const std::string state = std::string("run_iter_3") + StateExt(format);
+  ASSERT_TRUE(std::filesystem::exists(dir / "run_iter_3.sha256"));
+  // sha256sum's format, model first, as Snapshots.scala writes it.
+  const std::string expected = HexSha256OfFile(dir / model) + "  " + model + "\n" +
+                               HexSha256OfFile(dir / state) + "  " + state + "\n";
+  EXPECT_EQ(FileBytes(dir / "run_iter_3.sha256"), expected);
+  // No temporary file is left behind: the model, the state and their digests.
+  EXPECT_EQ(std::distance(std::filesystem::directory_iterator(dir.path()),
+                          std::filesystem::directory_iterator()),
+            3);
+  EXPECT_EQ(snapshot::DigestsFileFor(dir / state), dir / "run_iter_3.sha256");
+  EXPECT_EQ(snapshot::DigestsFileFor(dir / model), dir / "run_iter_3.sha256");
+
+  if (!OnPath("sha256sum")) {
+    std::cerr << "sha256sum is not on PATH: the comparison with it is left out\n";
+    return;
+  }
+  const std::string cd = "cd '" + dir.path().string() + "' && ";
+  int status = -1;
+  EXPECT_EQ(RunShell(cd + "sha256sum " + model + " " + state, &status), expected);
+  EXPECT_EQ(status, 0);
+  RunShell(cd + "sha256sum --check --status run_iter_3.sha256", &status);
+  EXPECT_EQ(status, 0) << "sha256sum -c refuses " << (dir / "run_iter_3.sha256");
+}
+
+TEST(SnapshotDigestTest, DigestsFileRecordsBothFilesBinaryProto) {
+  ExpectDigestsRecordBothFiles(caffe::SolverParameter::BINARYPROTO);
+}
+
+TEST(SnapshotDigestTest, DigestsFileRecordsBothFilesHdf5) {
+  if (!io::Hdf5Available()) GTEST_SKIP() << "built without HDF5";
+  ExpectDigestsRecordBothFiles(caffe::SolverParameter::HDF5);
+}
+
+TEST(SnapshotDigestTest, DigestsFileForOtherNamesIsEmpty) {
+  EXPECT_EQ(snapshot::DigestsFileFor("a/b_iter_3.caffemodel"), "a/b_iter_3.sha256");
+  EXPECT_EQ(snapshot::DigestsFileFor("a/b_iter_3.solverstate.h5"), "a/b_iter_3.sha256");
+  EXPECT_EQ(snapshot::DigestsFileFor("a/b.h5"), "");
+  EXPECT_EQ(snapshot::DigestsFileFor("a/weights.bin"), "");
+}
+
+// Flips a byte of the model or the state after the snapshot; Restore must refuse it, naming
+// the file, both digests and the digests file, and change nothing.
+void ExpectDamageIsRefused(caffe::SolverParameter::SnapshotFormat format, bool damage_model) {
+  TempDir dir;
+  TrainThreeIterations(dir, format);
+  const std::string damaged =
+      dir / (std::string("run_iter_3") + (damage_model ? ModelExt(format) : StateExt(format)));
+  const std::string recorded = HexSha256OfFile(damaged);
+  FlipByte(damaged);
+  const std::string found = HexSha256OfFile(damaged);
+  Context ctx(Device::Cpu(), 1);
+  auto solver = CreateSolver(RandomSolver(dir / "other", 6, format), &ctx);
+  const Tensor* w = solver->net()->learnable_params()[0];
+  const std::vector<float> weights_before(w->cpu_data(), w->cpu_data() + w->count());
+  try {
+    solver->Restore(dir / (std::string("run_iter_3") + StateExt(format)));
+    FAIL() << "expected an error for a damaged " << damaged;
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kIo);
+    const std::string what = e.what();
+    for (const std::string& word : {damaged, dir / "run_iter_3.sha256", recorded, found,
+                                    std::string("damaged"), std::string("previous snapshot")}) {
+      EXPECT_NE(what.find(word), std::string::npos) << word << " missing from: " << what;
+    }
+  }
+  EXPECT_EQ(solver->iter(), 0);
+  EXPECT_EQ(std::vector<float>(w->cpu_data(), w->cpu_data() + w->count()), weights_before);
+}
+
+TEST(SnapshotDigestTest, DamagedModelIsRefusedBinaryProto) {
+  ExpectDamageIsRefused(caffe::SolverParameter::BINARYPROTO, true);
+}
+
+TEST(SnapshotDigestTest, DamagedStateIsRefusedBinaryProto) {
+  ExpectDamageIsRefused(caffe::SolverParameter::BINARYPROTO, false);
+}
+
+TEST(SnapshotDigestTest, DamagedModelAndStateAreRefusedHdf5) {
+  if (!io::Hdf5Available()) GTEST_SKIP() << "built without HDF5";
+  ExpectDamageIsRefused(caffe::SolverParameter::HDF5, true);
+  ExpectDamageIsRefused(caffe::SolverParameter::HDF5, false);
+}
+
+TEST(SnapshotDigestTest, SnapshotWithoutDigestsRestoresAsBefore) {
+  // Caffe's snapshots (and older Cortado's) have no .sha256.
+  for (auto format : {caffe::SolverParameter::BINARYPROTO, caffe::SolverParameter::HDF5}) {
+    if (format == caffe::SolverParameter::HDF5 && !io::Hdf5Available()) continue;
+    TempDir dir;
+    TrainThreeIterations(dir, format);
+    std::filesystem::remove(dir / "run_iter_3.sha256");
+    Context ctx(Device::Cpu(), 1);
+    auto solver = CreateSolver(RandomSolver(dir / "other", 6, format), &ctx);
+    solver->Restore(dir / (std::string("run_iter_3") + StateExt(format)));
+    EXPECT_EQ(solver->iter(), 3);
+  }
+}
+
+// Restores run_iter_3.solverstate after replacing its .sha256 with `digests`; returns the error.
+Error RestoreWithDigests(const TempDir& dir, const std::string& digests) {
+  std::ofstream(dir / "run_iter_3.sha256", std::ios::trunc) << digests;
+  Context ctx(Device::Cpu(), 1);
+  auto solver =
+      CreateSolver(RandomSolver(dir / "other", 6, caffe::SolverParameter::BINARYPROTO), &ctx);
+  try {
+    solver->Restore(dir / "run_iter_3.solverstate");
+  } catch (const Error& e) {
+    EXPECT_EQ(solver->iter(), 0);
+    return e;
+  }
+  ADD_FAILURE() << "expected an error for digests:\n" << digests;
+  return Error(ErrorCode::kInternal, "no error", __FILE__, __LINE__);
+}
+
+TEST(SnapshotDigestTest, MalformedOrForeignDigestLinesNameTheFileAndLine) {
+  TempDir dir;
+  TrainThreeIterations(dir, caffe::SolverParameter::BINARYPROTO);
+  const std::string model_line =
+      HexSha256OfFile(dir / "run_iter_3.caffemodel") + "  run_iter_3.caffemodel\n";
+  const std::string state_digest = HexSha256OfFile(dir / "run_iter_3.solverstate");
+  const std::string where = dir / "run_iter_3.sha256";
+
+  Error malformed =
+      RestoreWithDigests(dir, model_line + state_digest + " run_iter_3.solverstate\n");
+  EXPECT_EQ(malformed.code(), ErrorCode::kParse);
+  EXPECT_NE(std::string(malformed.what()).find(where + ":2:"), std::string::npos)
+      << malformed.what();
+
+  Error short_digest = RestoreWithDigests(dir, "abc  run_iter_3.solverstate\n" + model_line);
+  EXPECT_EQ(short_digest.code(), ErrorCode::kParse);
+  EXPECT_NE(std::string(short_digest.what()).find(where + ":1:"), std::string::npos)
+      << short_digest.what();
+
+  Error foreign = RestoreWithDigests(dir, model_line + state_digest + "  run_iter_4.solverstate\n");
+  EXPECT_EQ(foreign.code(), ErrorCode::kIo);
+  for (const std::string& word : {where + ":2:", std::string("run_iter_4.solverstate")}) {
+    EXPECT_NE(std::string(foreign.what()).find(word), std::string::npos) << foreign.what();
+  }
+
+  Error missing = RestoreWithDigests(dir, model_line);
+  EXPECT_EQ(missing.code(), ErrorCode::kIo);
+  EXPECT_NE(std::string(missing.what()).find("does not list 'run_iter_3.solverstate'"),
+            std::string::npos)
+      << missing.what();
+
+  // sha256sum --binary's " *" and upper-case digests are read as well.
+  std::string upper = state_digest;
+  for (char& c : upper) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  std::ofstream(where, std::ios::trunc) << model_line << upper << " *run_iter_3.solverstate\n";
+  Context ctx(Device::Cpu(), 1);
+  auto solver =
+      CreateSolver(RandomSolver(dir / "other", 6, caffe::SolverParameter::BINARYPROTO), &ctx);
+  solver->Restore(dir / "run_iter_3.solverstate");
+  EXPECT_EQ(solver->iter(), 3);
+}
+
+TEST(SnapshotDigestTest, WeightsOfASnapshotAreCheckedAgainstItsDigests) {
+  // What `--weights=X.caffemodel` does (tools::ReadWeightsFile).
+  TempDir dir;
+  TrainThreeIterations(dir, caffe::SolverParameter::BINARYPROTO);
+  const std::string model = dir / "run_iter_3.caffemodel";
+  EXPECT_TRUE(snapshot::CheckDigestIfPresent(model));
+  FlipByte(model);
+  try {
+    snapshot::CheckDigestIfPresent(model);
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kIo);
+    EXPECT_NE(std::string(e.what()).find(model), std::string::npos) << e.what();
+  }
+  std::filesystem::remove(dir / "run_iter_3.sha256");
+  EXPECT_FALSE(snapshot::CheckDigestIfPresent(model));
+  std::filesystem::copy_file(model, dir / "weights.caffemodel");
+  EXPECT_FALSE(snapshot::CheckDigestIfPresent(dir / "weights.caffemodel"));
+}
+
+TEST(SnapshotDigestTest, WritingDigestsChecksWhatWasWritten) {
+  TempDir dir;
+  std::ofstream(dir / "a_iter_1.caffemodel", std::ios::binary) << "model bytes";
+  std::ofstream(dir / "a_iter_1.solverstate", std::ios::binary) << "state bytes";
+  try {
+    snapshot::WriteDigests(dir / "a_iter_1.sha256",
+                           {{dir / "a_iter_1.caffemodel", ToHex(Sha256("other bytes"))}});
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kIo);
+    EXPECT_NE(std::string(e.what()).find("a_iter_1.caffemodel"), std::string::npos) << e.what();
+  }
+  EXPECT_FALSE(std::filesystem::exists(dir / "a_iter_1.sha256"));
+  snapshot::WriteDigests(dir / "a_iter_1.sha256",
+                         {{dir / "a_iter_1.caffemodel", ToHex(Sha256("model bytes"))},
+                          {dir / "a_iter_1.solverstate", ""}});
+  EXPECT_EQ(FileBytes(dir / "a_iter_1.sha256"),
+            ToHex(Sha256("model bytes")) + "  a_iter_1.caffemodel\n" +
+                ToHex(Sha256("state bytes")) + "  a_iter_1.solverstate\n");
 }
 
 TEST(SnapshotTest, ReadSolverFileDerivesTheSnapshotPrefix) {
