@@ -30,7 +30,10 @@ int ConvertIdxCommand(int argc, char** argv);
 // Helpers shared by the commands.
 // "a,b,,c" -> {"a", "b", "c"}.
 std::vector<std::string> SplitList(const std::string& text);
-// Copies the weights of a .caffemodel (binary or HDF5) into `net`; errors name the file.
+// Reads a .caffemodel (binary or HDF5); when it belongs to a snapshot with a .sha256 beside it
+// (<prefix>_iter_N.sha256), checks it against its digest first (snapshot::CheckDigestIfPresent).
+caffe::NetParameter ReadWeightsFile(const std::string& path);
+// Copies the weights of ReadWeightsFile(path) into `net`; errors name the file.
 void CopyWeightsFromFile(const std::string& path, Net* net);
 
 }  // namespace cortado::tools

@@ -84,8 +84,15 @@ class SignalGuard {
 
 }  // namespace
 
+caffe::NetParameter ReadWeightsFile(const std::string& path) {
+  if (snapshot::CheckDigestIfPresent(path)) {
+    CORTADO_LOG_INFO("{} matches the SHA-256 digest in {}", path, snapshot::DigestsFileFor(path));
+  }
+  return snapshot::ReadModel(path);
+}
+
 void CopyWeightsFromFile(const std::string& path, Net* net) {
-  const caffe::NetParameter weights = snapshot::ReadModel(path);
+  const caffe::NetParameter weights = ReadWeightsFile(path);
   WithContext(path, [&] { net->CopyTrainedLayersFrom(weights); });
 }
 
@@ -174,8 +181,12 @@ int TrainCommand(int argc, char** argv) {
     for (const auto& path :
          rank == 0 ? SplitList(flags.Get("weights")) : std::vector<std::string>{}) {
       CORTADO_LOG_INFO("Finetuning from {}", path);
-      CopyWeightsFromFile(path, solver->net());
-      for (const auto& test_net : solver->test_nets()) CopyWeightsFromFile(path, test_net.get());
+      // Read (and checked) once for the train net and every test net.
+      const caffe::NetParameter weights = ReadWeightsFile(path);
+      WithContext(path, [&] { solver->net()->CopyTrainedLayersFrom(weights); });
+      for (const auto& test_net : solver->test_nets()) {
+        WithContext(path, [&] { test_net->CopyTrainedLayersFrom(weights); });
+      }
     }
     trainer.Solve();
   }

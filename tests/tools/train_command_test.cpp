@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // `cortado train`, run as a separate process on a tiny solver and net written to a temp dir:
-// training output, --iterations, resuming, fine-tuning, the flag errors, and SIGINT/SIGHUP.
+// training output, --iterations, resuming, fine-tuning, damaged snapshots, the flag errors, and
+// SIGINT/SIGHUP.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -88,6 +89,27 @@ TEST(TrainCommandTest, FineTunesFromWeights) {
                               "--weights=" + (dir / "snap_iter_1.caffemodel")});
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_TRUE(r.Contains("Finetuning from " + (dir / "snap_iter_1.caffemodel"))) << r.output;
+}
+
+TEST(TrainCommandTest, DamagedSnapshotsAreRefusedForResumingAndFineTuning) {
+  TempDir dir;
+  const std::string solver = WriteSolver(dir, "solver_mode: CPU");
+  ASSERT_EQ(RunCli({"train", "--solver=" + solver, "--iterations=2"}).exit_code, 0);
+  ASSERT_TRUE(std::filesystem::exists(dir / "snap_iter_2.sha256"));
+  // One byte of the model changes after the snapshot was written.
+  std::string bytes = solver_testing::FileBytes(dir / "snap_iter_2.caffemodel");
+  bytes[bytes.size() / 2] = static_cast<char>(~bytes[bytes.size() / 2]);
+  std::ofstream(dir / "snap_iter_2.caffemodel", std::ios::binary | std::ios::trunc) << bytes;
+  for (const std::string& flag : {"--snapshot=" + (dir / "snap_iter_2.solverstate"),
+                                  "--weights=" + (dir / "snap_iter_2.caffemodel")}) {
+    const CliResult r = RunCli({"train", "--solver=" + solver, flag});
+    EXPECT_EQ(r.exit_code, 1) << r.output;
+    for (const std::string& text :
+         {dir / "snap_iter_2.caffemodel", dir / "snap_iter_2.sha256", std::string("damaged")}) {
+      EXPECT_TRUE(r.Contains(text)) << flag << ": missing '" << text << "' in:\n" << r.output;
+    }
+    EXPECT_FALSE(r.Contains("Iteration 3 (")) << r.output;
+  }
 }
 
 TEST(TrainCommandTest, SnapshotAndWeightsTogetherFail) {
