@@ -26,7 +26,7 @@ public interface TrainerListener {
   /**
    * A snapshot at iteration {@code iter}: .caffemodel and .solverstate bytes, the state naming
    * the model {@code <file name of the snapshot prefix>_iter_<iter>.caffemodel}. The listener
-   * stores them (model first).
+   * stores them (model first, state last).
    */
   void onSnapshot(int iter, byte[] model, byte[] state);
 }

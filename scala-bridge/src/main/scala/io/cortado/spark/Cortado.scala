@@ -64,8 +64,8 @@ final class Cortado(@transient val spark: SparkSession) {
    * the progress listeners. The test nets are not built (see [[trainWithValidation]]).
    *
    * Every `snapshot` iterations (the solver's, or Config.snapshotInterval) the task writes a
-   * snapshot under the snapshot prefix through [[io.cortado.storage.Snapshots]] (model, then
-   * state, each to a temporary name renamed into place), and with the solver's
+   * snapshot under the snapshot prefix through [[io.cortado.storage.Snapshots]] (model,
+   * digests, then state, each to a temporary name renamed into place), and with the solver's
    * `snapshot_after_train` (default true) one at the end when max_iter is not a multiple of
    * the interval; with an interval of 0 it writes none. A run resumed from a snapshot
    * (Config.snapshot, or Config.resumeLatest) continues at its iteration.

@@ -138,8 +138,8 @@ private[spark] object TrainingTask {
 
   /**
    * What the session reports, on the training thread: display iterations and test passes go
-   * to the driver as events; snapshots are written under the plan's prefix (model, then
-   * state, each atomically), or dropped when the run keeps none.
+   * to the driver as events; snapshots are written under the plan's prefix (model, digests,
+   * then state, each atomically), or dropped when the run keeps none.
    */
   private final class Listener(channel: Progress.Client, imagesPerIteration: Long,
       snapshots: SnapshotPlan) extends TrainerListener {

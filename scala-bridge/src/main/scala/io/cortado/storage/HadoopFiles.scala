@@ -81,6 +81,15 @@ object HadoopFiles {
     }
   }
 
+  /** Deletes the file at `path` if there is one. */
+  def delete(path: String, conf: Configuration): Unit = {
+    val p = new Path(path)
+    try p.getFileSystem(conf).delete(p, false)
+    catch {
+      case e: IOException => throw new CortadoIOException(s"cannot delete $path: $e", e)
+    }
+  }
+
   /** True when `path` exists. */
   def exists(path: String, conf: Configuration): Boolean = {
     val p = new Path(path)

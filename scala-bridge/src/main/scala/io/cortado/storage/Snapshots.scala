@@ -15,13 +15,16 @@ final case class SnapshotFiles(iter: Int, model: String, state: String)
 
 /**
  * Solver snapshots on any Hadoop path, named as Caffe names them, so that `cortado train
- * --snapshot=<prefix>_iter_N.solverstate` and Caffe resume from them too. The model is written
- * first and the state last, each atomically and read back to check its SHA-256: a state file
- * therefore always has its model, and the newest state file marks the newest complete snapshot.
- * The two digests then go to `<prefix>_iter_N.sha256` (hex, one line per file: digest, two
- * spaces, file name, as sha256sum writes them), which [[read]] checks when it exists, so a
- * snapshot damaged after it was written is refused rather than resumed from. (Caffe's own
- * snapshots have no such file and are read as they are.)
+ * --snapshot=<prefix>_iter_N.solverstate` and Caffe resume from them too. Three files are
+ * written, each atomically (a temporary name renamed into place): the model, then the two
+ * files' SHA-256 digests in `<prefix>_iter_N.sha256` (hex, one line per file: digest, two
+ * spaces, file name, as sha256sum writes them), then the state, read back like the model to
+ * check it. The state's rename commits the snapshot: a writer killed before it leaves a model
+ * (and digests) without a state, which [[latest]] does not count, so the newest state file
+ * marks the newest complete snapshot, and every complete snapshot written here has its
+ * digests, which [[read]] checks: a snapshot damaged after it was written is refused rather
+ * than resumed from. Writing over a snapshot of the same iteration removes its state first.
+ * (Caffe's own snapshots have no digests and are read as they are.)
  */
 object Snapshots {
 
@@ -44,11 +47,13 @@ object Snapshots {
       take: String => SolverSnapshot): SnapshotFiles = {
     val f = files(prefix, iter)
     val snapshot = take(new Path(f.model).getName)
+    // A snapshot of this iteration from an earlier run is uncommitted before its files change.
+    HadoopFiles.delete(f.state, conf)
     val modelDigest = writeChecked(f.model, snapshot.model, conf)
-    val stateDigest = writeChecked(f.state, snapshot.state, conf)
-    val lines = Seq(modelDigest -> f.model, stateDigest -> f.state)
+    val lines = Seq(modelDigest -> f.model, sha256(snapshot.state) -> f.state)
       .map { case (d, path) => s"$d  ${new Path(path).getName}\n" }.mkString
     HadoopFiles.writeBytesAtomic(checksums(f), lines.getBytes(StandardCharsets.UTF_8), conf)
+    writeChecked(f.state, snapshot.state, conf)
     f
   }
 

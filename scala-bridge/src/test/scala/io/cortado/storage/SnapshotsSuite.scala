@@ -64,4 +64,31 @@ class SnapshotsSuite extends AnyFunSuite {
       assert(io.cortado.spark.Attempts.readLatest(prefix, conf).map(_._1.iter) === Some(2))
     }
   }
+
+  test("a writer stopped before the state leaves a snapshot that is not counted") {
+    withTempDir("cortado-snapshots") { dir =>
+      val prefix = dir.toUri.toString + "regression"
+      withResource(newSolver()) { solver =>
+        solver.step(2)
+        Snapshots.write(solver, prefix, conf)
+        solver.step(2)
+        Snapshots.write(solver, prefix, conf)
+      }
+      // What a writer killed before its last rename leaves: the model and the digests.
+      val stopped = Snapshots.files(prefix, 4)
+      new java.io.File(new java.net.URI(stopped.state)).delete()
+      assert(HadoopFiles.exists(stopped.model, conf))
+      assert(HadoopFiles.exists(Snapshots.checksums(stopped), conf))
+      assert(Snapshots.latest(prefix, conf) === Some(Snapshots.files(prefix, 2)))
+      assert(io.cortado.spark.Attempts.readLatest(prefix, conf).map(_._1.iter) === Some(2))
+      // Resumed from 2, the run writes 4 again, whole.
+      withResource(newSolver()) { solver =>
+        solver.restore(Snapshots.read(Snapshots.files(prefix, 2), conf))
+        solver.step(2)
+        Snapshots.write(solver, prefix, conf)
+      }
+      assert(Snapshots.latest(prefix, conf) === Some(stopped))
+      Snapshots.read(stopped, conf)
+    }
+  }
 }
