@@ -2,10 +2,12 @@
 package io.cortado.storage
 
 import java.nio.charset.StandardCharsets
+import java.nio.file.{FileAlreadyExistsException, Files, Paths}
 import java.security.MessageDigest
 
 import org.apache.hadoop.conf.Configuration
 import org.apache.hadoop.fs.Path
+import org.slf4j.LoggerFactory
 
 import io.cortado.CortadoIOException
 import io.cortado.api.{Solver, SolverSnapshot}
@@ -53,6 +55,7 @@ object Snapshots {
     val lines = Seq(modelDigest -> f.model, sha256(snapshot.state) -> f.state)
       .map { case (d, path) => s"$d  ${new Path(path).getName}\n" }.mkString
     HadoopFiles.writeBytesAtomic(checksums(f), lines.getBytes(StandardCharsets.UTF_8), conf)
+    TestPause.beforeCommit(iter)
     writeChecked(f.state, snapshot.state, conf)
     f
   }
@@ -106,5 +109,43 @@ object Snapshots {
       case pattern(iter) if !skip(iter.toInt) => iter.toInt
     }
     iters.sorted.reverseIterator.map(files(prefix, _)).find(f => HadoopFiles.exists(f.model, conf))
+  }
+}
+
+/**
+ * Test-only: holds a snapshot writer after its model and digests and before its state (the
+ * commit), so that a test can kill the process in that window (SnapshotWriteLossSuite). Off
+ * unless the JVM has the system property `cortado.test.snapshotPauseMarker`, a local file path:
+ * then the writer of iteration `cortado.test.snapshotPauseIter` creates that file, holding its
+ * process id, and sleeps `cortado.test.snapshotPauseMs` (default 60000) ms. Only the writer that
+ * creates the file pauses, so a run resumed afterwards passes through.
+ */
+private[storage] object TestPause {
+
+  private val log = LoggerFactory.getLogger(getClass)
+
+  def beforeCommit(iter: Int): Unit = {
+    val marker = System.getProperty("cortado.test.snapshotPauseMarker")
+    if (marker != null && iter.toString == System.getProperty("cortado.test.snapshotPauseIter")) {
+      val target = Paths.get(marker)
+      val temp = Paths.get(marker + ".tmp")
+      // Written whole before the marker appears under its name.
+      val pid = ProcessHandle.current().pid().toString
+      Files.write(temp, pid.getBytes(StandardCharsets.UTF_8))
+      val created =
+        try {
+          Files.move(temp, target)
+          true
+        } catch {
+          case _: FileAlreadyExistsException =>
+            Files.delete(temp)
+            false
+        }
+      if (created) {
+        val ms = System.getProperty("cortado.test.snapshotPauseMs", "60000").toLong
+        log.warn(s"Pausing $ms ms before committing the snapshot of iteration $iter (test hook)")
+        Thread.sleep(ms)
+      }
+    }
   }
 }

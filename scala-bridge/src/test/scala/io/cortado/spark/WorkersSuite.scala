@@ -512,3 +512,113 @@ class TaskRetrySuite extends AnyFunSuite with LocalCluster {
     }
   }
 }
+
+/**
+ * The executor JVM of worker 0 killed with SIGKILL while it writes a snapshot: after the model
+ * and its digests, before the state that commits the snapshot (held there by the test hook in
+ * io.cortado.storage.Snapshots, switched on by system properties of the executors). The driver's
+ * second attempt resumes from the snapshot before, never from the interrupted one, and the run
+ * ends by itself with every file under a snapshot's name whole.
+ */
+class SnapshotWriteLossSuite extends AnyFunSuite with LocalCluster {
+  import WorkersSuite._
+
+  override protected val numWorkers: Int = 2
+
+  /** Where the paused writer puts its process id (the test hook's marker). */
+  private lazy val marker: Path = Files.createTempDirectory("cortado-pause").resolve("paused")
+
+  override protected def sparkSessionBuilder: SparkSession.Builder =
+    super.sparkSessionBuilder.config("spark.executor.extraJavaOptions",
+      s"-Dcortado.test.snapshotPauseMarker=$marker -Dcortado.test.snapshotPauseIter=6000 " +
+        "-Dcortado.test.snapshotPauseMs=60000")
+
+  override def afterEach(): Unit =
+    try super.afterEach()
+    finally {
+      Files.deleteIfExists(marker)
+      Files.deleteIfExists(marker.getParent)
+    }
+
+  private def sha256(path: Path): String =
+    java.security.MessageDigest.getInstance("SHA-256").digest(Files.readAllBytes(path))
+      .map(b => f"${b & 0xff}%02x").mkString
+
+  /** The snapshot files under `dir` by their final names (not temporary or checksum files). */
+  private def snapshotNames(dir: Path): Set[String] =
+    Files.list(dir).iterator().asScala.map(_.getFileName.toString).filterNot(_.startsWith("."))
+      .toSet
+
+  test("an executor killed while it writes a snapshot: the job resumes from the one before") {
+    withTempDir("cortado-snapshot-loss") { dir =>
+      write(dir, "net.prototxt", tinyNet(4))
+      val solver = snapshottingSolver(dir, 12000)
+      val config = Config(solver, model = dir.resolve("m.caffemodel").toUri.toString,
+        clusterSize = 2, startTimeoutSeconds = 60, commTimeoutSeconds = 20)
+      val snap = dir.resolve("snap")
+      val pids = executorPids(ss)
+      assert(pids.size === 2, pids)
+      // Waits for the paused writer, notes what the directory holds, kills the writer's JVM and
+      // checks what it left.
+      @volatile var killed: Option[(Long, Set[String], Boolean)] = None
+      val killer = new Thread(() => {
+        val deadline = System.nanoTime() + 120e9.toLong
+        while (!Files.exists(marker) && System.nanoTime() < deadline) Thread.sleep(10)
+        if (Files.exists(marker)) {
+          val pid = new String(Files.readAllBytes(marker), "UTF-8").trim.toLong
+          val during = snapshotNames(snap)
+          ProcessHandle.of(pid).ifPresent { p =>
+            p.destroyForcibly()
+            p.onExit().get()
+          }
+          // The model left behind is whole: it matches the digest written after it.
+          val model = snap.resolve("tiny_iter_6000.caffemodel")
+          val sums = new String(Files.readAllBytes(snap.resolve("tiny_iter_6000.sha256")),
+            "UTF-8")
+          val whole = sums.contains(s"${sha256(model)}  tiny_iter_6000.caffemodel")
+          killed = Some((pid, during, whole))
+        }
+      }, "snapshot-writer-killer")
+      killer.setDaemon(true)
+      killer.start()
+      val events = new ConcurrentLinkedQueue[TrainingEvent]()
+      val cortado = new Cortado(ss)
+      cortado.addProgressListener(e => events.add(e))
+      val t0 = System.nanoTime()
+      cortado.train(separable(ss, 256, 5).repartition(2), config)
+      val seconds = (System.nanoTime() - t0) / 1e9
+      killer.join(10000)
+      assert(killed.isDefined, "the snapshot writer never paused at iteration 6000")
+      val (pid, during, wholeModel) = killed.get
+      assert(pids.contains(pid), (pid, pids))
+      // Killed between the model (and digests) and the state of 6000.
+      assert(during.contains("tiny_iter_4000.solverstate"), during)
+      assert(during.contains("tiny_iter_6000.caffemodel") &&
+        during.contains("tiny_iter_6000.sha256") && !during.contains("tiny_iter_6000.solverstate"),
+        during)
+      assert(wholeModel)
+      val texts = events.asScala.collect { case LogEvent(t) => t }.toSeq
+      val retry = texts.filter(_.startsWith("Training attempt 1 of 3 failed"))
+      assert(retry.size === 1, texts)
+      val resumed = "resumes from \\S+/tiny_iter_(\\d+)\\.solverstate \\(iteration (\\d+)\\)".r
+        .findFirstMatchIn(retry.head).map(m => (m.group(1).toInt, m.group(2).toInt))
+      assert(resumed === Some((4000, 4000)), retry.head)
+      assert(!texts.exists(_.startsWith("Spark runs this training again")), texts)
+      val displays = events.asScala.collect { case i: IterationEvent => i.iteration }.toSeq
+      assert(displays.last === 12000, displays)
+      assert(texts.count(_ == "Optimization Done.") === 1, texts)
+      assert(Files.size(dir.resolve("m.caffemodel")) > 0)
+      // Every snapshot is complete, its files matching their digests (6000 rewritten whole by
+      // the second attempt), and nothing else carries a snapshot's name.
+      val iterations = (2000 to 12000 by 2000)
+      assert(snapshotNames(snap) === iterations.flatMap(i =>
+        Seq("caffemodel", "solverstate", "sha256").map(e => s"tiny_iter_$i.$e")).toSet)
+      val conf = new org.apache.hadoop.conf.Configuration()
+      iterations.foreach { i =>
+        io.cortado.storage.Snapshots.read(
+          io.cortado.storage.Snapshots.files(snap.resolve("tiny").toUri.toString, i), conf)
+      }
+      assert(seconds < 150, s"$seconds s")
+    }
+  }
+}
