@@ -129,8 +129,22 @@ private[spark] object JobPlan {
       throw new CortadoConfigException(s"$solverFile: the solver names no net")
     }
 
-  def readText(path: String, conf: Configuration): String =
+  /**
+   * A prototxt file's text, for the native parser (the JVM side does not parse prototxt).
+   * A file over [[MaxPrototxtBytes]] is refused before it is read, naming it: a net or solver
+   * is kilobytes, and the driver would otherwise hold any file it is pointed at twice over.
+   */
+  def readText(path: String, conf: Configuration): String = {
+    val length = HadoopFiles.length(path, conf)
+    if (length > MaxPrototxtBytes) {
+      throw new CortadoConfigException(s"$path is $length bytes, more than a prototxt may be " +
+        s"(${MaxPrototxtBytes >> 20} MiB): is it the right file?")
+    }
     new String(HadoopFiles.readBytes(path, conf), StandardCharsets.UTF_8)
+  }
+
+  /** The largest prototxt file [[readText]] reads. */
+  val MaxPrototxtBytes: Long = 64L << 20
 
   private def resolveNet(path: String, solverFile: String, conf: Configuration): String = {
     val p = new Path(path)

@@ -37,6 +37,16 @@ object HadoopFiles {
     }
   }
 
+  /** The file's length in bytes; a missing file or a failed look-up names the path. */
+  def length(path: String, conf: Configuration): Long = {
+    val p = new Path(path)
+    try p.getFileSystem(conf).getFileStatus(p).getLen
+    catch {
+      case e: FileNotFoundException => throw new CortadoIOException(s"$path does not exist", e)
+      case e: IOException => throw new CortadoIOException(s"cannot look up $path: $e", e)
+    }
+  }
+
   /**
    * Writes `bytes` to `path` through a temporary file in the same directory renamed into place,
    * so that readers never see a partial file under the final name. An existing file is replaced.
