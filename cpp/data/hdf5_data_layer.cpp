@@ -4,9 +4,11 @@
 #include <hdf5.h>
 
 #include <algorithm>
+#include <climits>
 #include <filesystem>
 #include <sstream>
 
+#include "core/host_memory.hpp"
 #include "core/logging.hpp"
 #include "io/proto_io.hpp"
 
@@ -103,6 +105,32 @@ std::string DimsString(const std::vector<hsize_t>& dims) {
   return out.str();
 }
 
+// kInvalidArgument naming the dataset and file when a batch of its rows would exceed INT_MAX
+// values, or the whole dataset (files are read whole) the memory tensors may use.
+void CheckDatasetSize(const std::vector<hsize_t>& dims, const std::string& name,
+                      const std::string& path, const std::string& owner, int batch_size) {
+  // In double: the dims of a damaged file may overflow any integer product.
+  double row = 1;
+  for (size_t a = 1; a < dims.size(); ++a) {
+    if (dims[a] > static_cast<hsize_t>(INT_MAX)) row = 1e300;
+    row *= static_cast<double>(dims[a]);
+  }
+  if (row * batch_size > INT_MAX) {
+    CORTADO_THROW(kInvalidArgument,
+                  "{}: dataset '{}' in HDF5 file '{}' is {}: a batch of {} rows would hold more "
+                  "than INT_MAX ({}) values",
+                  owner, name, path, DimsString(dims), batch_size, INT_MAX);
+  }
+  const double bytes = row * static_cast<double>(dims[0]) * sizeof(float);
+  if (bytes > static_cast<double>(HostMemoryLimit())) {
+    CORTADO_THROW(kInvalidArgument,
+                  "{}: dataset '{}' in HDF5 file '{}' is {}, {:.0f} bytes as floats: more than the "
+                  "{} bytes of memory this process may use (each file is read whole; split it "
+                  "into smaller files)",
+                  owner, name, path, DimsString(dims), bytes, HostMemoryLimit());
+  }
+}
+
 }  // namespace
 
 HDF5DataLayer::~HDF5DataLayer() { StopPrefetch(); }
@@ -161,6 +189,7 @@ void HDF5DataLayer::DataSetup(const std::vector<Tensor*>& top) {
                       path, dataset_names_[t], n, dataset_names_[0], rows);
       }
       rows = n;
+      CheckDatasetSize(info.dims, dataset_names_[t], path, Describe(), batch_size_);
       const std::vector<hsize_t> trailing(info.dims.begin() + 1, info.dims.end());
       if (first_dims[t].empty()) {
         first_dims[t] = info.dims;

@@ -8,8 +8,10 @@
 #include <fstream>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "core/host_memory.hpp"
 #include "data/data_test_util.hpp"
 #include "support/gradient_checker.hpp"
 
@@ -211,6 +213,49 @@ TEST(HDF5DataLayerTest, NotAnHdf5FileIsAnIoError) {
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), ErrorCode::kIo);
     EXPECT_NE(std::string(e.what()).find(path), std::string::npos) << e.what();
+  }
+}
+
+// A damaged or hostile file may declare datasets of any size (unwritten space costs nothing on
+// disk): a batch beyond INT_MAX values, or a dataset beyond the memory tensors may use (files are
+// read whole), is refused at set-up naming the dataset and the file.
+TEST(HDF5DataLayerTest, DatasetsTooLargeAreRefusedNamingThem) {
+  TempDir dir;
+  const std::string path = dir / "huge.h5";
+  hid_t file = H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+  ASSERT_GE(file, 0);
+  for (const auto& [name, dims] :
+       {std::pair<std::string, std::vector<hsize_t>>{"data", {2, hsize_t{1} << 31}},
+        {"label", {2}}}) {
+    hid_t space = H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr);
+    hid_t dataset = H5Dcreate2(file, name.c_str(), H5T_IEEE_F32LE, space, H5P_DEFAULT, H5P_DEFAULT,
+                               H5P_DEFAULT);
+    ASSERT_GE(dataset, 0);
+    H5Dclose(dataset);
+    H5Sclose(space);
+  }
+  H5Fclose(file);
+  Context ctx(Device::Cpu(), 1701);
+  Tensor data, label;
+  try {
+    Make(&ctx, WriteList(dir, {path}), 2)->Initialize({}, {&data, &label});
+    FAIL() << "a dataset of 2 x 2^31 accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument) << e.what();
+    EXPECT_NE(std::string(e.what()).find("dataset 'data' in HDF5 file '" + path), std::string::npos)
+        << e.what();
+    EXPECT_NE(std::string(e.what()).find("INT_MAX"), std::string::npos) << e.what();
+  }
+  // Rows that fit a batch, but a file larger than the memory limit.
+  TwoFiles two;
+  SetHostMemoryLimit(16);
+  try {
+    Make(&ctx, two.list, 1)->Initialize({}, {&data, &label});
+    SetHostMemoryLimit(0);
+    FAIL() << "a dataset larger than the memory limit accepted";
+  } catch (const Error& e) {
+    SetHostMemoryLimit(0);
+    EXPECT_NE(std::string(e.what()).find("each file is read whole"), std::string::npos) << e.what();
   }
 }
 

@@ -4,9 +4,9 @@
 # AddressSanitizer and UBSan (build-asan/, shared with tests/sanitizers/run.sh), then runs each
 # for SECONDS (default 30) on a working copy of its seed corpus (build-asan/fuzz/<target>/corpus;
 # the seeds in tests/fuzz/corpus are never changed). Prints one line per target: executions, edges
-# covered, corpus size, and crashes. A crash, a leak, a timeout (10 s for one input) or an input
-# taking more than 2 GB stops that target; its input is kept under build-asan/fuzz/<target>/ and
-# the script exits non-zero.
+# covered, corpus size, and crashes. A crash, a leak, a timeout (FUZZ_TIMEOUT, default 10 s for
+# one input) or an input taking more than 2 GB stops that target; its input is kept under
+# build-asan/fuzz/<target>/ and the script exits non-zero.
 # Usage: tests/fuzz/run.sh [SECONDS] [TARGET...]   targets: prototxt caffemodel solverstate datum
 #                                                   idx hdf5 (default: all)
 set -euo pipefail
@@ -33,7 +33,8 @@ run_target() {
   ASAN_OPTIONS="detect_leaks=1" LSAN_OPTIONS="suppressions=$PWD/tests/sanitizers/lsan.supp" \
     UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1" \
     OMP_NUM_THREADS=1 TMPDIR="$work" "$binary" "$work/corpus" "${dict[@]}" \
-    -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 \
+    -max_total_time="$seconds" -timeout="${FUZZ_TIMEOUT:-10}" -rss_limit_mb=2048 \
+    -print_final_stats=1 \
     -artifact_prefix="$work/" >"$work/log.txt" 2>&1 || rc=$?
   execs=$(grep -o 'stat::number_of_executed_units: [0-9]*' "$work/log.txt" | grep -o '[0-9]*$' ||
     echo '?')
