@@ -459,6 +459,15 @@ class ExecutorLossSuite extends AnyFunSuite with LocalCluster {
       assert(displays.last === 40000, displays)
       assert(texts.count(_ == "Optimization Done.") === 1, texts)
       assert(seconds < 120, s"$seconds s")
+
+      // Nothing stays behind: once the session stops, every executor JVM of the run (the killed
+      // one, the survivor and the replacement) has exited, native threads and all.
+      val all = pids ++ executorPids(ss)
+      ss.stop()
+      def alive: Set[Long] = all.filter(p => ProcessHandle.of(p).filter(_.isAlive).isPresent)
+      val deadline = System.nanoTime() + 30L * 1000 * 1000 * 1000
+      while (alive.nonEmpty && System.nanoTime() < deadline) Thread.sleep(200)
+      assert(alive.isEmpty, s"executor JVMs still running 30 s after the session stopped")
     }
   }
 }
