@@ -18,7 +18,7 @@ bash tests/sanitizers/install-clang.sh
 # Suites of the communication and parallel code (tests/comm, tests/parallel) that run without
 # mpirun.
 threaded='Tcp*:SpawnRanks*:RootRendezvous*:DataShard*:DistributedTrainer*:SessionInfo*:Trainer*'
-mpi='Mpi*'
+mpi='Mpi*:*Mpirun*'
 
 configure() {  # build dir, sanitizers, extra cmake arguments...
   local dir=$1 sanitize=$2
