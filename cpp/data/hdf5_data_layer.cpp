@@ -6,10 +6,12 @@
 #include <algorithm>
 #include <climits>
 #include <filesystem>
+#include <mutex>
 #include <sstream>
 
 #include "core/host_memory.hpp"
 #include "core/logging.hpp"
+#include "io/hdf5_io.hpp"
 #include "io/proto_io.hpp"
 
 namespace cortado {
@@ -166,6 +168,7 @@ void HDF5DataLayer::DataSetup(const std::vector<Tensor*>& top) {
     dataset_names_.push_back(param_.top(static_cast<int>(t)));
   }
 
+  const std::lock_guard<std::recursive_mutex> lock(io::Hdf5Mutex());
   SilenceHdf5Errors silence;
   std::vector<std::vector<hsize_t>> first_dims(top.size());
   for (const auto& path : files_) {
@@ -174,6 +177,7 @@ void HDF5DataLayer::DataSetup(const std::vector<Tensor*>& top) {
       CORTADO_THROW(kNotFound, "{}: HDF5 file '{}' (listed in '{}') does not exist", Describe(),
                     path, p.source());
     }
+    WithContext(Describe(), [&] { io::ProbeHdf5File(path, dataset_names_); });
     H5Handle file(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose);
     if (!file.ok()) {
       CORTADO_THROW(kIo, "{}: cannot open HDF5 file '{}' (listed in '{}')", Describe(), path,
@@ -249,6 +253,7 @@ void HDF5DataLayer::LoadFile(int64_t epoch, int file) {
   const std::string& path = files_[file];
   const int64_t rows = file_rows_[file];
   if (loaded_.file != file) {
+    const std::lock_guard<std::recursive_mutex> lock(io::Hdf5Mutex());
     SilenceHdf5Errors silence;
     loaded_.file = -1;
     H5Handle h5(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose);

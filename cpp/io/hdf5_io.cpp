@@ -6,19 +6,26 @@
 #include "io/hdf5_io.hpp"
 
 #include <fcntl.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
 #include <climits>
+#include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <map>
+#include <mutex>
+#include <thread>
 #include <utility>
 #include <vector>
 
 #include "core/config.hpp"
 #include "core/error.hpp"
+#include "core/logging.hpp"
 
 #if CORTADO_WITH_HDF5
 #include <hdf5.h>
@@ -451,6 +458,7 @@ FileHandle OpenForReading(const Site& site) {
     site.Fail(err == ENOENT ? ErrorCode::kNotFound : ErrorCode::kIo, "",
               fmt::format("cannot open: {}", std::strerror(err)));
   }
+  ProbeHdf5File(path, {});
   FileHandle file(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT));
   if (!file.valid()) {
     site.Fail(ErrorCode::kParse, "",
@@ -559,12 +567,110 @@ void ReadLayerBlobs(const Site& site, hid_t group, const std::string& object, bo
   }
 }
 
+// Visits every object of the file (H5Ovisit reaches each through its group's links, reading the
+// same symbol tables, heaps and B-trees the readers read) and touches each dataset's dataspace
+// and type. Runs in the probe's child.
+herr_t ProbeObject(hid_t root, const char* name, const H5O_info_t* info, void* /*data*/) {
+  H5Lexists(root, name, H5P_DEFAULT);  // the lookup the readers make, as well as the iteration
+  if (info->type == H5O_TYPE_DATASET) {
+    const hid_t dataset = H5Dopen2(root, name, H5P_DEFAULT);
+    if (dataset >= 0) {
+      const hid_t space = H5Dget_space(dataset);
+      if (space >= 0) {
+        hsize_t dims[H5S_MAX_RANK];
+        H5Sget_simple_extent_dims(space, dims, nullptr);
+        H5Sclose(space);
+      }
+      const hid_t type = H5Dget_type(dataset);
+      if (type >= 0) H5Tclose(type);
+      H5Dclose(dataset);
+    }
+  }
+  return 0;
+}
+
+constexpr int kProbeReadable = 0;
+constexpr int kProbeLibraryError = 3;
+
+[[noreturn]] void ProbeInChild(const std::string& path, const std::vector<std::string>& names) {
+  // The parent's handlers (a JVM's among them) must not run here: a crash ends the child.
+  for (int sig : {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT}) std::signal(sig, SIG_DFL);
+  H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
+  const hid_t file = H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
+  if (file < 0) ::_exit(kProbeLibraryError);
+  // The names the callers look up at the root, whether or not the file has them (a lookup
+  // walks the damaged structures too).
+  for (const std::string& name : names) H5Lexists(file, name.c_str(), H5P_DEFAULT);
+  for (const char* name : {"data", "diff", "iter", "current_step", "learned_net", "history"}) {
+    H5Lexists(file, name, H5P_DEFAULT);
+  }
+  const herr_t visited = H5Ovisit(file, H5_INDEX_NAME, H5_ITER_NATIVE, ProbeObject, nullptr);
+  H5Fclose(file);
+  ::_exit(visited < 0 ? kProbeLibraryError : kProbeReadable);
+}
+
 }  // namespace
+
+void ProbeHdf5File(const std::string& path, const std::vector<std::string>& names,
+                   double timeout_s) {
+  const std::lock_guard<std::recursive_mutex> lock(Hdf5Mutex());
+  static const bool enabled = [] {
+    const char* value = std::getenv("CORTADO_HDF5_PROBE");
+    return value == nullptr || std::string(value) != "0";
+  }();
+  if (!enabled) return;
+  const pid_t child = ::fork();
+  if (child < 0) {
+    // No process to spare (memory, limits): read in this process, as without the probe.
+    CORTADO_LOG_WARN("cannot start a process to check HDF5 file '{}' ({}); reading it directly",
+                     path, std::strerror(errno));
+    return;
+  }
+  if (child == 0) ProbeInChild(path, names);
+  const auto deadline = std::chrono::steady_clock::now() +
+                        std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                            std::chrono::duration<double>(timeout_s));
+  int status = 0;
+  for (;;) {
+    const pid_t done = ::waitpid(child, &status, WNOHANG);
+    if (done == child) break;
+    if (done < 0 && errno != EINTR) {
+      CORTADO_THROW(kIo, "HDF5 file '{}': cannot wait for the process checking it: {}", path,
+                    std::strerror(errno));
+    }
+    if (std::chrono::steady_clock::now() >= deadline) {
+      ::kill(child, SIGKILL);
+      ::waitpid(child, &status, 0);
+      CORTADO_THROW(kIo,
+                    "HDF5 file '{}' is damaged: the HDF5 library did not finish reading its "
+                    "structure within {:g} s (checked in a separate process)",
+                    path, timeout_s);
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  if (WIFSIGNALED(status)) {
+    CORTADO_THROW(kIo,
+                  "HDF5 file '{}' is damaged: the HDF5 library crashed reading it (signal {}, "
+                  "in a separate process that checks files first; this one did not open it)",
+                  path, WTERMSIG(status));
+  }
+  if (!WIFEXITED(status) ||
+      (WEXITSTATUS(status) != kProbeReadable && WEXITSTATUS(status) != kProbeLibraryError)) {
+    CORTADO_THROW(kIo, "HDF5 file '{}' is damaged: the process checking it ended with status {}",
+                  path, WIFEXITED(status) ? WEXITSTATUS(status) : -1);
+  }
+}
+
+std::recursive_mutex& Hdf5Mutex() {
+  static std::recursive_mutex mutex;
+  return mutex;
+}
 
 bool Hdf5Available() { return true; }
 
 void WriteNetParameterHdf5(const caffe::NetParameter& net, const std::string& path,
                            bool write_diff) {
+  const std::lock_guard<std::recursive_mutex> lock(Hdf5Mutex());
   Site site(path);
   for (const auto& layer : net.layer()) CheckLinkName(site, layer.name(), "layer name");
   WriteHdf5Atomic(site, [&](hid_t file) {
@@ -594,6 +700,7 @@ void WriteNetParameterHdf5(const caffe::NetParameter& net, const std::string& pa
 }
 
 caffe::NetParameter ReadNetParameterHdf5(const std::string& path) {
+  const std::lock_guard<std::recursive_mutex> lock(Hdf5Mutex());
   Site site(path);
   FileHandle file = OpenForReading(site);
   caffe::NetParameter net;
@@ -627,6 +734,7 @@ caffe::NetParameter ReadNetParameterHdf5(const std::string& path) {
 }
 
 void WriteSolverStateHdf5(const caffe::SolverState& state, const std::string& path) {
+  const std::lock_guard<std::recursive_mutex> lock(Hdf5Mutex());
   Site site(path);
   // The order of SGDSolver::SnapshotSolverStateToHDF5: iter, learned_net, current_step, history.
   WriteHdf5Atomic(site, [&](hid_t file) {
@@ -647,6 +755,7 @@ void WriteSolverStateHdf5(const caffe::SolverState& state, const std::string& pa
 }
 
 caffe::SolverState ReadSolverStateHdf5(const std::string& path) {
+  const std::lock_guard<std::recursive_mutex> lock(Hdf5Mutex());
   Site site(path);
   FileHandle file = OpenForReading(site);
   caffe::SolverState state;
@@ -685,6 +794,11 @@ namespace {
 
 }  // namespace
 
+std::recursive_mutex& Hdf5Mutex() {
+  static std::recursive_mutex mutex;
+  return mutex;
+}
+
 bool Hdf5Available() { return false; }
 
 void WriteNetParameterHdf5(const caffe::NetParameter&, const std::string& path, bool) {
@@ -696,6 +810,10 @@ caffe::NetParameter ReadNetParameterHdf5(const std::string& path) { NoHdf5(path)
 void WriteSolverStateHdf5(const caffe::SolverState&, const std::string& path) { NoHdf5(path); }
 
 caffe::SolverState ReadSolverStateHdf5(const std::string& path) { NoHdf5(path); }
+
+void ProbeHdf5File(const std::string& path, const std::vector<std::string>&, double) {
+  NoHdf5(path);
+}
 
 #endif  // CORTADO_WITH_HDF5
 

@@ -9,7 +9,9 @@
 // into place. Errors name the file and the object inside it.
 #pragma once
 
+#include <mutex>
 #include <string>
+#include <vector>
 
 #include "proto/caffe.pb.h"
 
@@ -17,6 +19,10 @@ namespace cortado::io {
 
 // True when this build reads and writes HDF5 (WITH_HDF5).
 bool Hdf5Available();
+// Held by every use of the HDF5 library in the process (the functions below and the HDF5Data
+// layer), so that ProbeHdf5File's fork never copies the library's own lock taken by another
+// thread (the child would wait on it forever).
+std::recursive_mutex& Hdf5Mutex();
 // True when `path` starts with the HDF5 signature (whatever its extension).
 bool IsHdf5File(const std::string& path);
 
@@ -35,5 +41,15 @@ caffe::NetParameter ReadNetParameterHdf5(const std::string& path);
 
 void WriteSolverStateHdf5(const caffe::SolverState& state, const std::string& path);
 caffe::SolverState ReadSolverStateHdf5(const std::string& path);
+
+// Opens `path` with the HDF5 library in a child process and walks the metadata of every object
+// in it, before this process trusts the library with the file: libhdf5 1.10 itself crashes on
+// some damaged files. Returns when the child survives (whether or not the library could read
+// the file: the caller's own reading reports that); throws kIo naming the file when the child
+// dies by a signal or has not finished within `timeout_s`. The child also looks up `names` (and
+// the names the readers above look up) at the root. The readers above and the HDF5Data layer
+// call it before they open a file. CORTADO_HDF5_PROBE=0 skips it.
+void ProbeHdf5File(const std::string& path, const std::vector<std::string>& names,
+                   double timeout_s = 60);
 
 }  // namespace cortado::io

@@ -355,6 +355,34 @@ TEST(Hdf5IoTest, WrongRankIsReadAsIsAndRejectedByTheNet) {
   EXPECT_NE(std::string(e.what()).find("ip1"), std::string::npos) << e.what();
 }
 
+// A damaged file on which libhdf5 1.10 itself reads through a null pointer (found by fuzzing):
+// the library meets it first in a child process, and the readers refuse it naming the file
+// instead of crashing this one.
+TEST(Hdf5IoTest, AFileThatCrashesTheLibraryIsRefusedNotOpened) {
+  SKIP_WITHOUT_HDF5();
+  const std::string path =
+      std::string(CORTADO_SOURCE_DIR) + "/tests/fuzz/corpus/hdf5/regress-libhdf5-segv.h5";
+  ASSERT_TRUE(std::filesystem::exists(path)) << path;
+  for (int reader = 0; reader < 2; ++reader) {
+    try {
+      if (reader == 0) {
+        ReadNetParameterHdf5(path);
+      } else {
+        ReadSolverStateHdf5(path);
+      }
+      FAIL() << "reader " << reader << " accepted the file";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::kIo) << e.what();
+      EXPECT_NE(std::string(e.what()).find("'" + path + "' is damaged: the HDF5 library crashed"),
+                std::string::npos)
+          << e.what();
+    }
+  }
+  // A sound file passes the check (the child's verdict does not stop it).
+  const std::string sound = std::string(CORTADO_SOURCE_DIR) + "/tests/fuzz/corpus/hdf5/model.h5";
+  EXPECT_NO_THROW(ProbeHdf5File(sound, {"data"}));
+}
+
 TEST(Hdf5IoTest, FailedWritesLeaveNoFiles) {
   SKIP_WITHOUT_HDF5();
   TempFile file("bad.caffemodel.h5");
