@@ -174,6 +174,10 @@ void BaseConvolutionLayer::Setup(const std::vector<Tensor*>& bottom,
   }
 
   channels_ = in.shape(channel_axis_);
+  if (channels_ <= 0) {
+    CORTADO_THROW(kInvalidArgument, "{}: bottom shape {} has no channels on axis {}", me,
+                  in.ShapeString(), channel_axis_);
+  }
   num_output_ = static_cast<int>(p.num_output());
   if (num_output_ <= 0) {
     CORTADO_THROW(kInvalidArgument, "{}: num_output must be positive, got {}", me, num_output_);
@@ -289,7 +293,7 @@ void BaseConvolutionLayer::Reshape(const std::vector<Tensor*>& bottom,
 
 int BaseConvolutionLayer::ChunkSize(int num) const {
   const size_t per_image = static_cast<size_t>(kernel_dim_) * group_ * conv_out_spatial_dim_;
-  const size_t chunk = std::max<size_t>(1, kColumnBlockFloats / per_image);
+  const size_t chunk = std::max<size_t>(1, kColumnBlockFloats / std::max<size_t>(per_image, 1));
   return static_cast<int>(std::min<size_t>(chunk, std::max(num, 1)));
 }
 

@@ -84,6 +84,21 @@ TEST_F(HostMemoryLimitTest, OverflowingConvolutionShapesNameTheLayer) {
   EXPECT_NE(what.find("layer 'conv' (Convolution)"), std::string::npos) << what;
 }
 
+// A convolution over a bottom of 0 channels (found by fuzzing: its column-buffer arithmetic
+// divided by zero in forward) is refused at set-up.
+TEST(NetErrorContextTest, ConvolutionOverNoChannelsIsRefused) {
+  ErrorCode code = ErrorCode::kInternal;
+  const std::string what = ErrorOf(Parse(R"(
+    layer { name: "data" type: "Input" top: "data"
+            input_param { shape { dim: 2 dim: 0 dim: 6 dim: 6 } } }
+    layer { name: "conv" type: "Convolution" bottom: "data" top: "conv"
+            convolution_param { num_output: 4 kernel_h: 3 kernel_w: 2 } })"),
+                                   &code);
+  EXPECT_EQ(code, ErrorCode::kInvalidArgument) << what;
+  EXPECT_NE(what.find("layer 'conv' (Convolution)"), std::string::npos) << what;
+  EXPECT_NE(what.find("has no channels on axis 1"), std::string::npos) << what;
+}
+
 TEST(NetErrorContextTest, ForwardErrorsNameTheLayer) {
   ErrorCode code = ErrorCode::kInternal;
   const std::string what = ErrorOf(Parse(R"(
