@@ -9,6 +9,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <climits>
@@ -25,6 +26,7 @@
 
 #include "core/config.hpp"
 #include "core/error.hpp"
+#include "core/host_memory.hpp"
 #include "core/logging.hpp"
 
 #if CORTADO_WITH_HDF5
@@ -333,6 +335,22 @@ OpenDataset Open(const Site& site, hid_t loc, const std::string& parent, const s
           fmt::format("has dimensions {} (over {} elements)", fmt::join(out.dims, " x "), INT_MAX));
     }
     count *= dim;
+  }
+  // Datasets are read whole, and the library converts them through buffers of the file's
+  // element size: numbers of more than 8 bytes are no numbers Caffe writes, and a dataset larger
+  // than the memory tensors may use cannot be loaded.
+  const size_t element = H5Tget_size(out.type.get());
+  if ((out.type_class == H5T_FLOAT || out.type_class == H5T_INTEGER) &&
+      (element == 0 || element > 8)) {
+    site.Fail(ErrorCode::kParse, object,
+              fmt::format("holds numbers of {} bytes; expected 1 to 8", element));
+  }
+  const unsigned long long bytes = count * std::max<size_t>(element, sizeof(float));
+  if (bytes > HostMemoryLimit()) {
+    site.Fail(ErrorCode::kParse, object,
+              fmt::format("has dimensions {} ({} bytes), more than the {} bytes of memory this "
+                          "process may use",
+                          fmt::join(out.dims, " x "), bytes, HostMemoryLimit()));
   }
   out.count = static_cast<size_t>(count);
   return out;

@@ -383,6 +383,21 @@ TEST(Hdf5IoTest, AFileThatCrashesTheLibraryIsRefusedNotOpened) {
   EXPECT_NO_THROW(ProbeHdf5File(sound, {"data"}));
 }
 
+// A 5 KB damaged state file whose history dataset declares numbers of hundreds of KB each made
+// the library allocate about 2 GB converting it (found by fuzzing): refused before reading.
+TEST(Hdf5IoTest, NumbersOfMoreThanEightBytesAreRefusedBeforeReading) {
+  SKIP_WITHOUT_HDF5();
+  const std::string path =
+      std::string(CORTADO_SOURCE_DIR) + "/tests/fuzz/corpus/hdf5/regress-huge-element-type.h5";
+  try {
+    ReadSolverStateHdf5(path);
+    FAIL() << "accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kParse) << e.what();
+    EXPECT_NE(std::string(e.what()).find("expected 1 to 8"), std::string::npos) << e.what();
+  }
+}
+
 TEST(Hdf5IoTest, FailedWritesLeaveNoFiles) {
   SKIP_WITHOUT_HDF5();
   TempFile file("bad.caffemodel.h5");
