@@ -88,6 +88,14 @@ DatasetInfo InspectDataset(hid_t file, const std::string& name, const std::strin
                   "{}: dataset '{}' in HDF5 file '{}' is not numeric (float, double or integer)",
                   owner, name, path);
   }
+  // The library converts through buffers of the file's element size (a damaged file may claim
+  // any): numbers are 1 to 8 bytes.
+  const size_t element = H5Tget_size(type.get());
+  if (element == 0 || element > 8) {
+    CORTADO_THROW(kInvalidArgument,
+                  "{}: dataset '{}' in HDF5 file '{}' holds numbers of {} bytes; expected 1 to 8",
+                  owner, name, path, element);
+  }
   H5Handle space(H5Dget_space(dataset.get()), H5Sclose);
   const int rank = space.ok() ? H5Sget_simple_extent_ndims(space.get()) : -1;
   if (rank < 1) {
