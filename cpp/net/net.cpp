@@ -17,17 +17,19 @@
 #include "net/insert_splits.hpp"
 
 namespace cortado {
+
+bool NonFiniteAllowed() {
+  const char* value = std::getenv("CORTADO_ALLOW_NONFINITE_LOSS");
+  return value != nullptr && std::string(value) != "0" && std::string(value) != "";
+}
+
 namespace {
 
 // Weights holding NaN or infinity come from a damaged file or a diverged run; either way the net
 // cannot use them. CORTADO_ALLOW_NONFINITE_LOSS=1 (which lets training go on through a
 // non-finite loss) lets them load too.
 void CheckFinite(const Tensor& blob, const std::string& layer, const char* type, int index) {
-  static const bool allowed = [] {
-    const char* value = std::getenv("CORTADO_ALLOW_NONFINITE_LOSS");
-    return value != nullptr && std::string(value) == "1";
-  }();
-  if (allowed) return;
+  if (NonFiniteAllowed()) return;
   const float* data = blob.cpu_data();
   for (int i = 0; i < blob.count(); ++i) {
     if (!std::isfinite(data[i])) {

@@ -31,6 +31,10 @@
 
 namespace cortado {
 
+// CORTADO_ALLOW_NONFINITE_LOSS set (and not "0"): training goes on through a NaN or infinite
+// loss (Caffe's behaviour), and weights holding them load. Read anew at every call.
+bool NonFiniteAllowed();
+
 class Net {
  public:
   // Builds the net for param.state() (phase defaults to TEST, as in Caffe).

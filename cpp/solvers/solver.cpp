@@ -20,12 +20,6 @@
 namespace cortado {
 namespace {
 
-// CORTADO_ALLOW_NONFINITE_LOSS=1: train on through a NaN or infinite loss (Caffe's behaviour).
-bool AllowNonFiniteLoss() {
-  const char* value = std::getenv("CORTADO_ALLOW_NONFINITE_LOSS");
-  return value != nullptr && std::string(value) != "0" && std::string(value) != "";
-}
-
 namespace fs = std::filesystem;
 
 // What a reseed is for: the test pass at the start of an iteration gets its own stream, so
@@ -348,7 +342,7 @@ void Solver::Step(int iters) {
     loss /= static_cast<float>(param_.iter_size());
     if (on_gradients_ready_) on_gradients_ready_(&loss);
     // After the exchange: with several ranks the loss is their mean, so every rank stops alike.
-    if (!std::isfinite(loss) && !AllowNonFiniteLoss()) {
+    if (!std::isfinite(loss) && !NonFiniteAllowed()) {
       CORTADO_THROW(kInvalidArgument,
                     "iteration {}: the loss is {} (training diverged, or the data holds NaN or "
                     "infinite values); stopped before applying this update. Lower base_lr or "
