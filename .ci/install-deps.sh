@@ -10,7 +10,7 @@ packages=(
   libspdlog-dev libfmt-dev
   libopenblas-openmp-dev libdnnl-dev
   libhdf5-dev liblmdb-dev
-  libopenmpi-dev openmpi-bin
+  libopenmpi-dev openmpi-bin libibverbs-dev libucx-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   clang-format-14
   dataset-fashion-mnist

@@ -20,6 +20,10 @@ std::unique_ptr<Communicator> CreateCommunicator(const CommOptions& options) {
   return CommunicatorRegistry::Get().Create(options.backend, "communicator backend", options);
 }
 
+std::string Communicator::Describe() const {
+  return fmt::format("{}: rank {} of {}", backend(), rank(), size());
+}
+
 std::vector<std::string> CommunicatorBackends() { return CommunicatorRegistry::Get().Types(); }
 
 namespace {

@@ -56,8 +56,11 @@ class Communicator {
   Communicator(const Communicator&) = delete;
   Communicator& operator=(const Communicator&) = delete;
 
-  // "tcp", "mpi" or "nccl".
+  // "tcp", "ucx", "mpi" or "nccl".
   virtual const char* backend() const = 0;
+  // One line for the log: the backend, this rank and what carries its data (for ucx, the
+  // transport of each connection, e.g. "tcp/eth0" or "rc_mlx5/mlx5_0:1").
+  virtual std::string Describe() const;
   int rank() const { return rank_; }
   int size() const { return size_; }
 

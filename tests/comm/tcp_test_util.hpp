@@ -45,6 +45,13 @@ class LoopbackRing {
     return comm::CreateTcpCommunicator(options, std::move(listeners_[options.rank]));
   }
   std::unique_ptr<comm::Communicator> Join(int rank) { return Join(Options(rank)); }
+  // The same through another backend's factory that sets up over the tcp ring:
+  // factory(options, listener) -> unique_ptr<Communicator>.
+  template <typename Factory>
+  std::unique_ptr<comm::Communicator> JoinWith(const comm::CommOptions& options,
+                                               Factory&& factory) {
+    return factory(options, std::move(listeners_[options.rank]));
+  }
 
   // Closes the listeners not taken (a child process closes the other ranks' copies).
   void CloseOthers(int rank) {

@@ -1,0 +1,870 @@
+// SPDX-License-Identifier: Apache-2.0
+// The ucx backend (see ucx_communicator.hpp).
+//
+// Wire format. Every operation moves two streams of pieces: the pieces this rank sends its next
+// rank, and those it receives from its previous rank, in an order both ends derive from the
+// operation, exactly as the tcp ring does (tcp_communicator.cpp describes the algorithms). Each
+// piece is one UCX tag message of at most chunk_bytes whose tag is the operation's sequence
+// number (high 32 bits; every rank counts its operations alike) and the piece's index in its
+// stream (low 32 bits), so pieces of one operation never match another's. Receives are posted
+// a window ahead; a summed piece lands in one of the window's staging slots (mapped with
+// ucp_mem_map once, so registered once for RDMA), is added into place in stream order, and only
+// then may the send gated on it go out. Sends are posted as soon as their gate allows, a window
+// at a time.
+//
+// Progress. One thread (the caller's) drives the UCX worker: it progresses until nothing is
+// left to do, then arms the worker's event descriptor and polls it beside an eventfd that Abort
+// writes, so a quiet wait costs no CPU.
+#include "comm/ucx/ucx_communicator.hpp"
+
+#include <poll.h>
+#include <sys/eventfd.h>
+#include <ucp/api/ucp.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <optional>
+#include <regex>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "comm/registry.hpp"
+#include "comm/tcp/ring.hpp"
+#include "comm/tcp/socket.hpp"
+#include "core/error.hpp"
+#include "core/logging.hpp"
+
+namespace cortado::comm {
+namespace {
+
+constexpr size_t kMaxChunkBytes = size_t{64} << 20;
+// Receives posted ahead of the first incomplete one (and staging slots for summed pieces).
+constexpr size_t kRecvWindow = 4;
+// Sends in flight at once.
+constexpr size_t kSendWindow = 8;
+// How long an operation goes on taking what arrived after a connection it needs has failed.
+constexpr std::chrono::milliseconds kLinkGrace(100);
+// How long a failing or closing communicator waits for UCX to hand back its requests.
+constexpr double kCleanupS = 5;
+
+Clock::duration Seconds(double s) {
+  return std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(s));
+}
+
+std::string EnvOr(const char* name, const char* otherwise) {
+  const char* value = std::getenv(name);
+  return value != nullptr && *value != '\0' ? value : otherwise;
+}
+
+// Whether UCX_TLS names shared-memory transports only ("sm,self", "posix,cma,self"). UCX 1.13's
+// shared memory reports no peer failures, so connections that ask for such reports cannot use
+// it; with these transports alone they are made without (see SetUp).
+bool OnlySharedMemory() {
+  const std::string tls = EnvOr("UCX_TLS", "");
+  if (tls.empty() || tls[0] == '^') return false;
+  static const std::set<std::string> kShared = {"sm",  "shm",   "self", "posix", "sysv",
+                                                "cma", "xpmem", "knem", "mm"};
+  size_t begin = 0;
+  while (begin <= tls.size()) {
+    const size_t end = std::min(tls.find(',', begin), tls.size());
+    if (kShared.count(tls.substr(begin, end - begin)) == 0) return false;
+    begin = end + 1;
+  }
+  return true;
+}
+
+std::string HostOf(const std::string& peer) {
+  const size_t colon = peer.rfind(':');
+  return colon == std::string::npos ? peer : peer.substr(0, colon);
+}
+
+// The transports of an endpoint's lanes, as ucp_ep_print_info names them ("tcp/lo",
+// "rc_mlx5/mlx5_0:1", "posix/memory"), without repeats; "?" when UCX prints none.
+std::string Transports(ucp_ep_h ep) {
+  char* text = nullptr;
+  size_t size = 0;
+  FILE* stream = ::open_memstream(&text, &size);
+  if (stream == nullptr) return "?";
+  ucp_ep_print_info(ep, stream);
+  std::fclose(stream);
+  const std::string info(text, size);
+  std::free(text);
+  // "#   lane[0]:  1:tcp/lo.0 md[1]  -> ..." : resource index, transport/device.
+  static const std::regex kLane(R"(lane\[\d+\]:\s+\d+:([A-Za-z0-9_]+)/([^\s]+?)(\.\d+)?\s)");
+  std::vector<std::string> found;
+  for (std::sregex_iterator it(info.begin(), info.end(), kLane), end; it != end; ++it) {
+    const std::string name = (*it)[1].str() + "/" + (*it)[2].str();
+    if (std::find(found.begin(), found.end(), name) == found.end()) found.push_back(name);
+  }
+  return found.empty() ? std::string("?") : fmt::format("{}", fmt::join(found, "+"));
+}
+
+// A request's outcome, written by UCX's callbacks during ucp_worker_progress.
+struct Completion {
+  bool done = false;
+  ucs_status_t status = UCS_OK;
+  ucp_tag_recv_info_t info{};
+};
+
+void SendCompleted(void* /*request*/, ucs_status_t status, void* user) {
+  auto* c = static_cast<Completion*>(user);
+  c->status = status;
+  c->done = true;
+}
+
+void RecvCompleted(void* /*request*/, ucs_status_t status, const ucp_tag_recv_info_t* info,
+                   void* user) {
+  auto* c = static_cast<Completion*>(user);
+  c->status = status;
+  if (info != nullptr) c->info = *info;
+  c->done = true;
+}
+
+// A connection to a neighbour; UCX reports its failure through EndpointFailed.
+struct Link {
+  int rank = -1;
+  std::string name;  // "rank 1 (10.0.0.2)"
+  ucp_ep_h ep = nullptr;
+  ucs_status_t error = UCS_OK;
+};
+
+void EndpointFailed(void* arg, ucp_ep_h /*ep*/, ucs_status_t status) {
+  auto* link = static_cast<Link*>(arg);
+  if (link->error == UCS_OK) link->error = status;
+}
+
+class UcxCommunicator final : public Communicator {
+ public:
+  UcxCommunicator(const CommOptions& options, std::unique_ptr<TcpListener> listener);
+  ~UcxCommunicator() override;
+
+  const char* backend() const override { return "ucx"; }
+  std::string Describe() const override { return description_; }
+  void AllReduce(float* data, size_t count) override;
+  void Broadcast(void* data, size_t bytes, int root) override;
+  std::vector<std::string> AllGather(const std::string& mine) override;
+  void Barrier() override;
+  void Abort(const std::string& reason) noexcept override;
+
+ private:
+  struct SendPiece {
+    const char* data;
+    size_t bytes;
+    // The received piece that must be complete (summed, when summed) before this one goes
+    // out, or -1. Gates do not decrease along the stream.
+    long gate;
+  };
+  struct RecvPiece {
+    char* data;  // float-aligned when `sum`
+    size_t bytes;
+    bool sum;  // add the received floats into data; else the bytes land there
+  };
+  struct Pending {
+    void* request = nullptr;  // null once released (or never needed)
+    Completion completion;
+  };
+
+  void SetUp(const CommOptions& options, std::unique_ptr<TcpListener> listener);
+  // Moves both streams to their ends; `op` names the operation in errors. Every rank's call
+  // consumes one tag sequence number.
+  void Run(const char* op, double timeout_s);
+  void PostRecv(size_t i, uint64_t tag);
+  void PostSend(size_t i, uint64_t tag, const char* op);
+  // Appends the pieces of `bytes` at `data` (one per chunk) to the streams.
+  void AddSends(const char* data, size_t bytes, long first_gate);
+  void AddRecvs(char* data, size_t bytes, bool sum);
+  // Adds the received staging slot of piece i into place.
+  void Sum(size_t i);
+  // Progresses until nothing moves; true when something did.
+  bool Progress();
+  // Sleeps on the worker's descriptor and the abort eventfd until something happens or `until`.
+  void Wait(Clock::time_point until, const char* op);
+  // Blocks of `lengths` bytes laid out one after the other in `out` (rank r's at offsets[r]),
+  // this rank's already in place: every rank gets every block, around the ring.
+  void RingAllGather(char* out, const std::vector<size_t>& offsets,
+                     const std::vector<size_t>& lengths, const char* op, double timeout_s);
+
+  template <typename F>
+  void Guarded(F&& body);
+  void ThrowIfBroken();
+  // Cancels what is in flight and closes the endpoints (forcibly: the peers see the
+  // connections fail). Idempotent; on the operation's thread, or with op_mutex_ held.
+  void Shutdown() noexcept;
+  void CloseEndpoints(bool force) noexcept;
+  // Throws when a connection this operation still needs has failed: the one to next while
+  // `sending`, the one from prev while `receiving`.
+  void CheckLinks(const char* op, bool sending = true, bool receiving = true);
+  bool LinkFailed(bool sending, bool receiving) const;
+  [[noreturn]] void ThrowAborted(const char* op);
+  // The rank this one receives from.
+  const Link& From() const { return prev_.rank >= 0 ? prev_ : next_; }
+
+  CommOptions options_;
+  size_t chunk_bytes_;
+  std::unique_ptr<Communicator> bootstrap_;
+  ucp_context_h context_ = nullptr;
+  ucp_worker_h worker_ = nullptr;
+  int worker_fd_ = -1;
+  UniqueFd wake_;  // an eventfd, readable once aborted
+  // The next rank, and the previous one when it is another (N > 2).
+  Link next_;
+  Link prev_;
+  std::vector<float> staging_;  // kRecvWindow slots of chunk_bytes_
+  ucp_mem_h staging_memh_ = nullptr;
+  std::string description_;
+
+  uint32_t sequence_ = 0;
+  std::vector<SendPiece> sends_;
+  std::vector<RecvPiece> recvs_;
+  std::vector<Pending> send_state_;
+  std::vector<Pending> recv_state_;
+  std::vector<uint64_t> lengths_;  // AllGather's block lengths
+
+  std::mutex op_mutex_;  // held by the running operation, and by Abort when none runs
+  std::atomic<bool> aborted_{false};
+  std::mutex mutex_;  // guards abort_reason_ and error_
+  std::string abort_reason_;
+  std::optional<Error> error_;
+};
+
+UcxCommunicator::UcxCommunicator(const CommOptions& options, std::unique_ptr<TcpListener> listener)
+    : Communicator(options.rank, options.world_size),
+      options_(options),
+      chunk_bytes_(std::clamp<size_t>(options.chunk_bytes / sizeof(float), 1,
+                                      kMaxChunkBytes / sizeof(float)) *
+                   sizeof(float)) {
+  wake_ = UniqueFd(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
+  if (!wake_.valid()) CORTADO_THROW(kComm, "eventfd failed: {}", ErrnoText(errno));
+  if (size() == 1) {
+    description_ = "ucx: rank 0 of 1 (no connections)";
+    return;
+  }
+  try {
+    SetUp(options, std::move(listener));
+  } catch (...) {
+    Shutdown();
+    CloseEndpoints(true);
+    if (staging_memh_ != nullptr) ucp_mem_unmap(context_, staging_memh_);
+    if (worker_ != nullptr) ucp_worker_destroy(worker_);
+    if (context_ != nullptr) ucp_cleanup(context_);
+    throw;
+  }
+}
+
+void UcxCommunicator::SetUp(const CommOptions& options, std::unique_ptr<TcpListener> listener) {
+  const std::string self = fmt::format("ucx rank {}", rank());
+  CommOptions boot = options;
+  boot.backend = "tcp";
+  bootstrap_ = listener != nullptr ? CreateTcpCommunicator(boot, std::move(listener))
+                                   : CreateCommunicator(boot);
+
+  ucp_config_t* config = nullptr;
+  ucs_status_t status = ucp_config_read(nullptr, nullptr, &config);
+  if (status != UCS_OK) {
+    CORTADO_THROW(kComm, "{}: reading UCX's configuration (UCX_* variables): {}", self,
+                  ucs_status_string(status));
+  }
+  ucp_params_t params{};
+  params.field_mask = UCP_PARAM_FIELD_FEATURES;
+  params.features = UCP_FEATURE_TAG | UCP_FEATURE_WAKEUP;
+  status = ucp_init(&params, config, &context_);
+  ucp_config_release(config);
+  if (status != UCS_OK) {
+    CORTADO_THROW(kComm, "{}: ucp_init: {} (check UCX_TLS and UCX_NET_DEVICES)", self,
+                  ucs_status_string(status));
+  }
+  ucp_worker_params_t worker_params{};
+  worker_params.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
+  // One thread at a time: the operations' caller, or Abort when no operation runs.
+  worker_params.thread_mode = UCS_THREAD_MODE_SERIALIZED;
+  status = ucp_worker_create(context_, &worker_params, &worker_);
+  if (status != UCS_OK) {
+    CORTADO_THROW(kComm, "{}: ucp_worker_create: {}", self, ucs_status_string(status));
+  }
+  status = ucp_worker_get_efd(worker_, &worker_fd_);
+  if (status != UCS_OK) {
+    CORTADO_THROW(kComm, "{}: ucp_worker_get_efd: {}", self, ucs_status_string(status));
+  }
+
+  // Every rank's worker address, through the set-up ring.
+  ucp_address_t* address = nullptr;
+  size_t address_bytes = 0;
+  status = ucp_worker_get_address(worker_, &address, &address_bytes);
+  if (status != UCS_OK) {
+    CORTADO_THROW(kComm, "{}: ucp_worker_get_address: {}", self, ucs_status_string(status));
+  }
+  const std::string mine(reinterpret_cast<const char*>(address), address_bytes);
+  ucp_worker_release_address(worker_, address);
+  const std::vector<std::string> addresses = bootstrap_->AllGather(mine);
+
+  const int next = (rank() + 1) % size();
+  const int prev = (rank() - 1 + size()) % size();
+  auto name = [&](int r) {
+    return r < static_cast<int>(options.peers.size())
+               ? fmt::format("rank {} ({})", r, HostOf(options.peers[r]))
+               : fmt::format("rank {}", r);
+  };
+  bool unreported = false;  // a connection whose transports report no peer failure
+  auto connect = [&](Link* link, int to) {
+    link->rank = to;
+    link->name = name(to);
+    ucp_ep_params_t ep{};
+    ep.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
+                    UCP_EP_PARAM_FIELD_ERR_HANDLER;
+    ep.address = reinterpret_cast<const ucp_address_t*>(addresses[to].data());
+    ep.err_mode = OnlySharedMemory() ? UCP_ERR_HANDLING_MODE_NONE : UCP_ERR_HANDLING_MODE_PEER;
+    ep.err_handler.cb = EndpointFailed;
+    ep.err_handler.arg = link;
+    ucs_status_t s = ucp_ep_create(worker_, &ep, &link->ep);
+    if (s == UCS_ERR_UNREACHABLE && ep.err_mode == UCP_ERR_HANDLING_MODE_PEER) {
+      // Reachable through transports without peer failure reports only (OnlySharedMemory
+      // could not tell from UCX_TLS): connect without, and rely on the timeout.
+      ep.err_mode = UCP_ERR_HANDLING_MODE_NONE;
+      s = ucp_ep_create(worker_, &ep, &link->ep);
+    }
+    if (s == UCS_OK && ep.err_mode == UCP_ERR_HANDLING_MODE_NONE) unreported = true;
+    if (s != UCS_OK) {
+      link->ep = nullptr;
+      CORTADO_THROW(kComm, "{}: cannot reach {} through UCX: {} (UCX_TLS={}, UCX_NET_DEVICES={})",
+                    self, link->name, ucs_status_string(s), EnvOr("UCX_TLS", "all"),
+                    EnvOr("UCX_NET_DEVICES", "all"));
+    }
+  };
+  connect(&next_, next);
+  if (prev != next) connect(&prev_, prev);
+
+  staging_.assign(kRecvWindow * chunk_bytes_ / sizeof(float), 0.0f);
+  ucp_mem_map_params_t map{};
+  map.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH;
+  map.address = staging_.data();
+  map.length = staging_.size() * sizeof(float);
+  status = ucp_mem_map(context_, &map, &staging_memh_);
+  if (status != UCS_OK) {
+    staging_memh_ = nullptr;
+    CORTADO_THROW(kComm,
+                  "{}: registering {} bytes of staging memory: {} (is `ulimit -l` "
+                  "large enough?)",
+                  self, map.length, ucs_status_string(status));
+  }
+
+  // One message around the ring and a flush of both endpoints: every connection is made, or
+  // its failure named, before the communicator is handed out.
+  {
+    const std::lock_guard<std::mutex> lock(op_mutex_);
+    uint64_t token = static_cast<uint64_t>(rank());
+    uint64_t from_prev = 0;
+    sends_.clear();
+    recvs_.clear();
+    sends_.push_back({reinterpret_cast<const char*>(&token), sizeof(token), -1});
+    recvs_.push_back({reinterpret_cast<char*>(&from_prev), sizeof(from_prev), false});
+    Run("the first message around the ring", options.connect_timeout_s);
+    if (from_prev != static_cast<uint64_t>(prev)) {
+      CORTADO_THROW(kComm, "expected the first message from rank {}, got one from rank {}", prev,
+                    from_prev);
+    }
+    const auto deadline = Clock::now() + Seconds(options.connect_timeout_s);
+    for (Link* link : {&next_, &prev_}) {
+      if (link->ep == nullptr) continue;
+      ucp_request_param_t param{};
+      void* request = ucp_ep_flush_nbx(link->ep, &param);
+      if (UCS_PTR_IS_ERR(request)) {
+        CORTADO_THROW(kComm, "cannot reach {}: {}", link->name,
+                      ucs_status_string(UCS_PTR_STATUS(request)));
+      }
+      while (request != nullptr) {
+        Progress();
+        const ucs_status_t s = ucp_request_check_status(request);
+        if (s != UCS_INPROGRESS) {
+          ucp_request_free(request);
+          request = nullptr;
+          if (s != UCS_OK) {
+            CORTADO_THROW(kComm, "cannot reach {}: {}", link->name, ucs_status_string(s));
+          }
+          break;
+        }
+        CheckLinks("set-up");
+        if (Clock::now() > deadline) {
+          ucp_request_cancel(worker_, request);
+          CORTADO_THROW(kTimeout, "{} did not answer within {:g} s", link->name,
+                        options.connect_timeout_s);
+        }
+        Wait(std::min(deadline, Clock::now() + std::chrono::milliseconds(100)), "set-up");
+      }
+    }
+    // A rank whose flushes are done goes on progressing until every rank's are: a flush may
+    // need its peer's progress (wireup), and a rank that left set-up makes none until its next
+    // operation.
+    const size_t n = static_cast<size_t>(size());
+    lengths_.assign(n, 0);
+    std::vector<size_t> offsets(n);
+    for (size_t i = 0; i < n; ++i) offsets[i] = i * sizeof(uint64_t);
+    RingAllGather(reinterpret_cast<char*>(lengths_.data()), offsets,
+                  std::vector<size_t>(n, sizeof(uint64_t)), "the end of set-up",
+                  options.connect_timeout_s);
+  }
+
+  if (prev_.ep == nullptr) {
+    description_ = fmt::format("ucx: rank {} of {}; with {}: {}", rank(), size(), next_.name,
+                               Transports(next_.ep));
+  } else {
+    description_ = fmt::format("ucx: rank {} of {}; to {}: {}; from {}: {}", rank(), size(),
+                               next_.name, Transports(next_.ep), prev_.name, Transports(prev_.ep));
+  }
+  if (unreported) {
+    description_ += fmt::format(" (shared memory reports no lost peer: the {:g} s timeout does)",
+                                options.timeout_s);
+  }
+  CORTADO_LOG_INFO("{}", description_);
+}
+
+UcxCommunicator::~UcxCommunicator() {
+  if (worker_ == nullptr) return;
+  {
+    const std::lock_guard<std::mutex> lock(op_mutex_);
+    // A clean close flushes what this rank sent last, which its peers may still be reading.
+    CloseEndpoints(error_.has_value() || aborted_.load());
+  }
+  if (staging_memh_ != nullptr) ucp_mem_unmap(context_, staging_memh_);
+  ucp_worker_destroy(worker_);
+  ucp_cleanup(context_);
+}
+
+void UcxCommunicator::CloseEndpoints(bool force) noexcept {
+  std::vector<void*> closing;
+  for (Link* link : {&next_, &prev_}) {
+    if (link->ep == nullptr) continue;
+    ucp_request_param_t param{};
+    param.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+    // A failed endpoint can only be closed forcibly.
+    param.flags = force || link->error != UCS_OK ? UCP_EP_CLOSE_FLAG_FORCE : 0;
+    void* request = ucp_ep_close_nbx(link->ep, &param);
+    link->ep = nullptr;
+    if (request != nullptr && !UCS_PTR_IS_ERR(request)) closing.push_back(request);
+  }
+  const auto deadline = Clock::now() + Seconds(kCleanupS);
+  while (!closing.empty() && Clock::now() < deadline) {
+    while (ucp_worker_progress(worker_) != 0) {
+    }
+    for (auto it = closing.begin(); it != closing.end();) {
+      if (ucp_request_check_status(*it) != UCS_INPROGRESS) {
+        ucp_request_free(*it);
+        it = closing.erase(it);
+      } else {
+        ++it;
+      }
+    }
+    if (!closing.empty()) ::usleep(1000);
+  }
+  if (!closing.empty()) {
+    CORTADO_LOG_WARN("ucx rank {}: an endpoint did not close within {:g} s", rank(), kCleanupS);
+  }
+}
+
+void UcxCommunicator::Shutdown() noexcept {
+  if (worker_ == nullptr) return;
+  // Receives in flight would still write into the caller's buffers: cancel them, and close the
+  // endpoints, which ends the sends (with an error) and tells the peers.
+  for (Pending& p : recv_state_) {
+    if (p.request != nullptr && !p.completion.done) ucp_request_cancel(worker_, p.request);
+  }
+  CloseEndpoints(true);
+  const auto deadline = Clock::now() + Seconds(kCleanupS);
+  for (auto* states : {&recv_state_, &send_state_}) {
+    for (Pending& p : *states) {
+      if (p.request == nullptr) continue;
+      while (!p.completion.done && Clock::now() < deadline) {
+        if (ucp_worker_progress(worker_) == 0) ::usleep(100);
+      }
+      if (!p.completion.done) {
+        // UCX kept it: leave the request to the worker's destruction rather than free it live.
+        CORTADO_LOG_WARN("ucx rank {}: a request was not released within {:g} s", rank(),
+                         kCleanupS);
+        continue;
+      }
+      ucp_request_free(p.request);
+      p.request = nullptr;
+    }
+  }
+}
+
+void UcxCommunicator::ThrowIfBroken() {
+  const std::lock_guard<std::mutex> lock(mutex_);
+  if (error_) throw *error_;
+  if (aborted_.load()) {
+    error_ =
+        Error(ErrorCode::kAborted, fmt::format("ucx rank {}: aborted: {}", rank(), abort_reason_));
+    throw *error_;
+  }
+}
+
+template <typename F>
+void UcxCommunicator::Guarded(F&& body) {
+  ThrowIfBroken();
+  if (size() == 1) return;
+  const std::lock_guard<std::mutex> lock(op_mutex_);
+  try {
+    body();
+  } catch (...) {
+    Shutdown();
+    std::string what;
+    try {
+      throw;
+    } catch (const Error& e) {
+      const std::lock_guard<std::mutex> guard(mutex_);
+      if (!error_) error_ = e;
+      what = e.what();
+    } catch (const std::exception& e) {
+      const std::lock_guard<std::mutex> guard(mutex_);
+      if (!error_) error_ = Error(ErrorCode::kInternal, e.what());
+      what = e.what();
+    }
+    bootstrap_->Abort(what);
+    throw;
+  }
+}
+
+void UcxCommunicator::Abort(const std::string& reason) noexcept {
+  {
+    const std::lock_guard<std::mutex> lock(mutex_);
+    if (abort_reason_.empty()) abort_reason_ = reason.empty() ? "aborted" : reason;
+  }
+  aborted_.store(true);
+  const uint64_t one = 1;
+  [[maybe_unused]] const ssize_t n = ::write(wake_.get(), &one, sizeof(one));
+  if (worker_ != nullptr && op_mutex_.try_lock()) {
+    // No operation runs to notice: close the connections here, so the peers learn of it.
+    Shutdown();
+    op_mutex_.unlock();
+  }
+  if (bootstrap_ != nullptr) bootstrap_->Abort(reason);
+}
+
+void UcxCommunicator::ThrowAborted(const char* op) {
+  const std::lock_guard<std::mutex> lock(mutex_);
+  CORTADO_THROW(kAborted, "ucx rank {}: aborted during {}: {}", rank(), op, abort_reason_);
+}
+
+bool UcxCommunicator::LinkFailed(bool sending, bool receiving) const {
+  return (sending && next_.error != UCS_OK) || (receiving && From().error != UCS_OK);
+}
+
+void UcxCommunicator::CheckLinks(const char* op, bool sending, bool receiving) {
+  // With two ranks both directions are one connection.
+  const Link* failed = sending && next_.error != UCS_OK      ? &next_
+                       : receiving && From().error != UCS_OK ? &From()
+                                                             : nullptr;
+  if (failed != nullptr) {
+    CORTADO_THROW(kComm,
+                  "ucx rank {}: the connection with {} failed during {}: {} (the peer "
+                  "is gone or unreachable)",
+                  rank(), failed->name, op, ucs_status_string(failed->error));
+  }
+}
+
+bool UcxCommunicator::Progress() {
+  bool any = false;
+  while (ucp_worker_progress(worker_) != 0) any = true;
+  return any;
+}
+
+void UcxCommunicator::Wait(Clock::time_point until, const char* op) {
+  const ucs_status_t status = ucp_worker_arm(worker_);
+  if (status == UCS_ERR_BUSY) return;  // events are waiting: progress again
+  if (status != UCS_OK) {
+    CORTADO_THROW(kComm, "ucx rank {}: ucp_worker_arm failed during {}: {}", rank(), op,
+                  ucs_status_string(status));
+  }
+  pollfd fds[2] = {{wake_.get(), POLLIN, 0}, {worker_fd_, POLLIN, 0}};
+  const auto left = std::chrono::ceil<std::chrono::milliseconds>(until - Clock::now()).count();
+  const int rc = ::poll(fds, 2, static_cast<int>(std::clamp<int64_t>(left, 0, 1000)));
+  if (rc < 0 && errno != EINTR) {
+    CORTADO_THROW(kComm, "ucx rank {}: poll failed during {}: {}", rank(), op, ErrnoText(errno));
+  }
+}
+
+void UcxCommunicator::PostRecv(size_t i, uint64_t tag) {
+  const RecvPiece& piece = recvs_[i];
+  Pending& state = recv_state_[i];
+  ucp_request_param_t param{};
+  // Always a request and a callback: UCX 1.13 leaves recv_info unset when a receive completes
+  // at once, so the received length would be unknown.
+  param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA |
+                       UCP_OP_ATTR_FIELD_DATATYPE | UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
+  param.cb.recv = RecvCompleted;
+  param.user_data = &state.completion;
+  param.datatype = ucp_dt_make_contig(1);
+  void* buffer = piece.data;
+  if (piece.sum) {
+    buffer = reinterpret_cast<char*>(staging_.data()) + (i % kRecvWindow) * chunk_bytes_;
+    param.op_attr_mask |= UCP_OP_ATTR_FIELD_MEMH;
+    param.memh = staging_memh_;
+  }
+  void* request = ucp_tag_recv_nbx(worker_, buffer, piece.bytes, tag, ~uint64_t{0}, &param);
+  if (request == nullptr || UCS_PTR_IS_ERR(request)) {
+    CORTADO_THROW(
+        kComm, "ucx rank {}: posting a receive from {}: {}", rank(), From().name,
+        ucs_status_string(request == nullptr ? UCS_ERR_NO_MESSAGE : UCS_PTR_STATUS(request)));
+  }
+  state.request = request;
+}
+
+void UcxCommunicator::PostSend(size_t i, uint64_t tag, const char* op) {
+  const SendPiece& piece = sends_[i];
+  Pending& state = send_state_[i];
+  ucp_request_param_t param{};
+  param.op_attr_mask =
+      UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_DATATYPE;
+  param.cb.send = SendCompleted;
+  param.user_data = &state.completion;
+  param.datatype = ucp_dt_make_contig(1);
+  void* request = ucp_tag_send_nbx(next_.ep, piece.data, piece.bytes, tag, &param);
+  if (request == nullptr) {
+    state.completion.done = true;  // sent (or buffered) at once
+  } else if (UCS_PTR_IS_ERR(request)) {
+    CORTADO_THROW(kComm, "ucx rank {}: sending to {} failed during {}: {}", rank(), next_.name, op,
+                  ucs_status_string(UCS_PTR_STATUS(request)));
+  } else {
+    state.request = request;
+  }
+}
+
+void UcxCommunicator::AddSends(const char* data, size_t bytes, long first_gate) {
+  for (size_t at = 0, k = 0; at < bytes; at += chunk_bytes_, ++k) {
+    const long gate = first_gate < 0 ? -1 : first_gate + static_cast<long>(k);
+    sends_.push_back({data + at, std::min(chunk_bytes_, bytes - at), gate});
+  }
+}
+
+void UcxCommunicator::AddRecvs(char* data, size_t bytes, bool sum) {
+  for (size_t at = 0; at < bytes; at += chunk_bytes_) {
+    recvs_.push_back({data + at, std::min(chunk_bytes_, bytes - at), sum});
+  }
+}
+
+void UcxCommunicator::Sum(size_t i) {
+  const RecvPiece& piece = recvs_[i];
+  float* dst = reinterpret_cast<float*>(piece.data);
+  const float* src = staging_.data() + (i % kRecvWindow) * (chunk_bytes_ / sizeof(float));
+  const size_t n = piece.bytes / sizeof(float);
+  for (size_t k = 0; k < n; ++k) dst[k] += src[k];
+}
+
+void UcxCommunicator::Run(const char* op, double timeout_s) {
+  const uint64_t high = static_cast<uint64_t>(sequence_++) << 32;
+  const size_t n_send = sends_.size();
+  const size_t n_recv = recvs_.size();
+  send_state_.assign(n_send, Pending{});
+  recv_state_.assign(n_recv, Pending{});
+  size_t posted_recvs = 0;
+  size_t ready = 0;  // received pieces complete (and summed), in stream order
+  size_t posted_sends = 0;
+  size_t sent = 0;  // sends complete, in stream order
+  const auto timeout = Seconds(timeout_s);
+  auto last_activity = Clock::now();
+  while (ready < n_recv || sent < n_send) {
+    bool moved = false;
+    while (posted_recvs < n_recv && posted_recvs < ready + kRecvWindow) {
+      PostRecv(posted_recvs, high | posted_recvs);
+      ++posted_recvs;
+    }
+    while (posted_sends < n_send && posted_sends < sent + kSendWindow &&
+           sends_[posted_sends].gate < static_cast<long>(ready)) {
+      PostSend(posted_sends, high | posted_sends, op);
+      ++posted_sends;
+      moved = true;
+    }
+    // Only this operation's completions count as movement: UCX's own events (keepalives, a
+    // failed endpoint's) must not keep a stuck call alive.
+    Progress();
+    while (ready < posted_recvs && recv_state_[ready].completion.done) {
+      Pending& state = recv_state_[ready];
+      if (state.request != nullptr) {
+        ucp_request_free(state.request);
+        state.request = nullptr;
+      }
+      if (state.completion.status != UCS_OK) {
+        CheckLinks(op);
+        CORTADO_THROW(kComm, "ucx rank {}: receiving from {} failed during {}: {}", rank(),
+                      From().name, op, ucs_status_string(state.completion.status));
+      }
+      if (state.completion.info.length != recvs_[ready].bytes) {
+        CORTADO_THROW(kComm,
+                      "ucx rank {}: {} sent {} bytes where {} were due during {} (a "
+                      "protocol error: do both run the same operations?)",
+                      rank(), From().name, state.completion.info.length, recvs_[ready].bytes, op);
+      }
+      if (recvs_[ready].sum) Sum(ready);
+      ++ready;
+      moved = true;
+    }
+    while (sent < posted_sends && send_state_[sent].completion.done) {
+      Pending& state = send_state_[sent];
+      if (state.request != nullptr) {
+        ucp_request_free(state.request);
+        state.request = nullptr;
+      }
+      if (state.completion.status != UCS_OK) {
+        CheckLinks(op);
+        CORTADO_THROW(kComm, "ucx rank {}: sending to {} failed during {}: {}", rank(), next_.name,
+                      op, ucs_status_string(state.completion.status));
+      }
+      ++sent;
+      moved = true;
+    }
+    if (aborted_.load()) ThrowAborted(op);
+    const auto now = Clock::now();
+    if (moved) {
+      last_activity = now;
+      continue;
+    }
+    // A failed connection ends the call when the call still needs it and nothing has moved for
+    // a moment: a neighbour that has finished the operation closes its connections as it
+    // leaves, and what it sent before is still taken.
+    if (LinkFailed(sent < n_send, ready < n_recv)) {
+      if (now - last_activity >= kLinkGrace) CheckLinks(op, sent < n_send, ready < n_recv);
+      Wait(now + std::chrono::milliseconds(10), op);
+      continue;
+    }
+    if (now - last_activity >= timeout) {
+      if (ready < n_recv) {
+        CORTADO_THROW(kTimeout, "ucx rank {}: no data from {} for {:g} s during {}", rank(),
+                      From().name, timeout_s, op);
+      }
+      CORTADO_THROW(kTimeout, "ucx rank {}: {} took no data for {:g} s during {}", rank(),
+                    next_.name, timeout_s, op);
+    }
+    Wait(last_activity + timeout, op);
+  }
+}
+
+void UcxCommunicator::AllReduce(float* data, size_t count) {
+  Guarded([&] {
+    if (count == 0) return;
+    const int n = size();
+    const int r = rank();
+    const RingSegments segments(count, n);
+    auto mod = [n](int i) { return ((i % n) + n) % n; };
+    auto bytes_of = [&](int seg) { return segments.size(seg) * sizeof(float); };
+    auto at = [&](int seg) { return reinterpret_cast<char*>(data + segments.begin(seg)); };
+    sends_.clear();
+    recvs_.clear();
+    // Reduce-scatter step t sends segment r - t and sums segment r - t - 1 from prev; all-gather
+    // step s sends segment r + 1 - s and receives segment r - s. What a step sends is what the
+    // step before it received, gated piece by piece.
+    long previous_first = -1;  // index of the first piece received at the step before
+    for (int step = 0; step < 2 * (n - 1); ++step) {
+      const bool reducing = step < n - 1;
+      const int s = reducing ? step : step - (n - 1);
+      const int out = reducing ? mod(r - s) : mod(r + 1 - s);
+      const int in = reducing ? mod(r - s - 1) : mod(r - s);
+      AddSends(at(out), bytes_of(out), step == 0 ? -1 : previous_first);
+      previous_first = static_cast<long>(recvs_.size());
+      AddRecvs(at(in), bytes_of(in), reducing);
+    }
+    Run("allreduce", options_.timeout_s);
+  });
+}
+
+void UcxCommunicator::Broadcast(void* data, size_t bytes, int root) {
+  if (root < 0 || root >= size()) {
+    CORTADO_THROW(kInvalidArgument, "broadcast from rank {} in a world of {} ranks", root, size());
+  }
+  Guarded([&] {
+    const int position = (rank() - root + size()) % size();
+    char* p = static_cast<char*>(data);
+    sends_.clear();
+    recvs_.clear();
+    if (position != 0) AddRecvs(p, bytes, false);
+    // Everyone but root's prev passes the bytes on as they arrive.
+    if (position != size() - 1) AddSends(p, bytes, position == 0 ? -1 : 0);
+    Run("broadcast", options_.timeout_s);
+  });
+}
+
+void UcxCommunicator::RingAllGather(char* out, const std::vector<size_t>& offsets,
+                                    const std::vector<size_t>& lengths, const char* op,
+                                    double timeout_s) {
+  const int n = size();
+  auto mod = [n](int i) { return ((i % n) + n) % n; };
+  sends_.clear();
+  recvs_.clear();
+  long previous_first = -1;
+  for (int s = 0; s < n - 1; ++s) {
+    const int block_out = mod(rank() - s);
+    const int block_in = mod(rank() - s - 1);
+    AddSends(out + offsets[block_out], lengths[block_out], s == 0 ? -1 : previous_first);
+    previous_first = static_cast<long>(recvs_.size());
+    AddRecvs(out + offsets[block_in], lengths[block_in], false);
+  }
+  Run(op, timeout_s);
+}
+
+std::vector<std::string> UcxCommunicator::AllGather(const std::string& mine) {
+  std::vector<std::string> blocks(size());
+  if (size() == 1) {
+    ThrowIfBroken();
+    blocks[0] = mine;
+    return blocks;
+  }
+  Guarded([&] {
+    const size_t n = static_cast<size_t>(size());
+    lengths_.assign(n, 0);
+    lengths_[rank()] = mine.size();
+    std::vector<size_t> offsets(n);
+    for (size_t i = 0; i < n; ++i) offsets[i] = i * sizeof(uint64_t);
+    RingAllGather(reinterpret_cast<char*>(lengths_.data()), offsets,
+                  std::vector<size_t>(n, sizeof(uint64_t)), "allgather", options_.timeout_s);
+    std::vector<size_t> lengths(n);
+    size_t total = 0;
+    for (size_t i = 0; i < n; ++i) {
+      lengths[i] = static_cast<size_t>(lengths_[i]);
+      offsets[i] = total;
+      total += lengths[i];
+    }
+    std::string all(total, '\0');
+    std::memcpy(all.data() + offsets[rank()], mine.data(), mine.size());
+    RingAllGather(all.data(), offsets, lengths, "allgather", options_.timeout_s);
+    for (size_t i = 0; i < n; ++i) blocks[i] = all.substr(offsets[i], lengths[i]);
+  });
+  return blocks;
+}
+
+void UcxCommunicator::Barrier() {
+  Guarded([&] {
+    const size_t n = static_cast<size_t>(size());
+    lengths_.assign(n, 0);
+    std::vector<size_t> offsets(n);
+    for (size_t i = 0; i < n; ++i) offsets[i] = i * sizeof(uint64_t);
+    RingAllGather(reinterpret_cast<char*>(lengths_.data()), offsets,
+                  std::vector<size_t>(n, sizeof(uint64_t)), "barrier", options_.timeout_s);
+  });
+}
+
+std::unique_ptr<Communicator> MakeUcx(const CommOptions& options) {
+  return CreateUcxCommunicator(options, nullptr);
+}
+
+}  // namespace
+
+std::unique_ptr<Communicator> CreateUcxCommunicator(const CommOptions& options,
+                                                    std::unique_ptr<TcpListener> listener) {
+  if (options.world_size > 1 && static_cast<int>(options.peers.size()) != options.world_size) {
+    CORTADO_THROW(kInvalidArgument,
+                  "the ucx backend sets up through the peers' addresses: {} given for {} ranks",
+                  options.peers.size(), options.world_size);
+  }
+  return std::make_unique<UcxCommunicator>(options, std::move(listener));
+}
+
+CORTADO_REGISTER_COMMUNICATOR(ucx, MakeUcx);
+
+}  // namespace cortado::comm

@@ -1,0 +1,34 @@
+// SPDX-License-Identifier: Apache-2.0
+// The ucx backend: the same ring as the tcp backend (reduce-scatter then all-gather, chunked and
+// pipelined), with UCX carrying the data. UCX picks the transport of each connection:
+// InfiniBand or RoCE verbs where a device is present, shared memory between processes of one
+// host, TCP otherwise; UCX_TLS and UCX_NET_DEVICES narrow the choice as UCX documents them.
+//
+// Set-up goes through a tcp communicator on the same peers, token and attempt (its handshake
+// refuses a peer of another job; see tcp_communicator.hpp): the ranks exchange their UCX worker
+// addresses over it, connect to their next and previous ranks, and pass one message around the
+// ring, so that every connection is made (or has failed, naming the rank) before
+// CreateCommunicator returns. The log then says which transport each connection uses, and so
+// does Describe().
+//
+// Errors: a peer that is gone (an endpoint error reported by UCX, a failed request) ends the
+// call with kComm naming its rank and host; no completion for CommOptions::timeout_s ends it with
+// kTimeout; Abort from any thread ends it with kAborted at once and closes the endpoints, so the
+// peers' calls fail too. Requests still in flight are cancelled before the call throws, so UCX
+// never writes into a caller's buffer afterwards.
+#pragma once
+
+#include <memory>
+
+#include "comm/communicator.hpp"
+#include "comm/tcp/tcp_communicator.hpp"
+
+namespace cortado::comm {
+
+// Builds a ucx communicator whose set-up ring accepts its prev's connection on `listener` (as
+// CreateTcpCommunicator; null: listen on options.peers[options.rank]). Blocks until every
+// connection is made or options.connect_timeout_s has passed.
+std::unique_ptr<Communicator> CreateUcxCommunicator(const CommOptions& options,
+                                                    std::unique_ptr<TcpListener> listener);
+
+}  // namespace cortado::comm

@@ -1,0 +1,326 @@
+// SPDX-License-Identifier: Apache-2.0
+// The ucx backend: the communicator suite (every operation, results against sums in double, the
+// ranks bit-identical) as threads and as processes over UCX's TCP and shared-memory transports,
+// and its faults: a peer of another job, a silent peer, Abort, a killed peer process.
+#include "comm/ucx/ucx_communicator.hpp"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <chrono>
+#include <csignal>
+#include <future>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "comm/communicator.hpp"
+#include "comm_test_ops.hpp"
+#include "support/scoped_env.hpp"
+#include "support/spawn_ranks.hpp"
+#include "tcp_test_util.hpp"
+
+namespace cortado::comm {
+namespace {
+
+using testing::AllOk;
+using testing::CheckAllReduce;
+using testing::Describe;
+using testing::Digest;
+using testing::ExerciseAllOps;
+using testing::LoopbackRing;
+using Clock = std::chrono::steady_clock;
+
+bool Contains(const std::string& text, const std::string& part) {
+  return text.find(part) != std::string::npos;
+}
+
+double SecondsSince(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+std::unique_ptr<Communicator> JoinUcx(LoopbackRing* ring, const CommOptions& options) {
+  CommOptions ucx = options;
+  ucx.backend = "ucx";
+  return ring->JoinWith(ucx, [](const CommOptions& o, std::unique_ptr<TcpListener> listener) {
+    return CreateUcxCommunicator(o, std::move(listener));
+  });
+}
+
+std::unique_ptr<Communicator> JoinUcx(LoopbackRing* ring, int rank) {
+  return JoinUcx(ring, ring->Options(rank));
+}
+
+// Throws unless `comm` carries its data over a transport whose name contains one of `names`
+// and none whose name contains `unwanted`.
+void ExpectTransport(const Communicator& comm, const std::vector<std::string>& names,
+                     const std::string& unwanted) {
+  const std::string line = comm.Describe();
+  const bool any = std::any_of(names.begin(), names.end(),
+                               [&](const std::string& n) { return Contains(line, n); });
+  testing::Expect(any && (unwanted.empty() || !Contains(line, unwanted)),
+                  "unexpected transports: " + line);
+}
+
+TEST(UcxCommunicatorTest, IsRegisteredByName) {
+  const auto backends = CommunicatorBackends();
+  EXPECT_NE(std::find(backends.begin(), backends.end(), "ucx"), backends.end());
+}
+
+TEST(UcxCommunicatorTest, EveryOperationOnOneToFourRanksAsThreads) {
+  for (int n = 1; n <= 4; ++n) {
+    SCOPED_TRACE(std::to_string(n) + " ranks");
+    LoopbackRing ring(n);
+    const auto outcomes = testing::RunRanksAsThreads(n, [&](int rank) {
+      auto comm = JoinUcx(&ring, rank);
+      EXPECT_STREQ(comm->backend(), "ucx");
+      EXPECT_EQ(comm->rank(), rank);
+      EXPECT_EQ(comm->size(), n);
+      EXPECT_TRUE(Contains(comm->Describe(), "ucx: rank " + std::to_string(rank)));
+      return ExerciseAllOps(comm.get());
+    });
+    ASSERT_TRUE(AllOk(outcomes)) << Describe(outcomes);
+    for (int r = 1; r < n; ++r) EXPECT_EQ(outcomes[r].result, outcomes[0].result) << "rank " << r;
+  }
+}
+
+// The suite on 2 to 4 processes with UCX restricted to `tls`; each rank checks that its
+// connections use one of `transports` and none named `unwanted`.
+void EveryOperationAsProcesses(const std::string& tls, const std::vector<std::string>& transports,
+                               const std::string& unwanted) {
+  testing::ScopedEnv env("UCX_TLS", tls.c_str());
+  for (int n = 2; n <= 4; ++n) {
+    SCOPED_TRACE(std::to_string(n) + " processes, UCX_TLS=" + tls);
+    LoopbackRing ring(n);
+    const auto outcomes = testing::RunRanksAsProcesses(
+        n,
+        [&](int rank) {
+          ring.CloseOthers(rank);
+          auto comm = JoinUcx(&ring, rank);
+          ExpectTransport(*comm, transports, unwanted);
+          return ExerciseAllOps(comm.get());
+        },
+        /*timeout_s=*/90);
+    ASSERT_TRUE(AllOk(outcomes)) << Describe(outcomes);
+    for (int r = 1; r < n; ++r) EXPECT_EQ(outcomes[r].result, outcomes[0].result) << "rank " << r;
+  }
+}
+
+TEST(UcxCommunicatorTest, EveryOperationAsProcessesOverTcp) {
+  EveryOperationAsProcesses("tcp", {"tcp/"}, "");
+}
+
+TEST(UcxCommunicatorTest, EveryOperationAsProcessesOverSharedMemory) {
+  // UCX 1.13's "sm" is its shared-memory transports (posix, sysv, cma, ...), "self" a rank's
+  // own loopback.
+  EveryOperationAsProcesses("sm,self", {"posix/", "sysv/", "cma/", "xpmem/", "knem/"}, "tcp/");
+}
+
+TEST(UcxCommunicatorTest, ChunkSizesThatAreNoWholeNumberOfFloatsSumCorrectly) {
+  for (size_t chunk : {size_t{4}, size_t{10}, size_t{4097}}) {
+    SCOPED_TRACE("chunk_bytes " + std::to_string(chunk));
+    LoopbackRing ring(3);
+    const auto outcomes = testing::RunRanksAsThreads(3, [&](int rank) {
+      CommOptions options = ring.Options(rank);
+      options.chunk_bytes = chunk;
+      auto comm = JoinUcx(&ring, options);
+      Digest digest;
+      for (size_t count : {size_t{5}, size_t{1001}, size_t{20000}}) {
+        CheckAllReduce(comm.get(), count, 7, &digest);
+      }
+      return digest.Hex();
+    });
+    ASSERT_TRUE(AllOk(outcomes)) << Describe(outcomes);
+    EXPECT_EQ(outcomes[1].result, outcomes[0].result);
+    EXPECT_EQ(outcomes[2].result, outcomes[0].result);
+  }
+}
+
+TEST(UcxFaultTest, PeerOfAnotherJobIsRefusedAtSetUp) {
+  LoopbackRing ring(2);
+  const auto outcomes = testing::RunRanksAsThreads(2, [&](int rank) {
+    CommOptions options = ring.Options(rank);
+    if (rank == 1) options.token = "another job";
+    options.connect_timeout_s = 5;
+    auto comm = JoinUcx(&ring, options);
+    return std::string();
+  });
+  for (int r = 0; r < 2; ++r) {
+    ASSERT_FALSE(outcomes[r].ok) << Describe(outcomes);
+    EXPECT_EQ(outcomes[r].code, ErrorCode::kComm) << Describe(outcomes);
+    EXPECT_TRUE(Contains(outcomes[r].error, "another job")) << outcomes[r].error;
+  }
+}
+
+TEST(UcxFaultTest, SilentPeerTimesOutNamingItAndTheCommunicatorStaysBroken) {
+  LoopbackRing ring(2);
+  std::promise<void> rank0_done;
+  std::shared_future<void> released = rank0_done.get_future().share();
+  std::once_flag release_once;
+  const auto release = [&] { std::call_once(release_once, [&] { rank0_done.set_value(); }); };
+  const auto outcomes = testing::RunRanksAsThreads(2, [&](int rank) {
+    CommOptions options = ring.Options(rank);
+    options.timeout_s = 0.5;
+    // Rank 1 waits for rank 0 however rank 0 ends, a failed set-up included.
+    const std::shared_ptr<void> on_exit(nullptr, [&](void*) {
+      if (rank == 0) release();
+    });
+    auto comm = JoinUcx(&ring, options);
+    std::vector<float> data(1000, 1.0f);
+    if (rank == 1) {
+      released.wait();  // silent while rank 0 waits for it
+      return std::string();
+    }
+    const auto start = Clock::now();
+    std::string message;
+    try {
+      comm->AllReduce(data.data(), data.size());
+      message = "no error";
+    } catch (const Error& e) {
+      testing::Expect(e.code() == ErrorCode::kTimeout, std::string("not a timeout: ") + e.what());
+      message = e.what();
+    }
+    const double elapsed = SecondsSince(start);
+    release();
+    testing::Expect(message ==
+                        "ucx rank 0: no data from rank 1 (127.0.0.1) for 0.5 s during "
+                        "allreduce",
+                    "message: " + message);
+    testing::Expect(elapsed >= 0.45 && elapsed < 2, "took " + std::to_string(elapsed) + " s");
+    // Broken: every later call throws the first error again, at once.
+    try {
+      comm->Barrier();
+      testing::Expect(false, "a broken communicator ran a barrier");
+    } catch (const Error& e) {
+      testing::Expect(e.what() == message, std::string("later error: ") + e.what());
+    }
+    return std::string();
+  });
+  EXPECT_TRUE(AllOk(outcomes)) << Describe(outcomes);
+}
+
+TEST(UcxFaultTest, AbortFromAnotherThreadReleasesABlockedAllReduceAndThePeer) {
+  LoopbackRing ring(2);
+  std::promise<Communicator*> rank0;
+  std::future<Communicator*> rank0_comm = rank0.get_future();
+  std::promise<void> aborted;
+  std::shared_future<void> aborted_done = aborted.get_future().share();
+  Clock::time_point abort_time;
+  double release_s = -1;
+  std::thread aborter([&] {
+    Communicator* comm = rank0_comm.get();
+    if (comm == nullptr) return;  // rank 0 failed to join (its outcome says why)
+    // Give rank 0 time to block in AllReduce (if it has not yet, it throws on entry instead).
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    abort_time = Clock::now();
+    comm->Abort("the driver gave up");
+    comm->Abort("a second reason is ignored");
+  });
+  const auto outcomes = testing::RunRanksAsThreads(2, [&](int rank) {
+    CommOptions options = ring.Options(rank);
+    options.timeout_s = 30;  // only Abort can end the calls in time
+    std::unique_ptr<Communicator> comm;
+    try {
+      comm = JoinUcx(&ring, options);
+    } catch (...) {
+      if (rank == 0) {
+        rank0.set_value(nullptr);
+        aborted.set_value();
+      }
+      throw;
+    }
+    std::vector<float> data(100000, 1.0f);
+    if (rank == 1) {
+      testing::Expect(aborted_done.wait_for(std::chrono::seconds(20)) == std::future_status::ready,
+                      "rank 0 was never aborted");
+      // Rank 0 closed its connections when aborted: this call fails at once, naming it.
+      const auto start = Clock::now();
+      try {
+        comm->AllReduce(data.data(), data.size());
+        return std::string("rank 1's allreduce succeeded");
+      } catch (const Error& e) {
+        testing::Expect(e.code() == ErrorCode::kComm && Contains(e.what(), "rank 0 (127.0.0.1)"),
+                        std::string("rank 1: ") + e.what());
+      }
+      testing::Expect(SecondsSince(start) < 5,
+                      "rank 1 took " + std::to_string(SecondsSince(start)) + " s");
+      return std::string();
+    }
+    rank0.set_value(comm.get());
+    try {
+      comm->AllReduce(data.data(), data.size());
+      aborter.join();
+      aborted.set_value();
+      return std::string("rank 0's allreduce succeeded");
+    } catch (const Error& e) {
+      release_s = SecondsSince(abort_time);
+      aborter.join();
+      aborted.set_value();
+      testing::Expect(e.code() == ErrorCode::kAborted && Contains(e.what(), "the driver gave up"),
+                      std::string("rank 0: ") + e.what());
+    }
+    return std::string();
+  });
+  if (aborter.joinable()) aborter.join();
+  EXPECT_TRUE(AllOk(outcomes)) << Describe(outcomes);
+  EXPECT_GE(release_s, 0);
+  EXPECT_LT(release_s, 1) << "AllReduce should end promptly after Abort";
+}
+
+// Rank 1 of 3 SIGKILLs itself in its fourth allreduce: ranks 0 and 2 fail within the timeout,
+// and the first to notice names rank 1. Over TCP UCX reports the closed connection at once;
+// shared memory reports nothing, so there the timeout ends the calls.
+void KilledPeerProcessFailsTheOthersWithinTheTimeout(const char* tls) {
+  constexpr double kTimeoutS = 5;
+  testing::ScopedEnv env("UCX_TLS", tls);
+  LoopbackRing ring(3);
+  const auto outcomes = testing::RunRanksAsProcesses(
+      3,
+      [&](int rank) {
+        ring.CloseOthers(rank);
+        CommOptions options = ring.Options(rank);
+        options.timeout_s = kTimeoutS;
+        auto comm = JoinUcx(&ring, options);
+        std::vector<float> data(50000, 1.0f);
+        for (int i = 0; i < 100000; ++i) {
+          if (rank == 1 && i == 3) ::raise(SIGKILL);
+          const auto start = Clock::now();
+          try {
+            comm->AllReduce(data.data(), data.size());
+          } catch (const Error& e) {
+            return std::to_string(static_cast<int>(e.code())) + "|" +
+                   std::to_string(SecondsSince(start)) + "|" + e.what();
+          }
+        }
+        return std::string("never failed");
+      },
+      /*timeout_s=*/60);
+  EXPECT_EQ(outcomes[1].error, "killed by signal 9");
+  for (int r : {0, 2}) {
+    ASSERT_TRUE(outcomes[r].ok) << Describe(outcomes);
+    const std::string& report = outcomes[r].result;
+    const size_t bar1 = report.find('|');
+    const size_t bar2 = report.find('|', bar1 + 1);
+    ASSERT_NE(bar2, std::string::npos) << "rank " << r << ": " << report;
+    EXPECT_LT(std::stod(report.substr(bar1 + 1, bar2 - bar1 - 1)), kTimeoutS + 1) << report;
+    EXPECT_TRUE(Contains(report, "during allreduce")) << report;
+  }
+  // The first to notice names rank 1; the other may hear of it from its neighbour instead.
+  const std::string rank1 = "rank 1 (127.0.0.1)";
+  EXPECT_TRUE(Contains(outcomes[0].result, rank1) || Contains(outcomes[2].result, rank1))
+      << outcomes[0].result << "\n"
+      << outcomes[2].result;
+}
+
+TEST(UcxFaultTest, KilledPeerProcessFailsTheOthersWithinTheTimeoutOverTcp) {
+  KilledPeerProcessFailsTheOthersWithinTheTimeout("tcp");
+}
+
+TEST(UcxFaultTest, KilledPeerProcessFailsTheOthersWithinTheTimeoutOverSharedMemory) {
+  KilledPeerProcessFailsTheOthersWithinTheTimeout("sm,self");
+}
+
+}  // namespace
+}  // namespace cortado::comm
