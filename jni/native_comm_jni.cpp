@@ -8,9 +8,13 @@
 
 #include "comm/communicator.hpp"
 #include "comm/tcp/tcp_communicator.hpp"
+#include "core/config.hpp"
 #include "core/error.hpp"
 #include "io_cortado_jni_NativeComm.h"
 #include "jni/jni_util.hpp"
+#if CORTADO_WITH_UCX
+#include "comm/ucx/ucx_communicator.hpp"
+#endif
 
 namespace cortado::jni {
 namespace {
@@ -89,6 +93,11 @@ JNIEXPORT jlong JNICALL Java_io_cortado_jni_NativeComm_connect(
         CORTADO_THROW(kInvalidArgument, "the tcp backend needs this rank's listener");
       }
       communicator = comm::CreateTcpCommunicator(options, std::move(owned));
+#if CORTADO_WITH_UCX
+    } else if (options.backend == "ucx") {
+      // Set up through the tcp ring on this listener.
+      communicator = comm::CreateUcxCommunicator(options, std::move(owned));
+#endif
     } else {
       // mpi meets through its own port; nccl's bootstrap ring listens on peers[rank] itself.
       owned.reset();
@@ -102,6 +111,11 @@ JNIEXPORT jlong JNICALL Java_io_cortado_jni_NativeComm_connect(
 JNIEXPORT jstring JNICALL Java_io_cortado_jni_NativeComm_backend(JNIEnv* env, jclass, jlong c) {
   return jni::Guard(env, jstring{nullptr},
                     [&] { return jni::NewString(env, jni::GetComm(c).backend()); });
+}
+
+JNIEXPORT jstring JNICALL Java_io_cortado_jni_NativeComm_describe(JNIEnv* env, jclass, jlong c) {
+  return jni::Guard(env, jstring{nullptr},
+                    [&] { return jni::NewString(env, jni::GetComm(c).Describe()); });
 }
 
 JNIEXPORT void JNICALL Java_io_cortado_jni_NativeComm_abort(JNIEnv* env, jclass, jlong c,

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "comm/rdma_devices.hpp"
 #include "core/config.hpp"
 #include "core/device_info.hpp"
 #include "core/error.hpp"
@@ -120,6 +121,11 @@ JNIEXPORT jstring JNICALL Java_io_cortado_jni_NativeLib_version(JNIEnv* env, jcl
 JNIEXPORT jobjectArray JNICALL Java_io_cortado_jni_NativeLib_deviceQuery(JNIEnv* env, jclass) {
   return jni::Guard(env, jobjectArray{nullptr},
                     [&] { return jni::NewStringArray(env, cortado::DescribeDevices()); });
+}
+
+JNIEXPORT jobjectArray JNICALL Java_io_cortado_jni_NativeLib_rdmaDevices(JNIEnv* env, jclass) {
+  return jni::Guard(env, jobjectArray{nullptr},
+                    [&] { return jni::NewStringArray(env, cortado::comm::ActiveRdmaPorts()); });
 }
 
 JNIEXPORT void JNICALL Java_io_cortado_jni_NativeLib_validateNet(JNIEnv* env, jclass,

@@ -248,6 +248,7 @@ Trainer::Trainer(const caffe::SolverParameter& param, const std::vector<Device>&
         "Distributed training: {} processes through {}, {} replica{} each; batch {} per replica, "
         "{} in all",
         world, comm_->backend(), n, n == 1 ? "" : "s", batch, batch * n * world);
+    CORTADO_LOG_INFO("Connection: {}", comm_->Describe());
   }
   losses_.assign(2 * n, 0.0f);
   for (int r = 0; r < n; ++r) {

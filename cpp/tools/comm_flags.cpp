@@ -48,11 +48,11 @@ std::map<std::string, std::string> Environment() {
 std::vector<FlagSpec> CommFlagSpecs() {
   return {
       {"comm", "",
-       "how the processes of a job exchange gradients: tcp, mpi or nccl (default: mpi under "
-       "mpirun, else tcp)"},
+       "how the processes of a job exchange gradients: tcp, ucx (RDMA where present), mpi or "
+       "nccl (default: mpi under mpirun, else tcp)"},
       {"world", "", "the number of processes of the job (not under mpirun)"},
       {"rank", "", "this process's rank, 0 to world - 1 (not under mpirun)"},
-      {"peers", "", "tcp: host:port of every rank, in rank order, comma-separated"},
+      {"peers", "", "tcp, ucx: host:port of every rank, in rank order, comma-separated"},
       {"token", "", "the job's token: ranks with another are refused (default: from --peers)"},
       {"comm_timeout", "120", "seconds a collective may wait for a silent peer"},
       {"connect_timeout", "60", "seconds to wait for every rank to join"},
@@ -104,7 +104,7 @@ comm::CommOptions CommOptionsFromFlags(const Flags& flags,
     }
   }
   options.peers = SplitList(flags.Get("peers"));
-  if (options.world_size > 1 && options.backend == "tcp" &&
+  if (options.world_size > 1 && (options.backend == "tcp" || options.backend == "ucx") &&
       static_cast<int>(options.peers.size()) != options.world_size) {
     CORTADO_THROW(kInvalidArgument,
                   "--peers names {} address{} but the world has {} ranks: give host:port of every "

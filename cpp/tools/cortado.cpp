@@ -12,6 +12,7 @@
 #include <map>
 #include <string>
 
+#include "comm/rdma_devices.hpp"
 #include "core/device_info.hpp"
 #include "core/error.hpp"
 #include "core/logging.hpp"
@@ -23,6 +24,7 @@ namespace cortado::tools {
 int DeviceQueryCommand(int argc, char** argv) {
   Flags flags(argc, argv, 2, {});
   for (const auto& line : DescribeDevices()) std::printf("%s\n", line.c_str());
+  for (const auto& line : comm::DescribeRdmaDevices()) std::printf("%s\n", line.c_str());
   return 0;
 }
 
@@ -36,7 +38,7 @@ const char kUsage[] =
     "  train         train or fine-tune a model from a solver prototxt\n"
     "  test          score a trained model over a number of batches\n"
     "  time          time a net's forward and backward passes, per layer\n"
-    "  device_query  show the CPU and CUDA devices this build can use\n"
+    "  device_query  show the CPU, CUDA and RDMA devices this build can use\n"
     "  convert_idx   convert IDX (MNIST-format) images and labels into an LMDB of Datum\n"
     "Run 'cortado <command> --help' for a command's flags.\n";
 

@@ -22,8 +22,12 @@
 
 #include "comm/communicator.hpp"
 #include "comm/tcp_test_util.hpp"
+#include "core/config.hpp"
 #include "data/data_test_util.hpp"
 #include "parallel/trainer.hpp"
+#if CORTADO_WITH_UCX
+#include "comm/ucx/ucx_communicator.hpp"
+#endif
 
 namespace cortado {
 namespace {
@@ -117,6 +121,7 @@ struct RunResult {
 
 struct Ranks {
   int world = 1;
+  std::string backend = "tcp";  // or "ucx"
   ExchangeOptions exchange;
   std::function<void(int rank, Trainer*)> before;  // e.g. a callback, a resume
   std::function<void(int rank, Trainer*)> train = [](int, Trainer* t) { t->Solve(); };
@@ -142,7 +147,13 @@ RunResult Train(const caffe::SolverParameter& param, const Ranks& setup,
         comm_options.connect_timeout_s = 20;
         comm_options.timeout_s = 20;
         comm_options.chunk_bytes = size_t{1} << 18;
-        options.comm = ring.Join(comm_options);
+#if CORTADO_WITH_UCX
+        if (setup.backend == "ucx") {
+          options.comm = ring.JoinWith(comm_options, comm::CreateUcxCommunicator);
+        }
+#endif
+        if (!options.comm) options.comm = ring.Join(comm_options);
+        EXPECT_STREQ(options.comm->backend(), setup.backend.c_str());
       }
       Trainer trainer(param, {Device::Cpu()}, options);
       if (rank == 0) {
@@ -229,6 +240,27 @@ TEST(DistributedTrainerTest, TwoAndThreeRanksTrainLeNetLikeOneRankWithTheWholeBa
     EXPECT_EQ(many.iters[0], 20);
   }
 }
+
+#if CORTADO_WITH_UCX
+TEST(DistributedTrainerTest, UcxRanksTrainLeNetLikeOneRankWithTheWholeBatch) {
+  TempDir dir;
+  const std::string db = WriteImages(dir, 60);
+  for (int world : {2, 3}) {
+    SCOPED_TRACE("world " + std::to_string(world));
+    const int b = 4;
+    const RunResult one = Train(LeNet(db, world * b, 20, false), Ranks{});
+    Ranks setup;
+    setup.world = world;
+    setup.backend = "ucx";
+    const RunResult many = Train(LeNet(db, b, 20, false), setup);
+    ASSERT_EQ(one.losses.size(), 20u);
+    ExpectSameLosses(one.losses, many.losses, kTolerance);
+    ExpectNear(one.weights, many.weights, kTolerance, 1e-2f, "weights");
+    ExpectRanksIdentical(many);
+    EXPECT_EQ(many.iters[0], 20);
+  }
+}
+#endif
 
 TEST(DistributedTrainerTest, BucketsOverlappedOrNotGiveTheSameWeights) {
   TempDir dir;

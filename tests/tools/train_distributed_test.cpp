@@ -90,6 +90,24 @@ TEST(TrainDistributedTest, TwoProcessesTrainOverTcpAndOnlyRankZeroSpeaksAndSnaps
   EXPECT_TRUE(std::filesystem::exists(dir / "snap_iter_6.solverstate"));
 }
 
+#if CORTADO_WITH_UCX
+TEST(TrainDistributedTest, TwoProcessesTrainOverUcxAndRankZeroNamesTheTransport) {
+  TempDir dir;
+  const std::vector<CliResult> r = RunRanks(WriteSolver(dir, 6, 3), 2, {"--comm=ucx"});
+  ASSERT_EQ(r[0].exit_code, 0) << r[0].output;
+  ASSERT_EQ(r[1].exit_code, 0) << r[1].output;
+  for (const char* text : {"Distributed training: 2 processes through ucx, 1 replica each; batch 4 "
+                           "per replica, 8 in all",
+                           "Connection: ucx: rank 0 of 2; with rank 1 (127.0.0.1): ",
+                           "Iteration 5 (", "Optimization Done."}) {
+    EXPECT_TRUE(r[0].Contains(text)) << "missing '" << text << "' in rank 0's output:\n"
+                                     << r[0].output;
+  }
+  EXPECT_FALSE(r[1].Contains("Iteration ")) << r[1].output;
+  EXPECT_TRUE(std::filesystem::exists(dir / "snap_iter_6.solverstate"));
+}
+#endif
+
 TEST(TrainDistributedTest, AKilledRankEndsTheOthersWithinTheTimeout) {
   TempDir dir;
   const auto start = std::chrono::steady_clock::now();

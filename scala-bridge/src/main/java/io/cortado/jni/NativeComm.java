@@ -28,7 +28,7 @@ public final class NativeComm {
 
   private NativeComm() {}
 
-  /** The backends this build has ("mpi", "nccl", "tcp"), sorted. */
+  /** The backends this build has ("mpi", "nccl", "tcp", "ucx"), sorted. */
   public static native String[] backends();
 
   /**
@@ -76,6 +76,12 @@ public final class NativeComm {
 
   /** This communicator's backend name. */
   public static native String backend(long comm);
+
+  /**
+   * One line for the log: the backend, this rank and what carries its data to and from each
+   * peer ("ucx: rank 0 of 2; to rank 1: tcp/lo, from rank 1: tcp/lo").
+   */
+  public static native String describe(long comm);
 
   /**
    * Ends every blocked and later collective of this communicator (on every rank: the peers'

@@ -67,4 +67,11 @@ public final class NativeLib {
 
   /** Every blob of the {@code phase} net (each top once, in order). */
   public static native String[] blobNames(String prototxt, String source, int phase);
+
+  /**
+   * The active RDMA ports of this host (InfiniBand or RoCE, as libibverbs lists them), one line
+   * each: device:port, link layer and rate ("mlx5_0:1 InfiniBand 100 Gb/s"). Empty when there is
+   * none, or when libibverbs is missing.
+   */
+  public static native String[] rdmaDevices();
 }
