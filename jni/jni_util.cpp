@@ -8,7 +8,11 @@
 #include <climits>
 #include <new>
 
+#include "core/config.hpp"
 #include "core/logging.hpp"
+#if CORTADO_WITH_UCX
+#include "comm/ucx/ucx_communicator.hpp"
+#endif
 
 namespace cortado::jni {
 namespace {
@@ -283,6 +287,10 @@ extern "C" JNIEXPORT jint JNICALL JNI_OnLoad(JavaVM* vm, void* /*reserved*/) {
   using namespace cortado::jni;  // NOLINT: a function body, not a header
   JNIEnv* env = nullptr;
   if (vm->GetEnv(reinterpret_cast<void**>(&env), kJniVersion) != JNI_OK) return JNI_ERR;
+#if CORTADO_WITH_UCX
+  // The JVM faults on purpose (null checks, safepoints): UCX's handlers must not catch that.
+  cortado::comm::LeaveErrorSignalsToTheRuntime();
+#endif
   for (int i = 0; i < kNumClasses; ++i) {
     jclass local = env->FindClass(kClassNames[i]);
     if (local == nullptr) {

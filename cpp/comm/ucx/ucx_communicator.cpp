@@ -20,11 +20,14 @@
 #include <poll.h>
 #include <sys/eventfd.h>
 #include <ucp/api/ucp.h>
+#include <ucs/config/global_opts.h>
+#include <ucs/debug/debug.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <csignal>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -863,6 +866,11 @@ std::unique_ptr<Communicator> CreateUcxCommunicator(const CommOptions& options,
                   options.peers.size(), options.world_size);
   }
   return std::make_unique<UcxCommunicator>(options, std::move(listener));
+}
+
+void LeaveErrorSignalsToTheRuntime() {
+  ucs_global_opts_set_value("ERROR_SIGNALS", "");
+  for (int signum : {SIGSEGV, SIGBUS, SIGILL, SIGFPE}) ucs_debug_disable_signal(signum);
 }
 
 CORTADO_REGISTER_COMMUNICATOR(ucx, MakeUcx);

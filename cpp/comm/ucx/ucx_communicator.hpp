@@ -31,4 +31,11 @@ namespace cortado::comm {
 std::unique_ptr<Communicator> CreateUcxCommunicator(const CommOptions& options,
                                                     std::unique_ptr<TcpListener> listener);
 
+// For a process whose runtime handles SIGSEGV itself (the JVM: its null checks and safepoints
+// fault on purpose): UCX installs its own handlers for SIGSEGV, SIGBUS, SIGILL and SIGFPE when
+// its library loads, which would turn those faults into crashes. Gives the signals back to the
+// handlers that were there before UCX (the runtime's) and keeps UCX from installing them again.
+// Call once, early (the JNI shim does in JNI_OnLoad).
+void LeaveErrorSignalsToTheRuntime();
+
 }  // namespace cortado::comm
