@@ -189,13 +189,13 @@ void GradientExchange::Finish(const std::vector<DeviceBuffer>& gradients) {
       math::dev::Scale(*ctx_, buffer.count, scale_, buffer.data);
       continue;
     }
-    staging_.resize(count);
+    float* staged = staging_.Reserve(count);
     cudaStream_t stream = cuda::Stream(*ctx_);
-    CORTADO_CUDA_CHECK(cudaMemcpyAsync(staging_.data(), buffer.data, count * sizeof(float),
+    CORTADO_CUDA_CHECK(cudaMemcpyAsync(staged, buffer.data, count * sizeof(float),
                                        cudaMemcpyDeviceToHost, stream));
     CORTADO_CUDA_CHECK(cudaStreamSynchronize(stream));
-    ReduceHost(staging_.data(), count);
-    CORTADO_CUDA_CHECK(cudaMemcpyAsync(buffer.data, staging_.data(), count * sizeof(float),
+    ReduceHost(staged, count);
+    CORTADO_CUDA_CHECK(cudaMemcpyAsync(buffer.data, staged, count * sizeof(float),
                                        cudaMemcpyHostToDevice, stream));
     CORTADO_CUDA_CHECK(cudaStreamSynchronize(stream));
 #else
@@ -204,6 +204,31 @@ void GradientExchange::Finish(const std::vector<DeviceBuffer>& gradients) {
 #endif
   }
   AverageStatistics();
+}
+
+GradientExchange::PinnedStaging::~PinnedStaging() {
+#if CORTADO_WITH_CUDA
+  if (data_ != nullptr) cudaFreeHost(data_);
+#else
+  delete[] data_;
+#endif
+}
+
+float* GradientExchange::PinnedStaging::Reserve(size_t count) {
+  if (count <= capacity_) return data_;
+#if CORTADO_WITH_CUDA
+  if (data_ != nullptr) cudaFreeHost(data_);
+  data_ = nullptr;
+  capacity_ = 0;
+  CORTADO_CUDA_CHECK(cudaMallocHost(reinterpret_cast<void**>(&data_), count * sizeof(float)));
+#else
+  delete[] data_;
+  data_ = nullptr;
+  capacity_ = 0;
+  data_ = new float[count];
+#endif
+  capacity_ = count;
+  return data_;
 }
 
 void GradientExchange::AverageStatistics() {

@@ -107,7 +107,22 @@ class GradientExchange {
   bool stop_ = false;
   std::exception_ptr error_;
   std::thread thread_;
-  std::vector<float> staging_;       // host copy of device gradients
+  // Host copy of device gradients for host backends (tcp, ucx, mpi): page-locked in CUDA builds,
+  // so the copies run at the bus's speed and UCX's RDMA transports register it once.
+  class PinnedStaging {
+   public:
+    PinnedStaging() = default;
+    PinnedStaging(const PinnedStaging&) = delete;
+    PinnedStaging& operator=(const PinnedStaging&) = delete;
+    ~PinnedStaging();
+    // At least `count` floats; grows, never shrinks.
+    float* Reserve(size_t count);
+
+   private:
+    float* data_ = nullptr;
+    size_t capacity_ = 0;
+  };
+  PinnedStaging staging_;
   std::vector<Tensor*> statistics_;  // BatchNorm means and variances
   std::vector<float> statistics_staging_;
 };
