@@ -22,10 +22,14 @@ import scala.util.Try
  * @param weights       -weights: a .caffemodel to start from, or that of the -snapshot
  * @param snapshot      -snapshot: a .solverstate to resume from (needs -weights, as CaffeOnSpark)
  * @param devices       -devices: devices (GPUs, or CPU replicas) per worker
- * @param connection    -connection ethernet|infiniband: tcp, or the RDMA-capable backend (mpi)
+ * @param connection    -connection ethernet|infiniband: tcp, or ucx over RDMA (InfiniBand or
+ *                      RoCE), which every host must then have
+ * @param connectionFallback -connectionFallback ethernet: with -connection infiniband, hosts
+ *                      without an RDMA device are accepted and ucx runs over TCP; empty: they
+ *                      fail the run before training
  * @param clusterSize   -clusterSize: workers (Spark tasks, one per executor) training together;
  *                      0: the number of executors when known, else 1
- * @param comm          -comm tcp|mpi|nccl: the backend, overriding -connection
+ * @param comm          -comm tcp|ucx|mpi|nccl: the backend, overriding -connection
  * @param maxAttempts   -maxAttempts: training jobs before giving up (each resumes from the newest
  *                      snapshot)
  * @param persistent    -persistent: cache the training data on the executors' local disks
@@ -44,6 +48,7 @@ final case class Options(
     snapshot: String = "",
     devices: Int = 1,
     connection: String = "",
+    connectionFallback: String = "",
     clusterSize: Int = 0,
     comm: String = "",
     maxAttempts: Int = 3,
@@ -78,8 +83,13 @@ object Options {
       |  -devices N           devices (GPUs, or CPU replicas) per worker (default 1)
       |  -clusterSize N       workers training together, one Spark task each (default: the
       |                       number of executors when spark.executor.instances is set, else 1)
-      |  -connection C        ethernet (tcp, the default) or infiniband (mpi)
-      |  -comm B              the workers' backend: tcp, mpi or nccl (overrides -connection)
+      |  -connection C        ethernet (tcp, the default) or infiniband (ucx over RDMA, which
+      |                       every host must have)
+      |  -connectionFallback ethernet
+      |                       with -connection infiniband, run over TCP where a host has no
+      |                       RDMA device instead of failing
+      |  -comm B              the workers' backend: tcp, ucx (UCX: RDMA where present, no
+      |                       device check), mpi (OpenMPI) or nccl (overrides -connection)
       |  -maxAttempts N       training jobs before giving up, each after a failure resuming
       |                       from the newest snapshot (default 3)
       |  -persistent          cache the training data on the executors' local disks
@@ -87,7 +97,7 @@ object Options {
 
   private val valued =
     Set("conf", "features", "label", "outputFormat", "model", "output", "weights", "snapshot",
-      "devices", "connection", "clusterSize", "comm", "maxAttempts")
+      "devices", "connection", "connectionFallback", "clusterSize", "comm", "maxAttempts")
   private val switches = Set("train", "test", "persistent", "resize")
 
   /** The options, or an error message (followed by Usage when shown to a user). */
@@ -154,9 +164,13 @@ object Options {
         val c = value.toLowerCase
         if (Set("ethernet", "infiniband")(c)) Right(o.copy(connection = c))
         else Left(s"-connection must be ethernet or infiniband, not '$value'")
+      case "connectionFallback" =>
+        val c = value.toLowerCase
+        if (Set("", "ethernet")(c)) Right(o.copy(connectionFallback = c))
+        else Left(s"-connectionFallback must be ethernet (or left out), not '$value'")
       case "comm" =>
-        if (Set("tcp", "mpi", "nccl")(value)) Right(o.copy(comm = value))
-        else Left(s"-comm must be tcp, mpi or nccl, not '$value'")
+        if (Set("tcp", "ucx", "mpi", "nccl")(value)) Right(o.copy(comm = value))
+        else Left(s"-comm must be tcp, ucx, mpi or nccl, not '$value'")
       case _ => Right(set(o, name, value))
     }
   }

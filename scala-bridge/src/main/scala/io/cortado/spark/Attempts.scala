@@ -99,11 +99,20 @@ private[cortado] object Attempts {
     found
   }
 
-  /** Failures another attempt cannot cure: bad input or settings, a cancelled job. */
+  /**
+   * Failures another attempt cannot cure: bad input or settings, a cancelled job. A task's
+   * exception reaches the driver as the cause of the job's SparkException, except from a barrier
+   * stage (several workers), whose SparkException only quotes the task's stack trace in its
+   * message: the exception's class name is looked for there too.
+   */
   private def retriable(e: Throwable): Boolean = !chain(e).exists {
     case _: CortadoConfigException | _: TaskKilledException | _: InterruptedException => true
-    case c => Option(c.getMessage).exists(m => m.contains("cancelled") && m.contains("Job"))
+    case c => Option(c.getMessage).exists(m =>
+      (m.contains("cancelled") && m.contains("Job")) || m.contains(ConfigExceptionQuoted))
   }
+
+  /** How a stack trace quoted in a message names a CortadoConfigException. */
+  private val ConfigExceptionQuoted = classOf[CortadoConfigException].getName + ": "
 
   private def chain(e: Throwable): Seq[Throwable] =
     Iterator.iterate(e)(_.getCause).takeWhile(_ != null).take(16).toSeq

@@ -34,10 +34,17 @@ import io.cortado.cli.Options
  *                   of this many tasks, each on its own partition of the data; 0: the number
  *                   of executors when Spark's configuration fixes it (`spark.executor.instances`,
  *                   not with dynamic allocation), else 1
- * @param backend    how workers exchange gradients: "tcp" (our ring), "mpi" (OpenMPI joined
+ * @param backend    how workers exchange gradients: "tcp" (our ring), "ucx" (UCX: RDMA where
+ *                   the hosts have it, else TCP or shared memory), "mpi" (OpenMPI joined
  *                   through ompi-server) or "nccl" (GPUs); empty: from `connection`
  * @param connection CaffeOnSpark's -connection: "ethernet" (or empty) selects tcp,
- *                   "infiniband" the RDMA-capable path (mpi for now); `backend` overrides it
+ *                   "infiniband" ucx over RDMA, which every host must have (checked by the
+ *                   workers before training; see `connectionFallback`); `backend` overrides it,
+ *                   and then nothing is checked
+ * @param connectionFallback -connectionFallback: "ethernet" lets `connection` "infiniband" run
+ *                   on hosts without an RDMA device, ucx carrying the gradients over TCP (or
+ *                   shared memory within a host), with a warning in the training log; empty:
+ *                   such hosts fail the run before training
  * @param startTimeoutSeconds with several workers, how long the driver waits for the cluster
  *                   to offer that many task slots at once before failing, and how long the
  *                   workers try to connect to each other
@@ -63,6 +70,7 @@ final case class Config(
     clusterSize: Int = 0,
     backend: String = "",
     connection: String = "",
+    connectionFallback: String = "",
     startTimeoutSeconds: Double = 120,
     commTimeoutSeconds: Double = 120,
     maxAttempts: Int = 3)
@@ -73,5 +81,6 @@ object Config {
   def fromOptions(o: Options): Config =
     Config(o.conf, model = o.model, weights = o.weights, snapshot = o.snapshot,
       devices = o.devices, clusterSize = o.clusterSize, backend = o.comm,
-      connection = o.connection, maxAttempts = o.maxAttempts)
+      connection = o.connection, connectionFallback = o.connectionFallback,
+      maxAttempts = o.maxAttempts)
 }

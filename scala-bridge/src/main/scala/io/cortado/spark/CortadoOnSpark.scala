@@ -52,10 +52,11 @@ object CortadoOnSpark {
       |Training runs on -clusterSize workers, one Spark task each in one barrier stage (rank =
       |partition id), each on its own partition of the training data and -devices devices (the
       |GPUs Spark assigned the task, else the first N GPUs when the solver asks for a GPU, else
-      |CPU replicas); gradients go between workers through -connection (ethernet: tcp,
-      |infiniband: mpi, which needs ompi-server) or -comm. -persistent is accepted and ignored
-      |(the tasks keep their data in memory); -resize is accepted and ignored (image columns
-      |must already have the layer's shape).""".stripMargin
+      |CPU replicas); gradients go between workers through -connection (ethernet: tcp;
+      |infiniband: ucx over RDMA, which every host must have unless -connectionFallback
+      |ethernet lets ucx run over TCP) or -comm (mpi: OpenMPI, which needs ompi-server).
+      |-persistent is accepted and ignored (the tasks keep their data in memory); -resize is
+      |accepted and ignored (image columns must already have the layer's shape).""".stripMargin
 
   def main(args: Array[String]): Unit = {
     var session: SparkSession = null

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 package io.cortado.spark
 
+import java.nio.charset.StandardCharsets.UTF_8
 import java.util.Base64
 
 import org.apache.spark.{BarrierTaskContext, SparkEnv, TaskContext}
@@ -11,9 +12,10 @@ import io.cortado.jni.{NativeComm, NativeLib}
 /**
  * How the workers of a training job find each other inside their barrier stage: each task
  * opens its listening socket, then one `BarrierTaskContext.allGather` carries every worker's
- * [[Peer]] (host, port, executor, GPUs, samples, and rank 0's backend rendezvous: the MPI port
- * or NCCL id), the workers check what must hold between them, and each joins the communicator
- * (NativeComm.connect) with the driver's token and the stage attempt.
+ * [[Peer]] (host, port, executor, GPUs, samples, with -connection infiniband its host's active
+ * RDMA ports, and rank 0's backend rendezvous: the MPI port or NCCL id), the workers check what
+ * must hold between them, and each joins the communicator (NativeComm.connect) with the
+ * driver's token and the stage attempt.
  */
 private[spark] object Rendezvous {
 
@@ -24,6 +26,8 @@ private[spark] object Rendezvous {
    * @param gpus       the CUDA devices it trains on (empty: the CPU)
    * @param samples    rows in its partition
    * @param rendezvous rank 0's NativeComm.rootRendezvous; empty for the others
+   * @param rdma       the active RDMA ports of its host (NativeLib.rdmaDevices), sent only when
+   *                   the plan requires RDMA; empty otherwise
    */
   final case class Peer(
       rank: Int,
@@ -32,24 +36,44 @@ private[spark] object Rendezvous {
       executor: String,
       gpus: Seq[Int],
       samples: Long,
-      rendezvous: Array[Byte]) {
+      rendezvous: Array[Byte],
+      rdma: Seq[String] = Nil) {
 
     /** host:port; the host alone for a worker that listens on no port (mpi). */
     def address: String = if (port > 0) s"$host:$port" else host
 
+    /**
+     * One line of tab-separated fields; the free text (rendezvous bytes, RDMA lines) in Base64,
+     * so that no tab, comma or newline of it can shift a field.
+     */
     def encode: String = Seq(rank.toString, host, port.toString, executor, gpus.mkString(","),
-      samples.toString, Base64.getEncoder.encodeToString(rendezvous)).mkString("\t")
+      samples.toString, base64(rendezvous),
+      rdma.map(line => base64(line.getBytes(UTF_8))).mkString(",")).mkString("\t")
   }
 
   object Peer {
-    def decode(text: String): Peer = text.split("\t", -1) match {
-      case Array(rank, host, port, executor, gpus, samples, rendezvous) =>
-        Peer(rank.toInt, host, port.toInt, executor,
-          if (gpus.isEmpty) Nil else gpus.split(",").map(_.toInt).toSeq, samples.toLong,
-          Base64.getDecoder.decode(rendezvous))
-      case _ => throw new IllegalStateException(s"a worker sent a malformed address: '$text'")
+
+    /** What [[Peer.encode]] wrote; an IllegalStateException quoting `text` when malformed. */
+    def decode(text: String): Peer = {
+      def malformed = new IllegalStateException(s"a worker sent a malformed rendezvous record: " +
+        s"'$text'")
+      def list(field: String): Seq[String] = if (field.isEmpty) Nil else field.split(",", -1).toSeq
+      text.split("\t", -1) match {
+        case Array(rank, host, port, executor, gpus, samples, rendezvous, rdma) =>
+          // NumberFormatException and Base64's errors are IllegalArgumentExceptions.
+          try {
+            Peer(rank.toInt, host, port.toInt, executor, list(gpus).map(_.toInt), samples.toLong,
+              Base64.getDecoder.decode(rendezvous),
+              list(rdma).map(line => new String(Base64.getDecoder.decode(line), UTF_8)))
+          } catch {
+            case _: IllegalArgumentException => throw malformed
+          }
+        case _ => throw malformed
+      }
     }
   }
+
+  private def base64(bytes: Array[Byte]): String = Base64.getEncoder.encodeToString(bytes)
 
   /** What joining gave: the communicator's handle (NativeComm) and every worker, by rank. */
   final case class Joined(comm: Long, peers: Seq[Peer])
@@ -57,8 +81,7 @@ private[spark] object Rendezvous {
   /**
    * Joins the other workers of `plan` as rank `context.partitionId()`; `gpus` are this worker's
    * devices (negative ids, the CPU, are left out) and `samples` its rows. Throws, on every
-   * worker alike, when two workers claim one GPU of a host or when the mpi backend would have
-   * two workers in one process; what NativeComm.connect throws otherwise.
+   * worker alike, what [[check]] throws; what NativeComm.connect throws otherwise.
    */
   def join(plan: WorkerPlan, context: BarrierTaskContext, gpus: Seq[Int], samples: Long): Joined = {
     val rank = context.partitionId()
@@ -67,8 +90,11 @@ private[spark] object Rendezvous {
     try {
       val port = if (listener == 0) 0 else NativeComm.port(listener)
       val root = if (rank == 0) NativeComm.rootRendezvous(plan.backend) else Array.emptyByteArray
+      val rdma =
+        if (plan.requireRdma) NativeLib.rdmaDevices().toSeq.map(_.trim).filter(_.nonEmpty)
+        else Nil
       val mine = Peer(rank, host, port, SparkEnv.get.executorId, gpus.filter(_ >= 0), samples,
-        root)
+        root, rdma)
       val peers = context.allGather(mine.encode).map(Peer.decode).toSeq.sortBy(_.rank)
       check(plan, peers)
       val taken = listener
@@ -85,7 +111,12 @@ private[spark] object Rendezvous {
     }
   }
 
-  /** The checks every worker makes on the same list, so that all fail alike. */
+  /**
+   * The checks every worker makes on the same list, so that all fail alike, each with a
+   * CortadoConfigException: two workers on one GPU of a host; two workers in one process with
+   * the mpi backend; a host without an RDMA port when the plan requires RDMA and allows no
+   * fallback.
+   */
   def check(plan: WorkerPlan, peers: Seq[Peer]): Unit = {
     if (peers.map(_.rank) != (0 until plan.count)) {
       throw new IllegalStateException(
@@ -111,6 +142,41 @@ private[spark] object Rendezvous {
               "spark.task.cpus, or use the tcp backend")
         }
     }
+    if (plan.requireRdma && !plan.rdmaFallback) {
+      val missing = withoutRdma(peers)
+      if (missing.nonEmpty) {
+        throw new CortadoConfigException(
+          "-connection infiniband needs an RDMA device (InfiniBand or RoCE) on every host, but " +
+            s"${hosts(missing)} none (libibverbs lists no active port): use -connection " +
+            "ethernet, or add -connectionFallback ethernet to run over TCP")
+      }
+    }
+  }
+
+  /**
+   * What worker 0 logs when -connectionFallback let hosts without an RDMA port join a plan
+   * that asked for RDMA; None when every host has one, or when the plan asked for none.
+   */
+  def rdmaWarning(plan: WorkerPlan, peers: Seq[Peer]): Option[String] =
+    if (!plan.requireRdma || !plan.rdmaFallback) None
+    else Some(withoutRdma(peers)).filter(_.nonEmpty).map { missing =>
+      s"Warning: -connection infiniband, but ${hosts(missing)} no RDMA device (libibverbs " +
+        "lists no active port): as -connectionFallback ethernet allows, UCX carries the " +
+        "gradients to and from them over TCP (or shared memory within a host) instead"
+    }
+
+  /** The hosts whose workers sent no RDMA port, each with those workers' ranks, by first rank. */
+  private def withoutRdma(peers: Seq[Peer]): Seq[(String, Seq[Int])] =
+    peers.filter(_.rdma.isEmpty).groupBy(_.host).toSeq
+      .map { case (host, onHost) => host -> onHost.map(_.rank).sorted }
+      .sortBy(_._2.head)
+
+  /** "host a (worker 0) has", "hosts a (workers 0, 1), b (worker 2) have". */
+  private def hosts(missing: Seq[(String, Seq[Int])]): String = {
+    val listed = missing.map { case (host, ranks) =>
+      s"$host (worker${if (ranks.size == 1) "" else "s"} ${ranks.mkString(", ")})"
+    }.mkString(", ")
+    if (missing.size == 1) s"host $listed has" else s"hosts $listed have"
   }
 
   /**

@@ -53,7 +53,14 @@ private[spark] object TrainingTask {
       // Rank 0 speaks for the job; the others keep their events to themselves.
       val channel = new Progress.Client(if (rank == 0) Some(progress) else None)
       try {
-        if (rank == 0) joined.foreach(j => channel.send(LogEvent(describe(workers, j))))
+        if (rank == 0) {
+          joined.foreach { j =>
+            channel.send(LogEvent(describe(workers, j)))
+            // What the backend chose: for ucx, the transport of each connection (RDMA or TCP).
+            channel.send(LogEvent(s"Connection: ${NativeComm.describe(j.comm)}"))
+            Rendezvous.rdmaWarning(workers, j.peers).foreach(w => channel.send(LogEvent(w)))
+          }
+        }
         def retriedResume(plan: SnapshotPlan): Option[Resume] = {
           // Spark runs a failed task (or barrier stage) again with the same arguments: resume
           // from the newest snapshot rather than from where the first attempt started.

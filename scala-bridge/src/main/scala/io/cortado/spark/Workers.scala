@@ -16,12 +16,17 @@ import io.cortado.jni.NativeComm
  * and shipped to every training task.
  *
  * @param count     workers: tasks of one barrier stage, rank = partition id; 1: one plain task
- * @param backend   "tcp", "mpi" or "nccl"
+ * @param backend   "tcp", "ucx", "mpi" or "nccl"
  * @param token     the job's secret, fresh for every training run; with the stage attempt it
  *                  makes every connection between workers prove it belongs to this run
  * @param devices   devices per worker (Config.devices)
  * @param connectTimeoutSeconds how long the workers try to reach each other
  * @param timeoutSeconds a collective fails when no byte moved for this long
+ * @param requireRdma the backend came from `-connection infiniband` (not from an explicit
+ *                  backend): the workers send their RDMA ports through the rendezvous and
+ *                  check that every host has one (see [[Rendezvous.check]])
+ * @param rdmaFallback -connectionFallback ethernet: a host without an RDMA port is accepted,
+ *                  with a warning in the training log, rather than failing the run
  */
 private[spark] final case class WorkerPlan(
     count: Int,
@@ -29,7 +34,9 @@ private[spark] final case class WorkerPlan(
     token: String,
     devices: Int,
     connectTimeoutSeconds: Double,
-    timeoutSeconds: Double)
+    timeoutSeconds: Double,
+    requireRdma: Boolean = false,
+    rdmaFallback: Boolean = false)
 
 private[spark] object Workers {
 
@@ -40,7 +47,8 @@ private[spark] object Workers {
    * starts: several workers need a backend this build has, no dynamic allocation (a barrier
    * stage refuses it) and as many task slots at once as workers, waited for up to
    * Config.startTimeoutSeconds (executors may still be registering); else a
-   * CortadoConfigException saying what the cluster offers.
+   * CortadoConfigException saying what the cluster offers. Whether every host has an RDMA
+   * device (-connection infiniband) only the workers can tell: see [[Rendezvous.check]].
    */
   def plan(config: Config, sc: SparkContext): WorkerPlan = {
     if (config.devices < 1) {
@@ -52,10 +60,22 @@ private[spark] object Workers {
     }
     val count = if (config.clusterSize > 0) config.clusterSize else automaticCount(sc)
     val backend = backendOf(config)
+    val fallback = config.connectionFallback.toLowerCase match {
+      case "" => false
+      case "ethernet" => true
+      case other =>
+        throw new CortadoConfigException(
+          s"Config.connectionFallback must be ethernet or empty, not '$other'")
+    }
     val known = NativeComm.backends().toSeq
     if (!known.contains(backend)) {
+      val has = s"(it has: ${known.mkString(", ")})"
       throw new CortadoConfigException(
-        s"the '$backend' backend is not in this build of Cortado (it has: ${known.mkString(", ")})")
+        if (requiresRdma(config)) {
+          s"-connection infiniband runs on the '$backend' backend, which is not in this build " +
+            s"of Cortado $has: use -connection ethernet" +
+            (if (known.contains("mpi")) ", or -comm mpi for OpenMPI" else "")
+        } else s"the '$backend' backend is not in this build of Cortado $has")
     }
     if (count > 1) {
       if (sc.getConf.getBoolean("spark.dynamicAllocation.enabled", defaultValue = false)) {
@@ -73,19 +93,29 @@ private[spark] object Workers {
       awaitSlots(sc, count, config.startTimeoutSeconds)
     }
     WorkerPlan(count, backend, newToken(), config.devices, config.startTimeoutSeconds,
-      config.commTimeoutSeconds)
+      config.commTimeoutSeconds, requireRdma = requiresRdma(config), rdmaFallback = fallback)
   }
 
-  /** Config.backend, else what CaffeOnSpark's -connection selects. */
+  /**
+   * Config.backend, else what CaffeOnSpark's -connection selects: tcp for ethernet (or
+   * nothing), ucx for infiniband.
+   */
   def backendOf(config: Config): String =
     if (config.backend.nonEmpty) config.backend
     else config.connection.toLowerCase match {
       case "" | "ethernet" => "tcp"
-      case "infiniband" => "mpi"
+      case "infiniband" => "ucx"
       case other =>
         throw new CortadoConfigException(
           s"Config.connection must be ethernet or infiniband, not '$other'")
     }
+
+  /**
+   * Whether the workers must find an RDMA device on every host: the backend comes from
+   * -connection infiniband, not from Config.backend (which is taken as it is).
+   */
+  def requiresRdma(config: Config): Boolean =
+    config.backend.isEmpty && config.connection.toLowerCase == "infiniband"
 
   /** spark.executor.instances when set and dynamic allocation is off, else 1. */
   private def automaticCount(sc: SparkContext): Int = {

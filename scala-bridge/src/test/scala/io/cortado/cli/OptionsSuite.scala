@@ -17,6 +17,10 @@ class OptionsSuite extends AnyFunSuite {
     val d = parse("-train -conf s.prototxt -model m").toOption.get
     assert(d.clusterSize === 0 && d.connection === "" && d.comm === "")
     assert(parse("-train -conf s.prototxt -model m -comm mpi").toOption.get.comm === "mpi")
+    val rdma = parse("-train -conf s.prototxt -model m -connection InfiniBand " +
+      "-connectionFallback Ethernet").toOption.get
+    assert(rdma.connection === "infiniband" && rdma.connectionFallback === "ethernet")
+    assert(d.connectionFallback === "")
   }
 
   test("features with a label; features replace test, as in CaffeOnSpark") {
@@ -36,7 +40,10 @@ class OptionsSuite extends AnyFunSuite {
       s"$base -train -devices 0" -> "-devices must be a positive integer, not '0'",
       s"$base -test -outputFormat csv" -> "-outputFormat must be json or parquet, not 'csv'",
       s"$base -train -connection carrier-pigeon" -> "-connection must be ethernet or infiniband",
-      s"$base -train -comm ucx" -> "-comm must be tcp, mpi or nccl, not 'ucx'",
+      s"$base -train -comm gloo" -> "-comm must be tcp, ucx, mpi or nccl, not 'gloo'",
+      s"$base -train -connection infiniband -connectionFallback tcp" ->
+        "-connectionFallback must be ethernet (or left out), not 'tcp'",
+      s"$base -train -connectionFallback" -> "-connectionFallback needs a value",
       s"$base -train -clusterSize 0" -> "-clusterSize must be a positive integer, not '0'",
       s"$base -train -snapshot s.solverstate" -> "-snapshot needs -weights",
       s"$base -test -snapshot s.solverstate -weights w" -> "-snapshot resumes training",
@@ -55,7 +62,8 @@ class OptionsSuite extends AnyFunSuite {
 
   test("the usage names every flag") {
     Seq("conf", "model", "train", "test", "features", "label", "outputFormat", "output",
-      "weights", "snapshot", "devices", "connection", "clusterSize", "persistent", "resize")
+      "weights", "snapshot", "devices", "connection", "connectionFallback", "clusterSize", "comm",
+      "maxAttempts", "persistent", "resize")
       .foreach(flag => assert(Options.Usage.contains(s"-$flag "), flag))
   }
 }

@@ -6,6 +6,7 @@ import java.util.concurrent.atomic.AtomicInteger
 import scala.collection.mutable.ArrayBuffer
 
 import org.apache.hadoop.conf.Configuration
+import org.apache.spark.SparkException
 import org.scalatest.funsuite.AnyFunSuite
 
 import io.cortado.{CortadoCommException, CortadoConfigException}
@@ -61,6 +62,21 @@ class AttemptsSuite extends AnyFunSuite {
         Attempts.run(3, Resume(None, None), plan(prefix), _ => ()) { (_, _, _) =>
           calls += 1
           throw new CortadoConfigException("column 'label': row 7 is null")
+        }
+      }
+      assert(calls === 1)
+
+      // A barrier stage's failure quotes the worker's exception in Spark's message, with no
+      // cause: still bad settings, not retried.
+      calls = 0
+      intercept[SparkException] {
+        Attempts.run(3, Resume(None, None), plan(prefix), _ => ()) { (_, _, _) =>
+          calls += 1
+          throw new SparkException("Job aborted due to stage failure: Could not recover from a " +
+            "failed barrier ResultStage. Most recent failure reason: Stage failed because " +
+            "barrier task ResultTask(1, 0) finished unsuccessfully.\n" +
+            "io.cortado.CortadoConfigException: -connection infiniband needs an RDMA device\n" +
+            "\tat io.cortado.spark.Rendezvous$.check(Rendezvous.scala:150)")
         }
       }
       assert(calls === 1)

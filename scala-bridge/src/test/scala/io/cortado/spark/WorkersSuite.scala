@@ -110,6 +110,10 @@ class WorkersSuite extends AnyFunSuite with PerTest {
     assert(joined.size === 1, events)
     assert(joined.head.startsWith("2 workers joined through tcp: worker 0 at "), joined.head)
     assert(joined.head.endsWith("; 128 training rows, 64 to 64 per worker"), joined.head)
+    // Beside it, what the backend says about its connections.
+    val connection = events.collect { case LogEvent(t) if t.startsWith("Connection: ") => t }
+    assert(connection.size === 1 && connection.head.startsWith("Connection: tcp: rank 0 of 2"),
+      events)
     // Images per second count every worker's batch: 2 x 4 per iteration.
     val speeds = events.collect { case i: IterationEvent if i.iterations > 0 => i }
     assert(speeds.nonEmpty)
@@ -197,7 +201,7 @@ class WorkersSuite extends AnyFunSuite with PerTest {
     }
   }
 
-  test("a backend this build lacks and a bad connection are refused in the driver") {
+  test("a backend this build lacks and bad connection settings are refused in the driver") {
     withTempDir("cortado-backend") { dir =>
       val config = files(dir, 4).copy(clusterSize = 2)
       val known = io.cortado.jni.NativeComm.backends().toSeq
@@ -209,12 +213,46 @@ class WorkersSuite extends AnyFunSuite with PerTest {
         s"(it has: ${known.mkString(", ")})")
       if (known.contains("mpi")) {
         val m = intercept[CortadoConfigException] {
-          new Cortado(ss).train(separable(ss, 20, 1), config.copy(connection = "infiniband"))
+          new Cortado(ss).train(separable(ss, 20, 1), config.copy(backend = "mpi"))
         }
         assert(m.getMessage.startsWith("the mpi backend takes one worker per process, and " +
           "local[2] runs every task in one JVM"), m.getMessage)
       }
+      val f = intercept[CortadoConfigException] {
+        new Cortado(ss).train(separable(ss, 20, 1),
+          config.copy(connection = "infiniband", connectionFallback = "wifi"))
+      }
+      assert(f.getMessage === "Config.connectionFallback must be ethernet or empty, not 'wifi'")
+      if (!known.contains("ucx")) {
+        val u = intercept[CortadoConfigException] {
+          new Cortado(ss).train(separable(ss, 20, 1), config.copy(connection = "infiniband"))
+        }
+        assert(u.getMessage.startsWith("-connection infiniband runs on the 'ucx' backend, which " +
+          s"is not in this build of Cortado (it has: ${known.mkString(", ")}): use -connection " +
+          "ethernet"), u.getMessage)
+      }
     }
+  }
+
+  test("-connection infiniband selects ucx and asks for RDMA; an explicit backend overrides") {
+    val c = Config("solver.prototxt")
+    assert(Workers.backendOf(c) === "tcp" && !Workers.requiresRdma(c))
+    assert(Workers.backendOf(c.copy(connection = "ethernet")) === "tcp")
+    assert(Workers.backendOf(c.copy(connection = "InfiniBand")) === "ucx")
+    assert(Workers.requiresRdma(c.copy(connection = "infiniband")))
+    // -comm (Config.backend) is taken as it is: no RDMA check.
+    val mpi = c.copy(connection = "infiniband", backend = "mpi")
+    assert(Workers.backendOf(mpi) === "mpi" && !Workers.requiresRdma(mpi))
+    val ucx = c.copy(backend = "ucx")
+    assert(Workers.backendOf(ucx) === "ucx" && !Workers.requiresRdma(ucx))
+    val e = intercept[CortadoConfigException](Workers.backendOf(c.copy(connection = "wifi")))
+    assert(e.getMessage === "Config.connection must be ethernet or infiniband, not 'wifi'")
+    // CaffeOnSpark's flags reach the Config.
+    val o = io.cortado.cli.Options.parse(Seq("-train", "-conf", "s", "-model", "m",
+      "-connection", "infiniband", "-connectionFallback", "ethernet")).toOption.get
+    val fromFlags = Config.fromOptions(o)
+    assert(fromFlags.connection === "infiniband" && fromFlags.connectionFallback === "ethernet")
+    assert(Workers.backendOf(fromFlags) === "ucx" && Workers.requiresRdma(fromFlags))
   }
 
   test("two workers on one GPU of a host fail alike on every worker, naming both") {
@@ -233,9 +271,48 @@ class WorkersSuite extends AnyFunSuite with PerTest {
     }
     assert(mpi.getMessage.startsWith("the mpi backend takes one worker per process, but " +
       "workers 1 and 2 run in one executor"), mpi.getMessage)
-    val peers = Seq(peer(0, "h", Seq(3)), peer(1, "h", Nil).copy(rendezvous = Array[Byte](0, 9)))
+    val peers = Seq(peer(0, "h", Seq(3)), peer(1, "h", Nil).copy(rendezvous = Array[Byte](0, 9)),
+      peer(2, "h", Nil).copy(rdma = Seq("mlx5_0:1 InfiniBand 100 Gb/s", "odd\t,line\n")))
     assert(peers.map(p => Rendezvous.Peer.decode(p.encode)).map(p => (p.rank, p.address, p.gpus,
-      p.rendezvous.toSeq)) === peers.map(p => (p.rank, p.address, p.gpus, p.rendezvous.toSeq)))
+      p.rendezvous.toSeq, p.rdma)) ===
+      peers.map(p => (p.rank, p.address, p.gpus, p.rendezvous.toSeq, p.rdma)))
+    Seq("", "0\th", peers(2).encode + "\tmore", peers(2).encode.replace("\t7002\t", "\tport\t"),
+      peers(2).encode + "!").foreach { text =>
+      val m = intercept[IllegalStateException](Rendezvous.Peer.decode(text))
+      assert(m.getMessage.startsWith("a worker sent a malformed rendezvous record"), text)
+    }
+  }
+
+  test("-connection infiniband: a host without an RDMA port fails every worker, unless allowed") {
+    val plan = WorkerPlan(3, "ucx", "t", 1, 1, 1, requireRdma = true)
+    val port = Seq("mlx5_0:1 InfiniBand 100 Gb/s")
+    def peer(rank: Int, host: String, rdma: Seq[String]) =
+      Rendezvous.Peer(rank, host, 7000 + rank, s"e$rank", Nil, 10, Array.emptyByteArray, rdma)
+    val everywhere = Seq(peer(0, "a", port), peer(1, "b", port), peer(2, "a", port))
+    Rendezvous.check(plan, everywhere)
+    assert(Rendezvous.rdmaWarning(plan.copy(rdmaFallback = true), everywhere) === None)
+    val oneHost = Seq(peer(0, "a", port), peer(1, "b", Nil), peer(2, "b", Nil))
+    val e = intercept[CortadoConfigException](Rendezvous.check(plan, oneHost))
+    assert(e.getMessage === "-connection infiniband needs an RDMA device (InfiniBand or RoCE) on " +
+      "every host, but host b (workers 1, 2) has none (libibverbs lists no active port): use " +
+      "-connection ethernet, or add -connectionFallback ethernet to run over TCP")
+    val twoHosts = intercept[CortadoConfigException] {
+      Rendezvous.check(plan, Seq(peer(0, "c", Nil), peer(1, "b", port), peer(2, "a", Nil)))
+    }
+    assert(twoHosts.getMessage.contains("but hosts c (worker 0), a (worker 2) have none"),
+      twoHosts.getMessage)
+    // With the fallback: no failure, and worker 0 warns.
+    val fallback = plan.copy(rdmaFallback = true)
+    Rendezvous.check(fallback, oneHost)
+    assert(Rendezvous.rdmaWarning(fallback, oneHost) === Some("Warning: -connection infiniband, " +
+      "but host b (workers 1, 2) has no RDMA device (libibverbs lists no active port): as " +
+      "-connectionFallback ethernet allows, UCX carries the gradients to and from them over " +
+      "TCP (or shared memory within a host) instead"))
+    // An explicit backend (-comm) asks for nothing: the workers send no ports, nothing is checked.
+    val explicit = plan.copy(requireRdma = false)
+    val none = everywhere.map(_.copy(rdma = Nil))
+    Rendezvous.check(explicit, none)
+    assert(Rendezvous.rdmaWarning(explicit.copy(rdmaFallback = true), none) === None)
   }
 }
 
@@ -343,7 +420,7 @@ class DynamicAllocationSuite extends AnyFunSuite with PerTest {
 }
 
 /**
- * The mpi backend (-connection infiniband) between two executor JVMs that mpirun did not start:
+ * The mpi backend (-comm mpi) between two executor JVMs that mpirun did not start:
  * they join through a real ompi-server that this suite starts, found through
  * OMPI_MCA_pmix_server_uri in the executors' environment. Cancelled when this build has no mpi
  * backend or ompi-server is not installed.
@@ -392,7 +469,7 @@ class MpiWorkersSuite extends AnyFunSuite with LocalCluster {
       server = null
     }
 
-  test("-connection infiniband trains 2 workers through mpi joined by ompi-server") {
+  test("-comm mpi trains 2 workers through mpi joined by ompi-server") {
     startServer()
     val samples = separable(ss, 128, 5).collect().toSeq
     val (first, second) = samples.splitAt(64)
@@ -400,10 +477,14 @@ class MpiWorkersSuite extends AnyFunSuite with LocalCluster {
       write(dir, "net.prototxt", tinyNet(4))
       val config = Config(write(dir, "solver.prototxt", EverySolver),
         model = dir.resolve("m.caffemodel").toUri.toString, snapshotInterval = 0,
-        clusterSize = 2, connection = "infiniband")
+        clusterSize = 2, backend = "mpi")
       val (_, events) = trainRecording(ss, partitioned(ss, first ++ second, 2), config)
       val joined = events.collect { case LogEvent(t) if t.contains("joined") => t }
       assert(joined.size === 1 && joined.head.startsWith("2 workers joined through mpi"), events)
+      assert(events.exists {
+        case LogEvent(t) => t.startsWith("Connection: mpi: rank 0 of 2")
+        case _ => false
+      }, events)
       val trained = losses(events)
       assert(trained.map(_._1) === (0 until 20))
       assert(trained.last._2 < trained.head._2 / 2, trained)
