@@ -869,6 +869,9 @@ std::unique_ptr<Communicator> CreateUcxCommunicator(const CommOptions& options,
 }
 
 void LeaveErrorSignalsToTheRuntime() {
+  const char* signals = std::getenv("UCX_ERROR_SIGNALS");
+  // Empty before libucs loaded (libcortado_preload.so): it installed no handler to take back.
+  if (signals != nullptr && *signals == '\0') return;
   ucs_global_opts_set_value("ERROR_SIGNALS", "");
   for (int signum : {SIGSEGV, SIGBUS, SIGILL, SIGFPE}) ucs_debug_disable_signal(signum);
 }

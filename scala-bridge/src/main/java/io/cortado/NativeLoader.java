@@ -12,11 +12,12 @@ import java.security.MessageDigest;
 import java.security.NoSuchAlgorithmException;
 
 /**
- * Loads Cortado's native libraries, libcortado.so and then libcortado_jni.so, once per class
- * loader.
+ * Loads Cortado's native libraries, libcortado_preload.so, libcortado.so and then
+ * libcortado_jni.so, once per class loader. The first only keeps UCX (which libcortado.so links)
+ * from taking the JVM's fault signals as it loads (jni/preload.cpp).
  *
  * <p>Where from: the directory named by the system property {@value #NATIVE_DIR_PROPERTY} when it
- * is set (a developer's CMake build, or an installation: the directory must hold both libraries);
+ * is set (a developer's CMake build, or an installation: the directory must hold every library);
  * otherwise the jar's resources under {@code native/<os.name>-<os.arch>/} (for example {@code
  * native/Linux-amd64/}), extracted once per user and content to a directory under {@code
  * java.io.tmpdir} that later JVMs reuse (see extractResources). libcortado.so goes first, so that libcortado_jni.so finds it already loaded whatever its
@@ -28,11 +29,13 @@ import java.security.NoSuchAlgorithmException;
  * tried, and the next call tries again.
  */
 public final class NativeLoader {
-  /** System property: a directory holding libcortado.so and libcortado_jni.so. */
+  /** System property: a directory holding the libraries (a build's cpp/ directory). */
   public static final String NATIVE_DIR_PROPERTY = "cortado.native.dir";
 
   /** The libraries, in load order. */
-  static final String[] LIBRARIES = {"libcortado.so", "libcortado_jni.so"};
+  static final String[] LIBRARIES = {
+    "libcortado_preload.so", "libcortado.so", "libcortado_jni.so"
+  };
 
   private static boolean loaded = false;
   private static String loadedFrom = null;

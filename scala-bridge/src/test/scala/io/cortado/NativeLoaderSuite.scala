@@ -40,7 +40,7 @@ class NativeLoaderSuite extends AnyFunSuite {
     assert(new File(NativeLoader.loadedFrom()) === shared)
     // Tampered with: this JVM's own fresh copy is used instead. (The loaded file is replaced by
     // a rename, never rewritten in place: this JVM maps it.)
-    val library = new File(shared, NativeLoader.LIBRARIES(1)).toPath
+    val library = new File(shared, NativeLoader.LIBRARIES.last).toPath
     val original = java.nio.file.Files.readAllBytes(library)
     def replace(bytes: Array[Byte]): Unit = {
       val temp = java.nio.file.Files.createTempFile(shared.toPath, "swap", ".tmp")
@@ -52,7 +52,7 @@ class NativeLoaderSuite extends AnyFunSuite {
       replace(Array[Byte](1, 2, 3))
       val fresh = extract.invoke(null).asInstanceOf[File]
       assert(fresh !== shared)
-      assert(java.nio.file.Files.readAllBytes(new File(fresh, NativeLoader.LIBRARIES(1)).toPath)
+      assert(java.nio.file.Files.readAllBytes(new File(fresh, NativeLoader.LIBRARIES.last).toPath)
         .sameElements(original))
     } finally replace(original)
   }

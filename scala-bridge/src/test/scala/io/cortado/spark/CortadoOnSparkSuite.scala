@@ -136,7 +136,7 @@ class CortadoOnSparkSuite extends AnyFunSuite with PerTest {
       assert(accuracy.exists(_ >= 0.95), trained.out)
       val bad = cos("-train", "-conf", solver, "-model", model, "-comm", "smoke-signals")
       assert(bad.code === CortadoOnSpark.UsageExit)
-      assert(bad.err.contains("-comm must be tcp, mpi or nccl, not 'smoke-signals'"), bad.err)
+      assert(bad.err.contains("-comm must be tcp, ucx, mpi or nccl, not 'smoke-signals'"), bad.err)
       // 2 workers of 3 CPU replicas each.
       val replicas = cos("-train", "-conf", solver, "-model", uri(dir, "other.caffemodel"),
         "-clusterSize", "2", "-comm", "tcp", "-devices", "3")
