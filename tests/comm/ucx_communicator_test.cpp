@@ -269,6 +269,45 @@ TEST(UcxFaultTest, AbortFromAnotherThreadReleasesABlockedAllReduceAndThePeer) {
   EXPECT_LT(release_s, 1) << "AllReduce should end promptly after Abort";
 }
 
+TEST(UcxFaultTest, AbortBetweenOperationsEndsTheNextCallHereAndThePeersAtOnce) {
+  LoopbackRing ring(2);
+  std::promise<void> aborted;
+  std::shared_future<void> aborted_done = aborted.get_future().share();
+  const auto outcomes = testing::RunRanksAsThreads(2, [&](int rank) {
+    CommOptions options = ring.Options(rank);
+    options.timeout_s = 30;  // only the closed connection can end rank 1's call in time
+    auto comm = JoinUcx(&ring, options);
+    std::vector<float> data(1000, 1.0f);
+    comm->AllReduce(data.data(), data.size());
+    if (rank == 0) {
+      comm->Abort("stopped between iterations");  // no call in progress
+      aborted.set_value();
+      try {
+        comm->Barrier();
+        return std::string("rank 0's barrier succeeded after Abort");
+      } catch (const Error& e) {
+        testing::Expect(
+            e.code() == ErrorCode::kAborted && Contains(e.what(), "stopped between iterations"),
+            std::string("rank 0: ") + e.what());
+      }
+      return std::string();
+    }
+    aborted_done.wait();
+    const auto start = Clock::now();
+    try {
+      comm->AllReduce(data.data(), data.size());
+      return std::string("rank 1's allreduce succeeded");
+    } catch (const Error& e) {
+      testing::Expect(e.code() == ErrorCode::kComm && Contains(e.what(), "rank 0 (127.0.0.1)"),
+                      std::string("rank 1: ") + e.what());
+    }
+    testing::Expect(SecondsSince(start) < 5,
+                    "rank 1 took " + std::to_string(SecondsSince(start)) + " s");
+    return std::string();
+  });
+  EXPECT_TRUE(AllOk(outcomes)) << Describe(outcomes);
+}
+
 // Rank 1 of 3 SIGKILLs itself in its fourth allreduce: ranks 0 and 2 fail within the timeout,
 // and the first to notice names rank 1. Over TCP UCX reports the closed connection at once;
 // shared memory reports nothing, so there the timeout ends the calls.

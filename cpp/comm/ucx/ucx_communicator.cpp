@@ -511,9 +511,13 @@ void UcxCommunicator::ThrowIfBroken() {
 
 template <typename F>
 void UcxCommunicator::Guarded(F&& body) {
-  ThrowIfBroken();
-  if (size() == 1) return;
+  if (size() == 1) {
+    ThrowIfBroken();
+    return;
+  }
   const std::lock_guard<std::mutex> lock(op_mutex_);
+  // Checked under the lock: an Abort that came just before has closed the endpoints.
+  ThrowIfBroken();
   try {
     body();
   } catch (...) {
