@@ -121,7 +121,8 @@ struct RunResult {
 
 struct Ranks {
   int world = 1;
-  std::string backend = "tcp";  // or "ucx"
+  std::string backend = "tcp";    // or "ucx"
+  Device device = Device::Cpu();  // every rank's one replica
   ExchangeOptions exchange;
   std::function<void(int rank, Trainer*)> before;  // e.g. a callback, a resume
   std::function<void(int rank, Trainer*)> train = [](int, Trainer* t) { t->Solve(); };
@@ -155,7 +156,7 @@ RunResult Train(const caffe::SolverParameter& param, const Ranks& setup,
         if (!options.comm) options.comm = ring.Join(comm_options);
         EXPECT_STREQ(options.comm->backend(), setup.backend.c_str());
       }
-      Trainer trainer(param, {Device::Cpu()}, options);
+      Trainer trainer(param, {setup.device}, options);
       if (rank == 0) {
         trainer.set_on_display([&](const Display& d) {
           if (d.seconds >= 0) run.losses.push_back(d.loss);  // not the closing display
@@ -259,6 +260,24 @@ TEST(DistributedTrainerTest, UcxRanksTrainLeNetLikeOneRankWithTheWholeBatch) {
     ExpectRanksIdentical(many);
     EXPECT_EQ(many.iters[0], 20);
   }
+}
+
+// On GPUs the host backends exchange the gradients through page-locked staging memory: ucx ends
+// where tcp does (the same ring, so the same sums).
+TEST(DistributedTrainerTest, UcxRanksOnTheGpuTrainLikeTcpRanks) {
+  if (Context::CudaDeviceCount() < 1) GTEST_SKIP() << "needs a CUDA device";
+  TempDir dir;
+  const std::string db = WriteImages(dir, 60);
+  Ranks setup;
+  setup.world = 2;
+  setup.device = Device::Cuda(0);
+  const RunResult tcp = Train(LeNet(db, 4, 20, false), setup);
+  setup.backend = "ucx";
+  const RunResult ucx = Train(LeNet(db, 4, 20, false), setup);
+  ASSERT_EQ(tcp.losses.size(), 20u);
+  ExpectSameLosses(tcp.losses, ucx.losses, kTolerance);
+  ExpectNear(tcp.weights, ucx.weights, kTolerance, 1e-2f, "weights");
+  ExpectRanksIdentical(ucx);
 }
 #endif
 
