@@ -5,13 +5,16 @@
 // rank's link carries in a ring; comparable across rank counts).
 //
 //   cortado_comm_bench --backend=tcp --rank=R --world=N --peers=h0:p0,h1:p1,... [options]
-//   cortado_comm_bench --threads=N [options]        N tcp ranks as threads on 127.0.0.1
+//   cortado_comm_bench --backend=ucx --rank=R ...   the same for the ucx backend (WITH_UCX builds;
+//                                                   UCX_TLS picks its transports)
+//   cortado_comm_bench --threads=N [--backend=tcp|ucx] [options]   N ranks as threads on 127.0.0.1
 //   mpirun -n N cortado_comm_bench --backend=mpi     rank and world from OMPI_COMM_WORLD_*
 //   mpirun -n N cortado_comm_bench --mpi-native      MPI_Allreduce itself, for comparison
 // options: --min-bytes=4K --max-bytes=256M --iters=auto|N --warmup=N --chunk-bytes=1M
 //          --timeout=120 --token=...
-// Rank 0 prints the table on stdout. Each size is first checked once (every rank contributes
-// rank + 1; the sum must be N (N + 1) / 2 everywhere).
+// Rank 0 prints the table on stdout, after a comment line with its communicator's Describe() (for
+// ucx: the transport of each connection). Each size is first checked once (every rank
+// contributes rank + 1; the sum must be N (N + 1) / 2 everywhere).
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -33,6 +36,9 @@
 
 #if CORTADO_WITH_MPI
 #include <mpi.h>
+#endif
+#if CORTADO_WITH_UCX
+#include "comm/ucx/ucx_communicator.hpp"
 #endif
 
 namespace cortado {
@@ -234,11 +240,40 @@ comm::CommOptions BaseOptions(const Flags& flags, const Settings& s) {
   return options;
 }
 
-// N tcp ranks as threads of this process, on 127.0.0.1.
+// The ucx backend is compiled only with WITH_UCX: say so rather than "unknown backend".
+void CheckBackendBuilt(const std::string& backend) {
+#if !CORTADO_WITH_UCX
+  if (backend == "ucx") {
+    CORTADO_THROW(kUnimplemented,
+                  "--backend=ucx: this build has no ucx backend (configure with -DWITH_UCX=ON; "
+                  "needs UCX, e.g. Debian's libucx-dev)");
+  }
+#else
+  (void)backend;
+#endif
+}
+
+// Rank options.rank of the tcp or ucx backend, its (set-up) ring accepting on `listener`.
+std::unique_ptr<comm::Communicator> CreateWithListener(
+    const comm::CommOptions& options, std::unique_ptr<comm::TcpListener> listener) {
+#if CORTADO_WITH_UCX
+  if (options.backend == "ucx") return comm::CreateUcxCommunicator(options, std::move(listener));
+#endif
+  return comm::CreateTcpCommunicator(options, std::move(listener));
+}
+
+void PrintDescription(const comm::Communicator& comm) {
+  std::printf("# %s\n", comm.Describe().c_str());
+  std::fflush(stdout);
+}
+
+// N tcp or ucx ranks as threads of this process, on 127.0.0.1 (ucx: its set-up ring too).
 int RunThreads(const Flags& flags, const Settings& s, int world) {
   comm::CommOptions base = BaseOptions(flags, s);
-  if (base.backend != "tcp") {
-    CORTADO_THROW(kInvalidArgument, "--threads runs the tcp backend only, not '{}'", base.backend);
+  CheckBackendBuilt(base.backend);
+  if (base.backend != "tcp" && base.backend != "ucx") {
+    CORTADO_THROW(kInvalidArgument, "--threads runs the tcp and ucx backends only, not '{}'",
+                  base.backend);
   }
   std::vector<std::unique_ptr<comm::TcpListener>> listeners;
   for (int r = 0; r < world; ++r) {
@@ -246,7 +281,7 @@ int RunThreads(const Flags& flags, const Settings& s, int world) {
     base.peers.push_back("127.0.0.1:" + std::to_string(listeners.back()->port()));
   }
   base.world_size = world;
-  PrintHeader("tcp backend, threads", world, s);
+  PrintHeader(base.backend + " backend, threads", world, s);
   std::vector<std::exception_ptr> errors(world);
   std::vector<std::unique_ptr<comm::Communicator>> comms(world);
   std::vector<std::thread> threads;
@@ -255,7 +290,8 @@ int RunThreads(const Flags& flags, const Settings& s, int world) {
       try {
         comm::CommOptions options = base;
         options.rank = r;
-        comms[r] = comm::CreateTcpCommunicator(options, std::move(listeners[r]));
+        comms[r] = CreateWithListener(options, std::move(listeners[r]));
+        if (r == 0) PrintDescription(*comms[r]);
         CommunicatorTarget target(comms[r].get());
         RunSizes(&target, r, world, s);
       } catch (...) {
@@ -267,6 +303,11 @@ int RunThreads(const Flags& flags, const Settings& s, int world) {
       }
     });
   }
+  for (auto& t : threads) t.join();
+  // Close all ranks at once: a ucx rank's clean close flushes to its peers, which must be
+  // progressing their own close meanwhile (one after the other, each would wait for the next).
+  threads.clear();
+  for (auto& c : comms) threads.emplace_back([&c] { c.reset(); });
   for (auto& t : threads) t.join();
   for (auto& e : errors) {
     if (e) std::rethrow_exception(e);
@@ -308,11 +349,15 @@ int RunProcess(const Flags& flags, const Settings& s) {
 #endif
   }
   comm::CommOptions options = BaseOptions(flags, s);
+  CheckBackendBuilt(options.backend);
   options.rank = rank;
   options.world_size = world;
   options.peers = SplitList(flags.Get("peers", ""));
   std::unique_ptr<comm::Communicator> comm = comm::CreateCommunicator(options);
-  if (rank == 0) PrintHeader(options.backend + " backend", world, s);
+  if (rank == 0) {
+    PrintHeader(options.backend + " backend", world, s);
+    PrintDescription(*comm);
+  }
   CommunicatorTarget target(comm.get());
   RunSizes(&target, rank, world, s);
   return 0;
@@ -322,11 +367,14 @@ int Main(int argc, char** argv) {
   const Flags flags = ParseFlags(argc, argv);
   if (flags.Has("help")) {
     std::printf(
-        "usage: %s --backend=tcp --rank=R --world=N --peers=h0:p0,... | --threads=N | "
-        "--backend=mpi | --mpi-native\n"
+        "usage: %s --backend=tcp|ucx --rank=R --world=N --peers=h0:p0,... |\n"
+        "  --threads=N [--backend=tcp|ucx] | --backend=mpi | --mpi-native\n"
         "  [--min-bytes=4K] [--max-bytes=256M] [--iters=auto|N] [--warmup=N]\n"
-        "  [--chunk-bytes=1M] [--timeout=120] [--token=T]\n",
-        argv[0]);
+        "  [--chunk-bytes=1M] [--timeout=120] [--token=T]\n"
+        "%s\n",
+        argv[0],
+        CORTADO_WITH_UCX ? "ucx: UCX_TLS picks its transports (e.g. tcp; sm,self)"
+                         : "ucx: not in this build (configure with -DWITH_UCX=ON)");
     return 0;
   }
   SetLogLevel(std::getenv("CORTADO_LOG_LEVEL") != nullptr ? std::getenv("CORTADO_LOG_LEVEL")

@@ -2,21 +2,25 @@
 # SPDX-License-Identifier: Apache-2.0
 # AllReduce bandwidth of the communicator backends beside Open MPI's MPI_Allreduce, as
 # cortado_comm_bench reports it (nccl-tests' algbw and busbw), in two settings:
-#   1. loopback: our tcp (N processes on 127.0.0.1 ports), our mpi (mpirun --backend=mpi) and
-#      MPI_Allreduce itself (--mpi-native) over btl tcp and, for reference, btl vader (shared
-#      memory); then busbw of our tcp against MPI_Allreduce btl tcp for the larger buffers;
+#   1. loopback: our tcp (N processes on 127.0.0.1 ports), our ucx (the same, once per UCX_TLS of
+#      UCX_TLS_LOOPBACK: tcp, then sm,self), our mpi (mpirun --backend=mpi) and MPI_Allreduce
+#      itself (--mpi-native) over btl tcp, btl vader (shared memory) and pml ucx (once per
+#      UCX_TLS_LOOPBACK); then busbw of our tcp against MPI_Allreduce btl tcp for the larger
+#      buffers, and of our ucx against our tcp from 64 KiB;
 #   2. network namespaces: every rank in its own namespace (cbench0, cbench1, ...), each joined by a
 #      veth pair to one bridge in the root namespace (cbench-br, 10.213.0.0/24), both directions of
-#      every link shaped with tbf to each rate of RATES; our tcp, our mpi and MPI_Allreduce btl tcp
-#      across the namespaces; then busbw against the link rate.
+#      every link shaped with tbf to each rate of RATES; our tcp, our ucx (UCX_TLS=tcp on the
+#      veth), our mpi, MPI_Allreduce btl tcp and pml ucx (UCX_TLS=tcp) across the namespaces; then
+#      busbw against the link rate, and our ucx against our tcp from 64 KiB.
 # Everything it creates (namespaces, veths, bridge, processes, raised sysctls) is removed or
 # restored on exit, and leftovers of an earlier run are removed first. See bench/comm/README.md.
 #
 # Run from anywhere, as root for part 2 (network namespaces, tc):
 #   bash bench/comm/run.sh
-# Needs: cortado_comm_bench (configure with -DBUILD_BENCH=ON, and WITH_MPI=ON for the mpi runs),
-# coreutils' timeout; part 2 iproute2's ip and tc (installed with apt-get when missing, as root)
-# and python3 for the rate check; the mpi runs Open MPI's mpirun.
+# Needs: cortado_comm_bench (configure with -DBUILD_BENCH=ON, WITH_MPI=ON for the mpi runs and
+# WITH_UCX=ON for the ucx runs), coreutils' timeout; part 2 iproute2's ip and tc (installed with
+# apt-get when missing, as root) and python3 for the rate check; the mpi runs Open MPI's mpirun
+# (pml ucx: an Open MPI built with UCX, as Debian's).
 # Settings (environment):
 #   BUILD_DIR=build          where cortado_comm_bench was built (relative to the repository root)
 #   BIN=...                  the benchmark itself (default $BUILD_DIR/bench/comm/cortado_comm_bench)
@@ -25,7 +29,11 @@
 #   RATES="1gbit 10gbit"     link rates of part 2 (tc units; "none" for an unshaped run)
 #   ITERS=                   calls per size (default: the benchmark's own, about 1 GiB per size)
 #   SKIP_LOOPBACK=1 SKIP_NETNS=1 SKIP_MPI=1   leave out part 1, part 2, every mpirun
+#   SKIP_UCX=1               leave out every ucx run (our ucx backend and MPI's pml ucx)
 #   MPI_BTLS="tcp vader"     the BTLs MPI_Allreduce runs over on loopback (our mpi: btl tcp)
+#   UCX_TLS_LOOPBACK="tcp sm,self"   the UCX_TLS of each loopback run of our ucx and of pml ucx
+#                            (with UCX_NET_DEVICES=lo); the namespaces always use UCX_TLS=tcp
+#                            with UCX_NET_DEVICES=cbench-nK (shared memory would bypass the links)
 #   BENCH_FLAGS=             more flags for every cortado_comm_bench (e.g. --chunk-bytes=1M)
 #   MPIRUN_ARGS=             more arguments for every mpirun (e.g. "--mca btl_tcp_links 2")
 #   TIMEOUT=1800             seconds one run may take
@@ -53,7 +61,9 @@ ITERS=${ITERS:-}
 SKIP_LOOPBACK=${SKIP_LOOPBACK:-0}
 SKIP_NETNS=${SKIP_NETNS:-0}
 SKIP_MPI=${SKIP_MPI:-0}
+SKIP_UCX=${SKIP_UCX:-0}
 MPI_BTLS=${MPI_BTLS:-tcp vader}
+UCX_TLS_LOOPBACK=${UCX_TLS_LOOPBACK:-tcp sm,self}
 MPIRUN_ARGS=${MPIRUN_ARGS:-}
 BENCH_FLAGS=${BENCH_FLAGS:-}
 TIMEOUT=${TIMEOUT:-1800}
@@ -71,6 +81,7 @@ PIDFILE=/tmp/cortado-comm-bench.$EUID.pids  # processes of the run in progress, 
 LOCKFILE=/tmp/cortado-comm-bench.$EUID.lock
 SUMMARY_LOOPBACK_MIN=$((4 << 20))      # the loopback comparison: buffers from 4 MiB
 SUMMARY_NETNS_MIN=$((16 << 20))        # busbw against the link rate: buffers from 16 MiB
+SUMMARY_UCX_MIN=$((64 << 10))          # our ucx against our tcp: buffers from 64 KiB
 TARGET_PERCENT=90
 
 say() { printf '%s\n' "$*"; }
@@ -213,11 +224,19 @@ netns_blocker() {
 }
 
 MPIRUN=()
+MPIRUN_UCX=()
 mpirun_base() {
   MPIRUN=(mpirun --oversubscribe --bind-to none --mca pml ob1)
-  [[ $EUID -ne 0 ]] || MPIRUN+=(--allow-run-as-root)
+  # pml ucx: Open MPI 4.1 keeps it to mlx* devices and verbs transports unless told otherwise
+  # (pml_ucx_tls, pml_ucx_devices), so "any" lets UCX_TLS decide; no BTL beside it.
+  MPIRUN_UCX=(mpirun --oversubscribe --bind-to none --mca pml ucx --mca pml_ucx_tls any
+    --mca pml_ucx_devices any --mca btl '^vader,tcp,openib,uct')
+  if [[ $EUID -eq 0 ]]; then
+    MPIRUN+=(--allow-run-as-root)
+    MPIRUN_UCX+=(--allow-run-as-root)
+  fi
   # shellcheck disable=SC2206
-  [[ -z $MPIRUN_ARGS ]] || MPIRUN+=($MPIRUN_ARGS)
+  [[ -z $MPIRUN_ARGS ]] || MPIRUN+=($MPIRUN_ARGS) MPIRUN_UCX+=($MPIRUN_ARGS)
 }
 
 # Probes one mode of the binary under mpirun with two ranks (our mpi backend takes a world of one
@@ -233,6 +252,36 @@ probe_mpi_mode() {
     return 1
   fi
 }
+
+# Probes MPI_Allreduce over pml ucx (UCX_TLS=tcp on lo) with two ranks.
+probe_mpi_ucx() {
+  local out
+  out=$(UCX_TLS=tcp UCX_NET_DEVICES=lo timeout -k 5 120 "${MPIRUN_UCX[@]}" -np 2 \
+    -x UCX_TLS -x UCX_NET_DEVICES "$BIN" --mpi-native --min-bytes=4K --max-bytes=4K --iters=1 \
+    --warmup=0 2>&1)
+  local rc=$?
+  if [[ $rc -ne 0 ]]; then
+    printf '%s\n' "$out" | grep -m1 -iE 'cortado_comm_bench:|error|cannot be selected|unknown' ||
+      echo "exit status $rc"
+    return 1
+  fi
+}
+
+# Probes our ucx backend: two ranks as threads (UCX_TLS=tcp on lo); prints the reason on failure
+# (a build without WITH_UCX says so).
+probe_ucx() {
+  local out
+  out=$(UCX_TLS=tcp UCX_NET_DEVICES=lo timeout -k 5 120 "$BIN" --threads=2 --backend=ucx \
+    --min-bytes=4K --max-bytes=4K --iters=1 --warmup=0 2>&1)
+  local rc=$?
+  if [[ $rc -ne 0 ]]; then
+    printf '%s\n' "$out" | grep -m1 -iE 'cortado_comm_bench:|error' || echo "exit status $rc"
+    return 1
+  fi
+}
+
+# "sm,self" -> "sm+self": UCX_TLS as part of a file name.
+tls_tag() { echo "${1//,/+}"; }
 
 # ---------------------------------------------------------------------------------------------
 # Running one configuration. Rank 0's table goes to the terminal and to $LOG_DIR/<key>.txt, its
@@ -292,9 +341,11 @@ run_shown() {  # key tag command...
   return "$rc"
 }
 
-# Our tcp backend, one process per rank, on 127.0.0.1 (netns empty) or one per namespace.
-run_ours_tcp() {  # key world netns(0|1)
-  local key=$1 world=$2 netns=$3 r peers="" host port
+# Our tcp or ucx backend, one process per rank, on 127.0.0.1 (netns 0) or one per namespace.
+# ucx: UCX_TLS=tls, on lo (loopback) or on the rank's own veth cbench-nK (namespaces); its set-up
+# ring is a tcp ring on the same peers.
+run_ours() {  # key world netns(0|1) backend(tcp|ucx) [tls]
+  local key=$1 world=$2 netns=$3 backend=$4 tls=${5:-} r peers="" host port
   local -a ports=() pids=() wrap
   for ((r = 0; r < world; r++)); do
     if [[ $netns == 1 ]]; then
@@ -310,8 +361,15 @@ run_ours_tcp() {  # key world netns(0|1)
   for ((r = world - 1; r >= 0; r--)); do
     wrap=(timeout -k 10 "$TIMEOUT")
     [[ $netns != 1 ]] || wrap+=(ip netns exec "cbench$r")
-    local cmd=("${wrap[@]}" "$BIN" --backend=tcp "--rank=$r" "--world=$world" "--peers=$peers"
-      "${BENCH_ARGS[@]}")
+    if [[ $backend == ucx ]]; then
+      if [[ $netns == 1 ]]; then
+        wrap+=(env "UCX_TLS=$tls" "UCX_NET_DEVICES=cbench-n$r")
+      else
+        wrap+=(env "UCX_TLS=$tls" UCX_NET_DEVICES=lo)
+      fi
+    fi
+    local cmd=("${wrap[@]}" "$BIN" "--backend=$backend" "--rank=$r" "--world=$world"
+      "--peers=$peers" "${BENCH_ARGS[@]}")
     if [[ $r -gt 0 ]]; then
       "${cmd[@]}" >"$LOG_DIR/$key.rank$r.log" 2>&1 </dev/null 9>&- &
       pids+=($!)
@@ -330,10 +388,15 @@ run_ours_tcp() {  # key world netns(0|1)
   done
 }
 
-# mpirun on loopback: our mpi backend (mode mpi) or MPI_Allreduce (mode native) over a BTL.
+# mpirun on loopback: our mpi backend (mode mpi) or MPI_Allreduce (mode native) over a BTL, or
+# MPI_Allreduce over pml ucx (btl "ucx:TLS": UCX_TLS=TLS, UCX_NET_DEVICES=lo).
 run_mpi_loopback() {  # key world mode btl
   local key=$1 world=$2 mode=$3 btl=$4
   local -a cmd=(timeout -k 10 "$TIMEOUT" "${MPIRUN[@]}" -np "$world" --mca btl "self,$btl" "$BIN")
+  if [[ $btl == ucx:* ]]; then
+    cmd=(timeout -k 10 "$TIMEOUT" env "UCX_TLS=${btl#ucx:}" UCX_NET_DEVICES=lo "${MPIRUN_UCX[@]}"
+      -np "$world" -x UCX_TLS -x UCX_NET_DEVICES "$BIN")
+  fi
   if [[ $mode == native ]]; then cmd+=(--mpi-native); else cmd+=(--backend=mpi); fi
   cmd+=("${BENCH_ARGS[@]}")
   run_shown "$key" mpirun "${cmd[@]}"
@@ -343,17 +406,25 @@ run_mpi_loopback() {  # key world mode btl
 # mpirun across the namespaces: one app context per rank, each started with ip netns exec. The
 # ranks reach mpirun's PMIx server through the bridge (the server listens on NET.254 instead of
 # the root namespace's 127.0.0.1, which no namespace can reach), and each other with btl tcp over
-# their veths. Shared memory (vader) would bypass the shaped links, so only self,tcp.
-run_mpi_netns() {  # key world mode
+# their veths. Shared memory (vader) would bypass the shaped links, so only self,tcp. Mode
+# native-ucx: MPI_Allreduce over pml ucx with UCX_TLS=tcp on each rank's own veth.
+run_mpi_netns() {  # key world mode(mpi|native|native-ucx)
   local key=$1 world=$2 mode=$3 r
   local -a cmd=(timeout -k 10 "$TIMEOUT" env PMIX_MCA_ptl_tcp_remote_connections=1
-    "PMIX_MCA_ptl_tcp_if_include=$NET.0/24" "${MPIRUN[@]}" --mca btl self,tcp
-    --mca btl_tcp_if_include "$NET.0/24" --mca oob_tcp_if_include "$NET.0/24")
+    "PMIX_MCA_ptl_tcp_if_include=$NET.0/24")
+  if [[ $mode == native-ucx ]]; then
+    cmd+=("${MPIRUN_UCX[@]}")
+  else
+    cmd+=("${MPIRUN[@]}" --mca btl self,tcp --mca btl_tcp_if_include "$NET.0/24")
+  fi
+  cmd+=(--mca oob_tcp_if_include "$NET.0/24")
   local mode_flag=--backend=mpi
-  [[ $mode != native ]] || mode_flag=--mpi-native
+  [[ $mode == mpi ]] || mode_flag=--mpi-native
+  local -a ucx_env=()
   for ((r = 0; r < world; r++)); do
     [[ $r -eq 0 ]] || cmd+=(:)
-    cmd+=(-np 1 ip netns exec "cbench$r" "$BIN" "$mode_flag" "${BENCH_ARGS[@]}")
+    [[ $mode != native-ucx ]] || ucx_env=(env UCX_TLS=tcp "UCX_NET_DEVICES=cbench-n$r")
+    cmd+=(-np 1 ip netns exec "cbench$r" "${ucx_env[@]}" "$BIN" "$mode_flag" "${BENCH_ARGS[@]}")
   done
   run_shown "$key" mpirun "${cmd[@]}"
   finish_run "$key" $?
@@ -579,6 +650,101 @@ summary_netns() {
   done
 }
 
+# Our ucx against our tcp: busbw per size from SUMMARY_UCX_MIN of our tcp (the first column),
+# then of each spec "label=key"; a label starting with "ucx" also gets a column ucx / our tcp,
+# and below the table, the lowest such ratio and whether "not slower than our tcp on any size"
+# held. link (GB/s, or empty): each busbw also as % of it.
+ucx_table() {  # link specs...
+  local link=$1 spec
+  shift
+  local -a labels=() keys=()
+  for spec in "$@"; do
+    labels+=("${spec%%=*}")
+    keys+=("${spec#*=}")
+  done
+  join_busbw_keys "$SUMMARY_UCX_MIN" "${keys[@]}" |
+    awk -v labels="$(IFS='|'; echo "${labels[*]}")" -v link="$link" '
+      BEGIN {
+        n = split(labels, label, "|")
+        line = sprintf("%12s", "size(B)")
+        for (k = 1; k <= n; k++) {
+          w[k] = length(label[k]) < 9 ? 9 : length(label[k])
+          line = line sprintf("  %*s", w[k], label[k])
+          if (link != "") line = line sprintf(" %6s", "%link")
+        }
+        for (k = 2; k <= n; k++) {
+          if (label[k] !~ /^ucx/) continue
+          ratio[k] = 1
+          rname[k] = label[k] " / " label[1]
+          line = line sprintf("  %*s", length(rname[k]), rname[k])
+        }
+        print line
+      }
+      function pct(x) { return x == "-" ? "-" : sprintf("%.1f", 100 * x / link) }
+      {
+        line = sprintf("%12s", $1)
+        for (k = 1; k <= n; k++) {
+          line = line sprintf("  %*s", w[k], $(k + 1))
+          if (link != "") line = line sprintf(" %6s", pct($(k + 1)))
+        }
+        for (k = 2; k <= n; k++) {
+          if (!(k in ratio)) continue
+          r = ($2 != "-" && $(k + 1) != "-" && $2 > 0) ? $(k + 1) / $2 : -1
+          line = line sprintf("  %*s", length(rname[k]), r < 0 ? "-" : sprintf("%.2f", r))
+          if (r < 0) continue
+          c[k]++
+          if (c[k] == 1 || r < low[k]) { low[k] = r; at[k] = $1 }
+          lg[k] += log(r)
+        }
+        print line
+      }
+      END {
+        for (k = 2; k <= n; k++) {
+          if (!(k in ratio) || !c[k]) continue
+          printf "%12s %s: lowest %.2f (at %s B), geometric mean %.2f over %d sizes -> " \
+            "not slower than %s on any size: %s\n", "", rname[k], low[k], at[k],
+            exp(lg[k] / c[k]), c[k], label[1],
+            (low[k] >= 1 ? "held" : low[k] >= 0.98 ? "NOT held (short by under 2%)" : "NOT held")
+        }
+      }'
+}
+
+summary_ucx() {
+  local n tls rate bps link
+  local -a specs
+  if ! flag_on "$SKIP_LOOPBACK"; then
+    banner "summary, our ucx against our tcp, loopback: busbw (GB/s) for buffers >=" \
+      "$((SUMMARY_UCX_MIN >> 10)) KiB (target: ucx not slower than our tcp on any size)"
+    for n in $RANKS; do
+      say "-- $n ranks"
+      specs=("our tcp=loopback.tcp.$n")
+      for tls in $UCX_TLS_LOOPBACK; do
+        specs+=("ucx($tls)=loopback.ucx-$(tls_tag "$tls").$n")
+      done
+      specs+=("MPI btl tcp=loopback.native-tcp.$n")
+      for tls in $UCX_TLS_LOOPBACK; do
+        specs+=("MPI pml ucx($tls)=loopback.native-ucx-$(tls_tag "$tls").$n")
+      done
+      ucx_table "" "${specs[@]}"
+    done
+  fi
+  [[ $1 == 1 ]] || return 0
+  banner "summary, our ucx against our tcp, namespaces (UCX_TLS=tcp): busbw (GB/s) for buffers" \
+    ">= $((SUMMARY_UCX_MIN >> 10)) KiB, %link of the shaped rate"
+  for rate in $RATES; do
+    link=""
+    if [[ $rate != none ]]; then
+      bps=$(rate_bps "$rate")
+      link=$(awk -v b="$bps" 'BEGIN { printf "%.4f", b / 8e9 }')
+    fi
+    for n in $RANKS; do
+      say "-- $rate, $n ranks${link:+: link $link GB/s per direction}"
+      ucx_table "$link" "our tcp=netns-$rate.tcp.$n" "ucx(tcp)=netns-$rate.ucx.$n" \
+        "MPI btl tcp=netns-$rate.native-tcp.$n" "MPI pml ucx(tcp)=netns-$rate.native-ucx.$n"
+    done
+  done
+}
+
 # ---------------------------------------------------------------------------------------------
 
 main() {
@@ -636,7 +802,12 @@ the mpi runs), build the target cortado_comm_bench, and give BUILD_DIR= (or BIN=
     note "raised for this run (restored on exit): core.[rw]mem_max and tcp_[rw]mem's maximum to $TCP_BUF_BYTES"
   fi
 
-  local mpi_ours=0 mpi_native=0 why
+  local mpi_ours=0 mpi_native=0 mpi_ucx=0 ucx_ours=0 why
+  if ! flag_on "$SKIP_UCX"; then
+    if why=$(probe_ucx); then ucx_ours=1; else
+      note "our ucx backend left out: --backend=ucx fails: $why"
+    fi
+  fi
   if ! flag_on "$SKIP_MPI"; then
     if ! command -v mpirun >/dev/null 2>&1; then
       note "no mpirun: the MPI runs are left out"
@@ -649,14 +820,26 @@ the mpi runs), build the target cortado_comm_bench, and give BUILD_DIR= (or BIN=
       if why=$(probe_mpi_mode --backend=mpi); then mpi_ours=1; else
         note "our mpi backend left out: --backend=mpi fails: $why"
       fi
+      if ! flag_on "$SKIP_UCX"; then
+        note "pml ucx: ${MPIRUN_UCX[*]:1}"
+        if why=$(probe_mpi_ucx); then mpi_ucx=1; else
+          note "MPI_Allreduce over pml ucx left out: it fails: $why"
+        fi
+      fi
     fi
   fi
 
   if ! flag_on "$SKIP_LOOPBACK"; then
-    local btl
+    local btl tls
     for n in $RANKS; do
       banner "loopback, our tcp, $n ranks (processes on 127.0.0.1)"
-      run_ours_tcp "loopback.tcp.$n" "$n" 0
+      run_ours "loopback.tcp.$n" "$n" 0 tcp
+      if [[ $ucx_ours == 1 ]]; then
+        for tls in $UCX_TLS_LOOPBACK; do
+          banner "loopback, our ucx (UCX_TLS=$tls), $n ranks (processes on 127.0.0.1)"
+          run_ours "loopback.ucx-$(tls_tag "$tls").$n" "$n" 0 ucx "$tls"
+        done
+      fi
       if [[ $mpi_ours == 1 ]]; then
         banner "loopback, our mpi, $n ranks (mpirun, btl self,tcp)"
         run_mpi_loopback "loopback.mpi-tcp.$n" "$n" mpi tcp
@@ -665,6 +848,12 @@ the mpi runs), build the target cortado_comm_bench, and give BUILD_DIR= (or BIN=
         for btl in $MPI_BTLS; do
           banner "loopback, MPI_Allreduce, $n ranks (mpirun, btl self,$btl)"
           run_mpi_loopback "loopback.native-$btl.$n" "$n" native "$btl"
+        done
+      fi
+      if [[ $mpi_ucx == 1 ]]; then
+        for tls in $UCX_TLS_LOOPBACK; do
+          banner "loopback, MPI_Allreduce, $n ranks (mpirun, pml ucx, UCX_TLS=$tls)"
+          run_mpi_loopback "loopback.native-ucx-$(tls_tag "$tls").$n" "$n" native "ucx:$tls"
         done
       fi
     done
@@ -686,7 +875,11 @@ the mpi runs), build the target cortado_comm_bench, and give BUILD_DIR= (or BIN=
         check_rate "$rate" "netns-$rate"
         for n in $RANKS; do
           banner "namespaces, link $rate, our tcp, $n ranks (cbench0..$((n - 1)))"
-          run_ours_tcp "netns-$rate.tcp.$n" "$n" 1
+          run_ours "netns-$rate.tcp.$n" "$n" 1 tcp
+          if [[ $ucx_ours == 1 ]]; then
+            banner "namespaces, link $rate, our ucx (UCX_TLS=tcp), $n ranks (cbench0..$((n - 1)))"
+            run_ours "netns-$rate.ucx.$n" "$n" 1 ucx tcp
+          fi
           if [[ $mpi_ours == 1 ]]; then
             banner "namespaces, link $rate, our mpi, $n ranks (mpirun, btl self,tcp)"
             run_mpi_netns "netns-$rate.mpi.$n" "$n" mpi
@@ -695,6 +888,10 @@ the mpi runs), build the target cortado_comm_bench, and give BUILD_DIR= (or BIN=
             banner "namespaces, link $rate, MPI_Allreduce, $n ranks (mpirun, btl self,tcp)"
             run_mpi_netns "netns-$rate.native-tcp.$n" "$n" native
           fi
+          if [[ $mpi_ucx == 1 ]]; then
+            banner "namespaces, link $rate, MPI_Allreduce, $n ranks (mpirun, pml ucx, UCX_TLS=tcp)"
+            run_mpi_netns "netns-$rate.native-ucx.$n" "$n" native-ucx
+          fi
         done
       done
     fi
@@ -702,6 +899,7 @@ the mpi runs), build the target cortado_comm_bench, and give BUILD_DIR= (or BIN=
 
   flag_on "$SKIP_LOOPBACK" || summary_loopback
   [[ $netns_done != 1 ]] || summary_netns
+  [[ $ucx_ours != 1 ]] || summary_ucx "$netns_done"
   local failed=0 key
   for key in "$LOG_DIR"/*.cmd; do
     [[ -e $key ]] || continue
