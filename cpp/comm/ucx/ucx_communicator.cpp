@@ -37,6 +37,7 @@
 #include <regex>
 #include <set>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -791,8 +792,12 @@ void UcxCommunicator::Run(const char* op, double timeout_s) {
     }
     // Rendezvous steps and pieces follow each other within microseconds: keep progressing for a
     // moment before sleeping on the descriptor (a sleep and a wake-up per step cost a 64 KiB
-    // allreduce four times its time).
-    if (now - last_activity < kSpin) continue;
+    // allreduce four times its time), yielding the core in between.
+    if (now - last_activity < kSpin) {
+      // Ranks may outnumber the cores: let a peer that shares this one run meanwhile.
+      std::this_thread::yield();
+      continue;
+    }
     Wait(last_activity + timeout, op);
   }
 }
