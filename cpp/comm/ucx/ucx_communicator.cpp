@@ -184,18 +184,9 @@ class UcxCommunicator final : public Communicator {
   void Abort(const std::string& reason) noexcept override;
 
  private:
-  struct SendPiece {
-    const char* data;
-    size_t bytes;
-    // The received piece that must be complete (summed, when summed) before this one goes
-    // out, or -1. Gates do not decrease along the stream.
-    long gate;
-  };
-  struct RecvPiece {
-    char* data;  // float-aligned when `sum`
-    size_t bytes;
-    bool sum;  // add the received floats into data; else the bytes land there
-  };
+  // The tcp ring's pieces (ring.hpp): a send gated on the received piece it forwards.
+  using SendPiece = RingTransfer::SendPiece;
+  using RecvPiece = RingTransfer::RecvPiece;
   struct Pending {
     void* request = nullptr;  // null once released (or never needed)
     Completion completion;
@@ -208,7 +199,7 @@ class UcxCommunicator final : public Communicator {
   void PostRecv(size_t i, uint64_t tag);
   void PostSend(size_t i, uint64_t tag, const char* op);
   // Appends the pieces of `bytes` at `data` (one per chunk) to the streams.
-  void AddSends(const char* data, size_t bytes, long first_gate);
+  void AddSends(const char* data, size_t bytes, int first_gate);
   void AddRecvs(char* data, size_t bytes, bool sum);
   // Adds the received staging slot of piece i into place.
   void Sum(size_t i);
@@ -685,9 +676,9 @@ void UcxCommunicator::PostSend(size_t i, uint64_t tag, const char* op) {
   }
 }
 
-void UcxCommunicator::AddSends(const char* data, size_t bytes, long first_gate) {
+void UcxCommunicator::AddSends(const char* data, size_t bytes, int first_gate) {
   for (size_t at = 0, k = 0; at < bytes; at += chunk_bytes_, ++k) {
-    const long gate = first_gate < 0 ? -1 : first_gate + static_cast<long>(k);
+    const int gate = first_gate < 0 ? -1 : first_gate + static_cast<int>(k);
     sends_.push_back({data + at, std::min(chunk_bytes_, bytes - at), gate});
   }
 }
@@ -725,7 +716,7 @@ void UcxCommunicator::Run(const char* op, double timeout_s) {
       ++posted_recvs;
     }
     while (posted_sends < n_send && posted_sends < sent + kSendWindow &&
-           sends_[posted_sends].gate < static_cast<long>(ready)) {
+           static_cast<long>(sends_[posted_sends].gate) < static_cast<long>(ready)) {
       PostSend(posted_sends, high | posted_sends, op);
       ++posted_sends;
       moved = true;
@@ -816,14 +807,14 @@ void UcxCommunicator::AllReduce(float* data, size_t count) {
     // Reduce-scatter step t sends segment r - t and sums segment r - t - 1 from prev; all-gather
     // step s sends segment r + 1 - s and receives segment r - s. What a step sends is what the
     // step before it received, gated piece by piece.
-    long previous_first = -1;  // index of the first piece received at the step before
+    int previous_first = -1;  // index of the first piece received at the step before
     for (int step = 0; step < 2 * (n - 1); ++step) {
       const bool reducing = step < n - 1;
       const int s = reducing ? step : step - (n - 1);
       const int out = reducing ? mod(r - s) : mod(r + 1 - s);
       const int in = reducing ? mod(r - s - 1) : mod(r - s);
       AddSends(at(out), bytes_of(out), step == 0 ? -1 : previous_first);
-      previous_first = static_cast<long>(recvs_.size());
+      previous_first = static_cast<int>(recvs_.size());
       AddRecvs(at(in), bytes_of(in), reducing);
     }
     Run("allreduce", options_.timeout_s);
@@ -853,12 +844,12 @@ void UcxCommunicator::RingAllGather(char* out, const std::vector<size_t>& offset
   auto mod = [n](int i) { return ((i % n) + n) % n; };
   sends_.clear();
   recvs_.clear();
-  long previous_first = -1;
+  int previous_first = -1;
   for (int s = 0; s < n - 1; ++s) {
     const int block_out = mod(rank() - s);
     const int block_in = mod(rank() - s - 1);
     AddSends(out + offsets[block_out], lengths[block_out], s == 0 ? -1 : previous_first);
-    previous_first = static_cast<long>(recvs_.size());
+    previous_first = static_cast<int>(recvs_.size());
     AddRecvs(out + offsets[block_in], lengths[block_in], false);
   }
   Run(op, timeout_s);
