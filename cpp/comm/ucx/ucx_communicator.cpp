@@ -72,42 +72,42 @@ std::string EnvOr(const char* name, const char* otherwise) {
   return value != nullptr && *value != '\0' ? value : otherwise;
 }
 
+// The transports UCX_TLS names, or none when it is unset or excludes ("^...").
+std::vector<std::string> TlsNames() {
+  const std::string tls = EnvOr("UCX_TLS", "");
+  std::vector<std::string> names;
+  if (tls.empty() || tls[0] == '^') return names;
+  for (size_t begin = 0; begin <= tls.size();) {
+    const size_t end = std::min(tls.find(',', begin), tls.size());
+    names.push_back(tls.substr(begin, end - begin));
+    begin = end + 1;
+  }
+  return names;
+}
+
 // Whether UCX_TLS names shared-memory transports only ("sm,self", "posix,cma,self"). UCX 1.13's
 // shared memory reports no peer failures, so connections that ask for such reports cannot use
 // it; with these transports alone they are made without (see SetUp).
 bool OnlySharedMemory() {
-  const std::string tls = EnvOr("UCX_TLS", "");
-  if (tls.empty() || tls[0] == '^') return false;
   static const std::set<std::string> kShared = {"sm",  "shm",   "self", "posix", "sysv",
                                                 "cma", "xpmem", "knem", "mm"};
-  size_t begin = 0;
-  while (begin <= tls.size()) {
-    const size_t end = std::min(tls.find(',', begin), tls.size());
-    if (kShared.count(tls.substr(begin, end - begin)) == 0) return false;
-    begin = end + 1;
-  }
-  return true;
+  const std::vector<std::string> names = TlsNames();
+  return !names.empty() && std::all_of(names.begin(), names.end(),
+                                       [](const std::string& n) { return kShared.count(n) > 0; });
 }
 
 // Whether UCX will carry this rank's data over TCP: no active RDMA port here, or UCX_TLS names
 // no RDMA transport; and not shared memory alone.
 bool CarriedByTcp() {
   if (OnlySharedMemory()) return false;
-  const std::string tls = EnvOr("UCX_TLS", "");
-  if (tls.empty() || tls[0] == '^') return ActiveRdmaPorts().empty();
-  static const char* const kRdma[] = {"rc",       "ud",      "dc",      "ib",      "rc_v",
-                                      "rc_x",     "ud_v",    "ud_x",    "dc_x",    "rc_verbs",
-                                      "ud_verbs", "rc_mlx5", "dc_mlx5", "ud_mlx5", "all"};
-  size_t begin = 0;
-  while (begin <= tls.size()) {
-    const size_t end = std::min(tls.find(',', begin), tls.size());
-    const std::string name = tls.substr(begin, end - begin);
-    for (const char* rdma : kRdma) {
-      if (name == rdma) return ActiveRdmaPorts().empty();
-    }
-    begin = end + 1;
-  }
-  return true;
+  static const std::set<std::string> kRdma = {
+      "rc",   "ud",       "dc",       "ib",      "rc_v",    "rc_x",    "ud_v", "ud_x",
+      "dc_x", "rc_verbs", "ud_verbs", "rc_mlx5", "dc_mlx5", "ud_mlx5", "all"};
+  const std::vector<std::string> names = TlsNames();
+  const bool rdma_allowed =
+      names.empty() || std::any_of(names.begin(), names.end(),
+                                   [](const std::string& n) { return kRdma.count(n) > 0; });
+  return !rdma_allowed || ActiveRdmaPorts().empty();
 }
 
 std::string HostOf(const std::string& peer) {
@@ -211,6 +211,8 @@ class UcxCommunicator final : public Communicator {
   // this rank's already in place: every rank gets every block, around the ring.
   void RingAllGather(char* out, const std::vector<size_t>& offsets,
                      const std::vector<size_t>& lengths, const char* op, double timeout_s);
+  // Every rank's lengths_[rank] to every rank (AllGather's lengths; Barrier).
+  void GatherLengths(const char* op, double timeout_s);
 
   template <typename F>
   void Guarded(F&& body);
@@ -270,8 +272,7 @@ UcxCommunicator::UcxCommunicator(const CommOptions& options, std::unique_ptr<Tcp
   try {
     SetUp(options, std::move(listener));
   } catch (...) {
-    Shutdown();
-    CloseEndpoints(true);
+    Shutdown();  // closes the endpoints too
     if (staging_memh_ != nullptr) ucp_mem_unmap(context_, staging_memh_);
     if (worker_ != nullptr) ucp_worker_destroy(worker_);
     if (context_ != nullptr) ucp_cleanup(context_);
@@ -433,13 +434,8 @@ void UcxCommunicator::SetUp(const CommOptions& options, std::unique_ptr<TcpListe
     // A rank whose flushes are done goes on progressing until every rank's are: a flush may
     // need its peer's progress (wireup), and a rank that left set-up makes none until its next
     // operation.
-    const size_t n = static_cast<size_t>(size());
-    lengths_.assign(n, 0);
-    std::vector<size_t> offsets(n);
-    for (size_t i = 0; i < n; ++i) offsets[i] = i * sizeof(uint64_t);
-    RingAllGather(reinterpret_cast<char*>(lengths_.data()), offsets,
-                  std::vector<size_t>(n, sizeof(uint64_t)), "the end of set-up",
-                  options.connect_timeout_s);
+    lengths_.assign(static_cast<size_t>(size()), 0);
+    GatherLengths("the end of set-up", options.connect_timeout_s);
   }
 
   if (prev_.ep == nullptr) {
@@ -517,13 +513,10 @@ void UcxCommunicator::Shutdown() noexcept {
         if (ucp_worker_progress(worker_) == 0) ::usleep(100);
       }
       if (!p.completion.done) {
-        // Released now, freed by UCX when it completes; its callback must not write into this
-        // communicator's state any more.
+        // Released anyway: UCX frees it when it completes, at the latest as the worker is
+        // destroyed, and its callback still finds `p`, which lives until then.
         CORTADO_LOG_WARN("ucx rank {}: a request was not released within {:g} s", rank(),
                          kCleanupS);
-        ucp_request_free(p.request);
-        p.request = nullptr;
-        continue;
       }
       ucp_request_free(p.request);
       p.request = nullptr;
@@ -866,10 +859,8 @@ std::vector<std::string> UcxCommunicator::AllGather(const std::string& mine) {
     const size_t n = static_cast<size_t>(size());
     lengths_.assign(n, 0);
     lengths_[rank()] = mine.size();
+    GatherLengths("allgather", options_.timeout_s);
     std::vector<size_t> offsets(n);
-    for (size_t i = 0; i < n; ++i) offsets[i] = i * sizeof(uint64_t);
-    RingAllGather(reinterpret_cast<char*>(lengths_.data()), offsets,
-                  std::vector<size_t>(n, sizeof(uint64_t)), "allgather", options_.timeout_s);
     std::vector<size_t> lengths(n);
     size_t total = 0;
     for (size_t i = 0; i < n; ++i) {
@@ -885,14 +876,18 @@ std::vector<std::string> UcxCommunicator::AllGather(const std::string& mine) {
   return blocks;
 }
 
+void UcxCommunicator::GatherLengths(const char* op, double timeout_s) {
+  const size_t n = static_cast<size_t>(size());
+  std::vector<size_t> offsets(n);
+  for (size_t i = 0; i < n; ++i) offsets[i] = i * sizeof(uint64_t);
+  RingAllGather(reinterpret_cast<char*>(lengths_.data()), offsets,
+                std::vector<size_t>(n, sizeof(uint64_t)), op, timeout_s);
+}
+
 void UcxCommunicator::Barrier() {
   Guarded([&] {
-    const size_t n = static_cast<size_t>(size());
-    lengths_.assign(n, 0);
-    std::vector<size_t> offsets(n);
-    for (size_t i = 0; i < n; ++i) offsets[i] = i * sizeof(uint64_t);
-    RingAllGather(reinterpret_cast<char*>(lengths_.data()), offsets,
-                  std::vector<size_t>(n, sizeof(uint64_t)), "barrier", options_.timeout_s);
+    lengths_.assign(static_cast<size_t>(size()), 0);
+    GatherLengths("barrier", options_.timeout_s);
   });
 }
 
