@@ -4,7 +4,9 @@
 // into a digest, equal on every rank when the ranks end bit-identical.
 #pragma once
 
+#include <chrono>
 #include <cmath>
+#include <csignal>
 #include <cstdint>
 #include <random>
 #include <stdexcept>
@@ -12,6 +14,7 @@
 #include <vector>
 
 #include "comm/communicator.hpp"
+#include "core/error.hpp"
 #include "support/spawn_ranks.hpp"
 
 namespace cortado::testing {
@@ -150,6 +153,41 @@ inline std::string ExerciseAllOps(Communicator* comm) {
     }
   }
   return digest.Hex();
+}
+
+// A rank's part in a killed-peer test: AllReduce of `floats` values again and again, rank
+// `killed` SIGKILLing itself before its fourth; returns how the first failing call ended, as
+// "code|seconds|message" (ParseFailure reads it), or "never failed".
+inline std::string AllReduceUntilFailure(Communicator* comm, int killed, size_t floats) {
+  std::vector<float> data(floats, 1.0f);
+  for (int i = 0; i < 100000; ++i) {
+    if (comm->rank() == killed && i == 3) ::raise(SIGKILL);
+    const auto start = std::chrono::steady_clock::now();
+    try {
+      comm->AllReduce(data.data(), data.size());
+    } catch (const Error& e) {
+      const double seconds =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      return std::to_string(static_cast<int>(e.code())) + "|" + std::to_string(seconds) + "|" +
+             e.what();
+    }
+  }
+  return "never failed";
+}
+
+struct Failure {
+  int code = -1;
+  double seconds = -1;
+  std::string message;
+};
+
+// What AllReduceUntilFailure returned; throws when it is no such report.
+inline Failure ParseFailure(const std::string& report) {
+  const size_t bar1 = report.find('|');
+  const size_t bar2 = bar1 == std::string::npos ? bar1 : report.find('|', bar1 + 1);
+  Expect(bar2 != std::string::npos, "not a failure report: " + report);
+  return {std::stoi(report.substr(0, bar1)), std::stod(report.substr(bar1 + 1, bar2 - bar1 - 1)),
+          report.substr(bar2 + 1)};
 }
 
 }  // namespace cortado::testing

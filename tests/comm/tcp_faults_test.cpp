@@ -16,6 +16,7 @@
 #include "comm/communicator.hpp"
 #include "comm/tcp/socket.hpp"
 #include "comm/tcp/tcp_communicator.hpp"
+#include "comm_test_ops.hpp"
 #include "core/error.hpp"
 #include "support/spawn_ranks.hpp"
 #include "tcp_test_util.hpp"
@@ -327,19 +328,7 @@ TEST(TcpFaultTest, KilledPeerProcessFailsTheOthersWithinTheTimeout) {
         CommOptions options = ring.Options(rank);
         options.timeout_s = kTimeoutS;
         auto comm = ring.Join(options);
-        std::vector<float> data(50000, 1.0f);
-        for (int i = 0; i < 100000; ++i) {
-          if (rank == 1 && i == 3) ::raise(SIGKILL);
-          const auto start = Clock::now();
-          try {
-            comm->AllReduce(data.data(), data.size());
-          } catch (const Error& e) {
-            // Report how long the failing call took, and what it said.
-            return std::to_string(static_cast<int>(e.code())) + "|" +
-                   std::to_string(SecondsSince(start)) + "|" + e.what();
-          }
-        }
-        return std::string("never failed");
+        return testing::AllReduceUntilFailure(comm.get(), /*killed=*/1, 50000);
       },
       /*timeout_s=*/30);
   EXPECT_FALSE(outcomes[1].ok);
@@ -347,12 +336,10 @@ TEST(TcpFaultTest, KilledPeerProcessFailsTheOthersWithinTheTimeout) {
   for (int r : {0, 2}) {
     ASSERT_TRUE(outcomes[r].ok) << Describe(outcomes);
     const std::string& report = outcomes[r].result;
-    const size_t bar1 = report.find('|');
-    const size_t bar2 = report.find('|', bar1 + 1);
-    ASSERT_NE(bar2, std::string::npos) << "rank " << r << ": " << report;
-    EXPECT_EQ(std::stoi(report.substr(0, bar1)), static_cast<int>(ErrorCode::kComm)) << report;
-    EXPECT_LT(std::stod(report.substr(bar1 + 1, bar2 - bar1 - 1)), kTimeoutS + 1) << report;
-    const std::string message = report.substr(bar2 + 1);
+    const testing::Failure failure = testing::ParseFailure(report);
+    EXPECT_EQ(failure.code, static_cast<int>(ErrorCode::kComm)) << report;
+    EXPECT_LT(failure.seconds, kTimeoutS + 1) << report;
+    const std::string& message = failure.message;
     EXPECT_TRUE(Contains(message, "closed the connection during allreduce"));
     EXPECT_TRUE(Contains(message, "(127.0.0.1:"));
   }
