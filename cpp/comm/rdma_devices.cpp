@@ -3,6 +3,8 @@
 
 #include <fmt/format.h>
 
+#include <utility>
+
 #include "core/config.hpp"
 #include "core/logging.hpp"
 
@@ -13,7 +15,6 @@
 #include <cerrno>
 #include <memory>
 #include <system_error>
-#include <utility>
 #endif
 
 namespace cortado::comm {
@@ -126,59 +127,23 @@ std::vector<RdmaDeviceInfo> QueryRdmaDevices() {
 
 double RdmaRateGbps(uint8_t active_speed, uint8_t active_width) {
   // Lanes per link, by width code (IBTA PortInfo:LinkWidthActive).
-  int lanes = 0;
-  switch (active_width) {
-    case 1:
-      lanes = 1;
-      break;
-    case 2:
-      lanes = 4;
-      break;
-    case 4:
-      lanes = 8;
-      break;
-    case 8:
-      lanes = 12;
-      break;
-    case 16:
-      lanes = 2;
-      break;
-    default:
-      return 0;
-  }
+  static constexpr std::pair<uint8_t, int> kLanes[] = {{1, 1}, {2, 4}, {4, 8}, {8, 12}, {16, 2}};
   // Gb/s per lane, by speed code, as the kernel's sysfs `rate` (which ibstat prints) counts them:
   // the nominal data rates, not the signalling rates (FDR10 10.3125, FDR 14.0625, EDR 25.78125).
   // XDR (200 per lane) needs active_speed_ex, which the rdma-core 44 header lacks and which does
   // not fit this uint8_t.
+  static constexpr std::pair<uint8_t, double> kLaneGbps[] = {{1, 2.5},     // SDR
+                                                             {2, 5},       // DDR
+                                                             {4, 10},      // QDR
+                                                             {8, 10},      // FDR10
+                                                             {16, 14},     // FDR
+                                                             {32, 25},     // EDR
+                                                             {64, 50},     // HDR
+                                                             {128, 100}};  // NDR
+  int lanes = 0;
+  for (const auto& [code, n] : kLanes) lanes = code == active_width ? n : lanes;
   double lane_gbps = 0;
-  switch (active_speed) {
-    case 1:
-      lane_gbps = 2.5;  // SDR
-      break;
-    case 2:
-      lane_gbps = 5;  // DDR
-      break;
-    case 4:
-      lane_gbps = 10;  // QDR
-      break;
-    case 8:
-      lane_gbps = 10;  // FDR10
-      break;
-    case 16:
-      lane_gbps = 14;  // FDR
-      break;
-    case 32:
-      lane_gbps = 25;  // EDR
-      break;
-    case 64:
-      lane_gbps = 50;  // HDR
-      break;
-    case 128:
-      lane_gbps = 100;  // NDR
-      break;
-    default:
-      return 0;
-  }
+  for (const auto& [code, gbps] : kLaneGbps) lane_gbps = code == active_speed ? gbps : lane_gbps;
   return lanes * lane_gbps;
 }
 
