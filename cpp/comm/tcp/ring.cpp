@@ -7,6 +7,7 @@
 #include <cerrno>
 #include <chrono>
 #include <cstring>
+#include <thread>
 
 #include "comm/tcp/socket.hpp"
 #include "core/error.hpp"
@@ -16,6 +17,13 @@ namespace {
 
 // Larger pieces gain nothing and cost memory per communicator.
 constexpr size_t kMaxChunkBytes = size_t{64} << 20;
+
+// After the last byte moved, both sockets are retried for this long (yielding the core between
+// tries) before sleeping in poll. A sleep and a wake-up per piece leave the link idle: with two
+// ranks over a 10 Gbit/s link the ring reached 70-76% of the rate sleeping at once and 86-88%
+// spinning (bench/RESULTS.md). Retrying send() matters too: poll reports POLLOUT only once half
+// of the socket's queue has drained, send() takes bytes as soon as there is room.
+constexpr std::chrono::microseconds kSpin(200);
 
 }  // namespace
 
@@ -93,8 +101,10 @@ bool RingTransfer::TrySend(const RingLinks& links, const char* op) {
   const SendPiece& piece = sends_[send_index_];
   const size_t allowed = Allowed(piece, piece.gate < 0 ? 0 : Usable(piece.gate));
   if (allowed <= sent_) return false;
-  const ssize_t n =
-      ::send(links.send_fd, piece.data + sent_, allowed - sent_, MSG_NOSIGNAL | MSG_DONTWAIT);
+  // At most a chunk per call, so that the receiving socket is served in between (one call of
+  // several MiB left the other direction's data waiting: 80% of a 10 Gbit/s link against 86%).
+  const ssize_t n = ::send(links.send_fd, piece.data + sent_,
+                           std::min(allowed - sent_, staging_bytes_), MSG_NOSIGNAL | MSG_DONTWAIT);
   if (n < 0) {
     if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) return false;
     ThrowClosed(links.next, errno, op);
@@ -174,6 +184,13 @@ void RingTransfer::Run(const RingLinks& links, const char* op) {
       continue;
     }
 
+    if (Clock::now() - last_activity < kSpin) {
+      // Ranks may outnumber the cores: let one that shares this core run meanwhile.
+      std::this_thread::yield();
+      send_ready = true;
+      recv_ready = true;
+      continue;
+    }
     pollfd fds[3];
     nfds_t count = 0;
     fds[count++] = {links.wake_fd, POLLIN, 0};
