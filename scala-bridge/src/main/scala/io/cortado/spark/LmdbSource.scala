@@ -5,23 +5,32 @@ import java.io.File
 import java.nio.{ByteBuffer, ByteOrder}
 import java.nio.charset.StandardCharsets
 
-import org.apache.hadoop.fs.Path
-import org.apache.spark.TaskContext
-import org.apache.spark.sql.{DataFrame, Encoders, SparkSession}
+import scala.util.control.NonFatal
 
-import io.cortado.CortadoConfigException
+import org.apache.hadoop.fs.Path
+import org.apache.spark.{SparkContext, SparkFiles, TaskContext}
+import org.apache.spark.sql.{DataFrame, Encoders, SparkSession}
+import org.slf4j.LoggerFactory
+
+import io.cortado.{CortadoConfigException, CortadoIOException}
 import io.cortado.jni.NativeLmdb
 
 /**
  * An LMDB database of Caffe Datum records: its local path, record count and record shape.
  *
- * @param source the path as given (`file:/data/mnist_train_lmdb` or `/data/mnist_train_lmdb`)
- * @param path   the local path every executor opens
+ * @param source the path as given (`file:/data/mnist_train_lmdb`, `/data/mnist_train_lmdb`,
+ *               `hdfs:///data/mnist_train_lmdb`)
+ * @param path   the local path every executor opens; for a database that Spark copied to
+ *               every node (see [[LmdbSource.localPath]]), the name SparkFiles knows it by
+ * @param copied whether `path` is a SparkFiles name rather than a path
  */
 final case class LmdbInfo(source: String, path: String, count: Long, channels: Int, height: Int,
-    width: Int) {
+    width: Int, copied: Boolean = false) {
 
   def shape: Seq[Int] = Seq(channels, height, width)
+
+  /** Where this node finds the database. */
+  def localPath: String = if (copied) SparkFiles.get(path) else path
 
   /** Values per record: channels x height x width. */
   def sampleSize: Int = channels * height * width
@@ -47,9 +56,10 @@ final case class LmdbRecord(id: String, data: Array[Float], label: Int)
  *
  * Reading is distributed: the records are split into `partitions` ranges in key order, and each
  * task opens the database itself (through [[io.cortado.jni.NativeLmdb]]) and decodes its range
- * in chunks of up to 16 MiB. LMDB is memory-mapped, so the database must be on a local file
- * system at the same path on the driver and on every executor: a `file:` URI or a plain path, as
- * in CaffeOnSpark. Other file systems (`hdfs:`, `s3a:`) are refused.
+ * in chunks of up to 16 MiB. LMDB is memory-mapped from a local file system, so, as in
+ * CaffeOnSpark, a `file:` URI or a plain path must hold the database at the same path on the
+ * driver and on every executor, and a database on another file system (`hdfs:`, `s3a:`) is
+ * copied by Spark to every node once per application (`SparkContext.addFile`, recursive).
  */
 object LmdbSource {
 
@@ -58,14 +68,25 @@ object LmdbSource {
 
   private val ChunkBytes = 16 << 20
 
+  /** The sources copied to every node by this JVM's SparkContexts, each once. */
+  private val copies = new java.util.concurrent.ConcurrentHashMap[(Int, String), String]()
+
   /**
-   * The local path of `source`: a `file:` URI's path, or a plain path made absolute (against
-   * the driver's working directory). Throws CortadoConfigException for another scheme,
-   * starting with `owner`.
+   * Where the driver and the executors find `source`, and whether Spark copied it there: a
+   * `file:` URI's path or a plain path, made absolute against the driver's working directory
+   * (`file:relative/path`, which CaffeOnSpark took as relative, too); for a path on any other
+   * Hadoop file system, the database is copied to every node with `SparkContext.addFile`
+   * (once per SparkContext) and the result is the name SparkFiles knows it by. Throws
+   * CortadoConfigException starting with `owner` for an empty or malformed path, or when a
+   * copy is needed and there is no active SparkSession.
    */
-  def localPath(source: String, owner: String = ""): String = {
+  def localPath(source: String, owner: String = ""): (String, Boolean) = {
     val prefix = if (owner.isEmpty) "" else s"$owner: "
     if (source.isEmpty) throw new CortadoConfigException(s"${prefix}the LMDB path is empty")
+    // Hadoop's Path refuses a scheme with a relative path ("file:data/lmdb").
+    if (source.startsWith("file:") && !source.startsWith("file:/")) {
+      return (new File(source.stripPrefix("file:")).getAbsolutePath, false)
+    }
     val uri =
       try new Path(source).toUri
       catch {
@@ -73,29 +94,59 @@ object LmdbSource {
           throw new CortadoConfigException(s"${prefix}LMDB source '$source' is not a path: $e")
       }
     Option(uri.getScheme).map(_.toLowerCase) match {
-      case None | Some("file") => new File(uri.getPath).getAbsolutePath
-      case Some(other) =>
-        throw new CortadoConfigException(
-          s"${prefix}LMDB source '$source' is on '$other:': LMDB databases are memory-mapped " +
-            "from a local file system, so Cortado reads them only from a path that every " +
-            "executor has locally (file:/... or a plain path, as in CaffeOnSpark); copy the " +
-            "database to the same local path on every executor, or convert it to Parquet for " +
-            "a CoSData layer")
+      case None | Some("file") => (new File(uri.getPath).getAbsolutePath, false)
+      case Some(_) =>
+        val sc = activeContext(source, prefix)
+        val name = new Path(uri.getPath).getName
+        val key = (System.identityHashCode(sc), source)
+        copies.computeIfAbsent(key, _ => {
+          log.info(s"Copying LMDB database $source to every node (SparkContext.addFile)")
+          try sc.addFile(source, recursive = true)
+          catch {
+            case NonFatal(e) => throw new CortadoIOException(
+              s"${describe(source, owner)}: cannot copy LMDB database '$source' to the " +
+                s"executors: $e", e)
+          }
+          name
+        })
+        (name, true)
     }
   }
 
+  private def activeContext(source: String, prefix: String): SparkContext =
+    SparkSession.getActiveSession.orElse(SparkSession.getDefaultSession)
+      .map(_.sparkContext)
+      .getOrElse(throw new CortadoConfigException(
+        s"${prefix}LMDB source '$source' is not on a local file system: it is copied to " +
+          "every node through Spark, and there is no active SparkSession"))
+
   /**
-   * Opens `source` in the driver and returns its count and shape. Throws CortadoIOException
+   * Opens `source` in the driver and returns its count and shape (for a database Spark
+   * copies, in a task of one small job: the driver leaves Spark's copy as it was fetched, so
+   * that an executor sharing the driver's directory, as in local mode, finds it unchanged). Throws CortadoIOException
    * naming the path when it does not exist or is not an LMDB database, CortadoConfigException
    * for a refused scheme or an empty database. Messages start with `owner`.
    */
   def info(source: String, owner: String = ""): LmdbInfo = {
-    val path = localPath(source, owner)
-    val handle = NativeLmdb.open(path, describe(source, owner))
-    try {
-      val Array(c, h, w) = NativeLmdb.shape(handle)
-      LmdbInfo(source, path, NativeLmdb.count(handle), c, h, w)
-    } finally NativeLmdb.dispose(handle)
+    val (path, copied) = localPath(source, owner)
+    val what = describe(source, owner)
+    def countAndShape(local: String): (Long, Array[Int]) = {
+      val handle = NativeLmdb.open(local, what)
+      try { (NativeLmdb.count(handle), NativeLmdb.shape(handle)) }
+      finally NativeLmdb.dispose(handle)
+    }
+    val (count, Array(c, h, w)) =
+      if (!copied) countAndShape(path)
+      else {
+        val sc = activeContext(source, if (owner.isEmpty) "" else s"$owner: ")
+        try sc.parallelize(Seq(path), 1).map(name => countAndShape(SparkFiles.get(name)))
+          .collect().head
+        catch {
+          case NonFatal(e) => throw Iterator.iterate(e)(_.getCause).takeWhile(_ != null)
+              .collectFirst { case c: io.cortado.CortadoException => c }.getOrElse(e)
+        }
+      }
+    LmdbInfo(source, path, count, c, h, w, copied)
   }
 
   /**
@@ -129,6 +180,8 @@ object LmdbSource {
       .toDF(idColumn, dataColumn, labelColumn.getOrElse(unused))
     if (labelColumn.isDefined) df else df.drop(unused)
   }
+
+  private val log = LoggerFactory.getLogger(getClass)
 
   private def describe(source: String, owner: String): String =
     if (owner.nonEmpty) owner else s"LMDB source $source"
@@ -169,7 +222,7 @@ object LmdbSource {
 
       private def readChunk(): Iterator[LmdbRecord] = {
         if (handle == 0) {
-          handle = NativeLmdb.open(db.path, owner)
+          handle = NativeLmdb.open(db.localPath, owner)
           Option(TaskContext.get()).foreach(_.addTaskCompletionListener[Unit](_ => close()))
         }
         val n = math.min(chunk.toLong, end - position).toInt

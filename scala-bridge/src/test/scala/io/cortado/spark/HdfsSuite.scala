@@ -18,7 +18,7 @@ import org.scalatest.funsuite.AnyFunSuite
 
 import io.cortado.Arm.withResource
 import io.cortado.api.Solver
-import io.cortado.jni.NativeTrainerSuite
+import io.cortado.jni.{NativeLmdbSuite, NativeTrainerSuite}
 import io.cortado.storage.{HadoopFiles, Snapshots}
 
 /**
@@ -220,5 +220,36 @@ class HdfsSuite extends AnyFunSuite with BeforeAndAfterAll with PerTest {
       HadoopFiles.readBytes(s"$base/snapshots/tiny_iter_180.caffemodel", dfsConf))
     val metrics = cortado.test(separable(ss, 100, 11), Config(solver, model = model))
     assert(metrics("accuracy") >= 0.95, metrics)
+  }
+
+  test("an LMDB database on HDFS is copied to every node, as CaffeOnSpark copied it") {
+    io.cortado.TestDirs.withTempDir("cortado-hdfs-lmdb") { local =>
+      val lmdbs = LmdbSourceSuite
+      val (trainImages, trainLabels) = lmdbs.separable(200, seed = 7)
+      val (testImages, testLabels) = lmdbs.separable(100, seed = 11)
+      val fs = new Path(uri).getFileSystem(dfsConf)
+      Seq("train" -> (trainImages, trainLabels), "test" -> (testImages, testLabels)).foreach {
+        case (name, (images, labels)) =>
+          val db = NativeLmdbSuite.lmdb(local, s"${name}_lmdb", 2, 2, images, labels)
+          fs.copyFromLocalFile(new Path(db), new Path(s"$uri/lmdb/${name}_lmdb"))
+      }
+      val net = writeText(s"$uri/lmdb/conf/net.prototxt", "name: \"toy\"\n" +
+        lmdbs.memoryLayer("TRAIN", 8, s"$uri/lmdb/train_lmdb") +
+        lmdbs.memoryLayer("TEST", 10, "hdfs:///lmdb/test_lmdb/") + CortadoOnSparkSuite.Body)
+      val solver = writeText(s"$uri/lmdb/conf/solver.prototxt",
+        TinySolver.replace("net: \"net.prototxt\"", "net: \"" + net + "\""))
+      val model = s"$uri/lmdb/out/toy.caffemodel"
+      val r = CortadoOnSparkSuite.runMain(ss, Seq("-train", "-test", "-conf", solver,
+        "-model", model))
+      assert(r.code === 0, r.err)
+      val accuracy = r.out.linesIterator.collectFirst {
+        case line if line.startsWith("accuracy = ") => line.stripPrefix("accuracy = ").toDouble
+      }
+      assert(accuracy.exists(_ >= 0.95), r.out)
+      assert(HadoopFiles.length(model, dfsConf) > 0)
+      // Spark's copies, not the cluster, were read: the databases are in SparkFiles' directory.
+      assert(new File(org.apache.spark.SparkFiles.get("train_lmdb"), "data.mdb").isFile)
+      assert(new File(org.apache.spark.SparkFiles.get("test_lmdb"), "data.mdb").isFile)
+    }
   }
 }

@@ -14,7 +14,32 @@ import io.cortado.{CortadoConfigException, CortadoException, CortadoIOException}
 import io.cortado.TestDirs.withTempDir
 import io.cortado.jni.{NativeLib, NativeLmdbSuite}
 
+object LmdbSourceSuite {
+
+  /** 2 x 2 images: label 1 bright on the left column, label 0 on the right. */
+  def separable(n: Int, seed: Int): (Seq[Seq[Int]], Seq[Int]) = {
+    val random = new Random(seed)
+    val labels = (0 until n).map(_ % 2)
+    val images = labels.map { label =>
+      val center = if (label == 1) Seq(200, 50, 200, 50) else Seq(50, 200, 50, 200)
+      center.map(c => math.max(0, math.min(255, c + (30 * random.nextGaussian()).round.toInt)))
+    }
+    (images, labels)
+  }
+
+  def memoryLayer(phase: String, batch: Int, source: String, shape: String = "1 2 2"): String = {
+    val Array(c, h, w) = shape.split(" ")
+    s"""layer { name: "data" type: "MemoryData" top: "data" top: "label" include { phase: $phase }
+      |  source_class: "com.yahoo.ml.caffe.LMDB"
+      |  memory_data_param { source: "$source" batch_size: $batch channels: $c height: $h
+      |    width: $w share_in_parallel: false }
+      |  transform_param { scale: 0.00390625 } }
+      |""".stripMargin
+  }
+}
+
 class LmdbSourceSuite extends AnyFunSuite with PerTest {
+  import LmdbSourceSuite.{memoryLayer, separable}
   import CortadoOnSparkSuite.Body
   import CortadoSuite.write
   import NativeLmdbSuite.{image, lmdb}
@@ -74,14 +99,17 @@ class LmdbSourceSuite extends AnyFunSuite with PerTest {
     }
   }
 
-  test("a missing path fails in the driver, naming it, before any job; HDFS is refused") {
+  test("a missing path fails in the driver, naming it, before any job; so does a copy that " +
+      "Spark cannot make") {
     val jobs = countJobs()
     val missing = intercept[CortadoIOException](LmdbSource.load(ss, "file:/nonexistent/mnist_lmdb"))
     assert(missing.getMessage === "LMDB source file:/nonexistent/mnist_lmdb: LMDB database " +
       "'/nonexistent/mnist_lmdb' does not exist")
-    val hdfs = intercept[CortadoConfigException](LmdbSource.load(ss, "hdfs://nn:8020/mnist_lmdb"))
-    assert(hdfs.getMessage.startsWith("LMDB source 'hdfs://nn:8020/mnist_lmdb' is on 'hdfs:': " +
-      "LMDB databases are memory-mapped from a local file system"), hdfs.getMessage)
+    // Not a local path: copied to every node by Spark, which knows no such file system.
+    val other = intercept[CortadoIOException](LmdbSource.load(ss, "nosuchfs:///mnist_lmdb"))
+    assert(other.getMessage.startsWith("LMDB source nosuchfs:///mnist_lmdb: cannot copy LMDB " +
+      "database 'nosuchfs:///mnist_lmdb' to the executors: "), other.getMessage)
+    assert(other.getMessage.contains("nosuchfs"), other.getMessage)
     assert(jobs.get() === 0)
   }
 
@@ -107,27 +135,6 @@ class LmdbSourceSuite extends AnyFunSuite with PerTest {
   }
 
   // ---- the main class on CaffeOnSpark's MemoryData + LMDB nets ------------------------------
-
-  /** 2 x 2 images: label 1 bright on the left column, label 0 on the right. */
-  def separable(n: Int, seed: Int): (Seq[Seq[Int]], Seq[Int]) = {
-    val random = new Random(seed)
-    val labels = (0 until n).map(_ % 2)
-    val images = labels.map { label =>
-      val center = if (label == 1) Seq(200, 50, 200, 50) else Seq(50, 200, 50, 200)
-      center.map(c => math.max(0, math.min(255, c + (30 * random.nextGaussian()).round.toInt)))
-    }
-    (images, labels)
-  }
-
-  def memoryLayer(phase: String, batch: Int, source: String, shape: String = "1 2 2"): String = {
-    val Array(c, h, w) = shape.split(" ")
-    s"""layer { name: "data" type: "MemoryData" top: "data" top: "label" include { phase: $phase }
-      |  source_class: "com.yahoo.ml.caffe.LMDB"
-      |  memory_data_param { source: "$source" batch_size: $batch channels: $c height: $h
-      |    width: $w share_in_parallel: false }
-      |  transform_param { scale: 0.00390625 } }
-      |""".stripMargin
-  }
 
   def solver(dir: Path, net: String, maxIter: Int = 100): String =
     write(dir, s"solver-${net.stripSuffix(".prototxt")}.prototxt",
@@ -172,16 +179,16 @@ class LmdbSourceSuite extends AnyFunSuite with PerTest {
         "-model", model, "-output", output)
       assert(features.code === 0, features.err)
       val rows = ss.read.json(output).collect()
-      assert(rows.map(_.getAs[String]("id")).sorted.toSeq === (0 until 100).map(key))
+      assert(rows.map(_.getAs[String]("SampleID")).sorted.toSeq === (0 until 100).map(key))
       rows.foreach { r =>
-        val i = r.getAs[String]("id").toInt
+        val i = r.getAs[String]("SampleID").toInt
         assert(r.getSeq[Double](r.fieldIndex("data")).map(_.toFloat) ===
           testImages(i).map(_ * 0.00390625f), s"record $i")
         assert(r.getSeq[Double](r.fieldIndex("label")) === Seq(testLabels(i).toDouble))
       }
       val correct = rows.count { r =>
         val ip = r.getSeq[Double](r.fieldIndex("ip"))
-        (if (ip(1) > ip(0)) 1 else 0) == testLabels(r.getAs[String]("id").toInt)
+        (if (ip(1) > ip(0)) 1 else 0) == testLabels(r.getAs[String]("SampleID").toInt)
       }
       assert(correct >= 95, s"$correct of 100")
     }
@@ -233,8 +240,14 @@ class LmdbSourceSuite extends AnyFunSuite with PerTest {
         "TEST")
       assert(missing.contains("missing.prototxt: layer 'data' (MemoryData): LMDB database " +
         "'/nonexistent/lmdb' does not exist"), missing)
-      val hdfs = error("hdfs.prototxt", memoryLayer("TRAIN", 2, "hdfs:///mnist_lmdb"))
-      assert(hdfs.contains("LMDB source 'hdfs:///mnist_lmdb' is on 'hdfs:'"), hdfs)
+      val remote = error("remote.prototxt", memoryLayer("TRAIN", 2, "nosuchfs:///mnist_lmdb"))
+      assert(remote.contains("remote.prototxt: layer 'data' (MemoryData): cannot copy LMDB " +
+        "database 'nosuchfs:///mnist_lmdb' to the executors"), remote)
+      // file: with a relative path, as CaffeOnSpark took it: against the working directory.
+      val cwd = java.nio.file.Paths.get("").toAbsolutePath
+      val relative = "file:" + cwd.relativize(java.nio.file.Paths.get(db.stripPrefix("file:")))
+      assert(source("relative.prototxt", memoryLayer("TRAIN", 2, relative))
+        .asInstanceOf[LmdbDataSource].db.count === 4)
       val noSource = error("nosource.prototxt",
         memoryLayer("TRAIN", 2, "").replace("source: \"\"", ""))
       assert(noSource.contains("memory_data_param.source is not set: it names the TRAIN LMDB " +
