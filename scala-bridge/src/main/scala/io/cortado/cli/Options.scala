@@ -34,6 +34,10 @@ import scala.util.Try
  *                      snapshot)
  * @param persistent    -persistent: cache the training data on the executors' local disks
  * @param resize        -resize: resize input images to the data layer's shape
+ * @param lmdbPartitions -lmdb_partitions: partitions an LMDB source is read in (0: Spark's
+ *                      default parallelism; CaffeOnSpark's default was the cluster size)
+ * @param toolFlags     CaffeOnSpark's flags of its conversion tools, given here (accepted, as
+ *                      its main class accepted them, and said to be unused): name -> value
  */
 final case class Options(
     conf: String = "",
@@ -53,7 +57,9 @@ final case class Options(
     comm: String = "",
     maxAttempts: Int = 3,
     persistent: Boolean = false,
-    resize: Boolean = false) {
+    resize: Boolean = false,
+    lmdbPartitions: Int = 0,
+    toolFlags: Seq[(String, String)] = Seq.empty) {
 
   /** Features requested (CaffeOnSpark: with both -test and -features, only features run). */
   def extractFeatures: Boolean = features.nonEmpty
@@ -93,11 +99,22 @@ object Options {
       |  -maxAttempts N       training jobs before giving up, each after a failure resuming
       |                       from the newest snapshot (default 3)
       |  -persistent          cache the training data on the executors' local disks
-      |  -resize              resize input images to the data layer's shape""".stripMargin
+      |  -resize              resize input images to the data layer's shape
+      |  -lmdb_partitions N   partitions an LMDB source is read in (default: Spark's default
+      |                       parallelism)
+      |  -imageRoot, -labelFile, -captionFile, -captionLength, -vocabSize, -imageCaptionDFDir,
+      |  -vocabDir, -embeddingDFDir
+      |                       flags of CaffeOnSpark's conversion tools (Binary2DataFrame,
+      |                       Binary2Sequence, CocoDataSetConverter); accepted and unused here""".stripMargin
+
+  /** CaffeOnSpark's flags that only its conversion tools read. */
+  val ToolFlags: Seq[String] = Seq("imageRoot", "labelFile", "captionFile", "captionLength",
+    "vocabSize", "imageCaptionDFDir", "vocabDir", "embeddingDFDir")
 
   private val valued =
     Set("conf", "features", "label", "outputFormat", "model", "output", "weights", "snapshot",
-      "devices", "connection", "connectionFallback", "clusterSize", "comm", "maxAttempts")
+      "devices", "connection", "connectionFallback", "clusterSize", "comm", "maxAttempts",
+      "lmdb_partitions") ++ ToolFlags
   private val switches = Set("train", "test", "persistent", "resize")
 
   /** The options, or an error message (followed by Usage when shown to a user). */
@@ -153,6 +170,8 @@ object Options {
       case "devices" => positive(name).map(n => o.copy(devices = n))
       case "clusterSize" => positive(name).map(n => o.copy(clusterSize = n))
       case "maxAttempts" => positive(name).map(n => o.copy(maxAttempts = n))
+      case "lmdb_partitions" => positive(name).map(n => o.copy(lmdbPartitions = n))
+      case tool if ToolFlags.contains(tool) => Right(o.copy(toolFlags = o.toolFlags :+ (tool -> value)))
       case "features" =>
         val blobs = value.split(",").map(_.trim).toSeq
         if (blobs.exists(_.isEmpty)) Left(s"-features has an empty blob name: '$value'")

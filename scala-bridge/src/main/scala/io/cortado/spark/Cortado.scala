@@ -196,10 +196,11 @@ final class Cortado(@transient val spark: SparkSession) {
     val model = readModel(config)
     val conf = plan.netConf
     val converter = plan.converter
+    val modelName = config.model
     val data = selectColumns(source, plan.specs, None)
     val sums = onePartition(data)
-      .mapPartitions(rows => Iterator.single(ForwardTasks.test(conf, converter, model, outputs,
-        rows)))
+      .mapPartitions(rows => Iterator.single(ForwardTasks.test(conf, converter, model, modelName,
+        outputs, rows)))
       .collect()
       .head
     sums.toMap
@@ -227,8 +228,10 @@ final class Cortado(@transient val spark: SparkSession) {
   /**
    * The values of `blobs` in the TEST net (weights from `config.model`) for every row of
    * `source`: a DataFrame with the id column (see Config.idColumn) and one array<float> column
-   * per blob, named after it, holding the row's sample of that blob. The last batch is padded
-   * with copies of its last row, whose outputs are dropped. Computed when an action runs it.
+   * per blob, named after it, holding the row's sample of that blob, or, for a blob whose first
+   * axis is not the batch (an aggregate such as `accuracy` or `loss`), the batch's whole blob,
+   * repeated on each of its rows (as CaffeOnSpark gives them). The last batch is padded with
+   * copies of its last row, whose outputs are dropped. Computed when an action runs it.
    */
   def features(source: DataFrame, blobs: Seq[String], config: Config): DataFrame = {
     require(config.model.nonEmpty, "Config.model: the model to extract features with is required")
@@ -246,8 +249,9 @@ final class Cortado(@transient val spark: SparkSession) {
     val conf = plan.netConf
     val converter = plan.converter
     val hasId = idField.isDefined
+    val modelName = config.model
     val rows = onePartition(data).mapPartitions { rows =>
-      ForwardTasks.features(conf, converter, model, blobs, hasId, rows)
+      ForwardTasks.features(conf, converter, model, modelName, blobs, hasId, rows)
     }
     val idType = idField.map(_.dataType).getOrElse(LongType)
     val schema = StructType(StructField(config.idColumn, idType) +:

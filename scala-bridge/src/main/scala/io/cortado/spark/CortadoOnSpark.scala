@@ -6,11 +6,16 @@ import java.math.{BigDecimal, MathContext}
 
 import scala.util.control.NonFatal
 
+import org.apache.hadoop.conf.Configuration
+import org.apache.hadoop.fs.Path
 import org.apache.spark.sql.{Row, SparkSession}
+import org.apache.spark.sql.functions.col
 import org.apache.spark.sql.types.{DoubleType, StringType, StructField, StructType}
 
-import io.cortado.CortadoException
+import io.cortado.{CortadoConfigException, CortadoException}
 import io.cortado.cli.Options
+import io.cortado.jni.NativeLib
+import io.cortado.storage.HadoopFiles
 
 /**
  * The jar's main class, taking CaffeOnSpark's command line so that its `spark-submit` lines keep
@@ -46,9 +51,9 @@ object CortadoOnSpark {
       |(format: cos_data_param.dataframe_format, default parquet; source_class DataFrameSource,
       |ImageDataFrame or none), or the LMDB database of a MemoryData layer with source_class
       |"com.yahoo.ml.caffe.LMDB" (memory_data_param.source; also cos_data_param.source on a
-      |CoSData layer). An LMDB path is local (file:/... or a plain path) and must exist on every
-      |executor; HDFS is refused. Data layers (LMDB, LevelDB) are not read: use such a MemoryData
-      |layer, or `cortado train`.
+      |CoSData layer). A local LMDB path (file:/... or a plain path) must exist on every
+      |executor; one on another file system (hdfs:) is copied to every node. Data layers
+      |(LMDB, LevelDB) are not read: use such a MemoryData layer, or `cortado train`.
       |Training runs on -clusterSize workers, one Spark task each in one barrier stage (rank =
       |partition id), each on its own partition of the training data and -devices devices (the
       |GPUs Spark assigned the task, else the first N GPUs when the solver asks for a GPU, else
@@ -123,24 +128,59 @@ object CortadoOnSpark {
       err.println("CortadoOnSpark: note: -resize is ignored: image columns must already have " +
         "the data layer's shape")
     }
+    o.toolFlags.foreach { case (name, _) =>
+      err.println(s"CortadoOnSpark: note: -$name is a flag of CaffeOnSpark's conversion tools " +
+        "(Binary2DataFrame, Binary2Sequence, CocoDataSetConverter), not of training; ignored")
+    }
     val hadoopConf = spark.sparkContext.hadoopConfiguration
     val cortado = new Cortado(spark)
-    val config = Config.fromOptions(o)
+    val config = {
+      val c = Config.fromOptions(o)
+      if (o.train) c.copy(snapshotPrefix = snapshotsBesideModel(o, hadoopConf)) else c
+    }
     // Both sources are checked before any work, so that a bad -test source fails before
     // a long training run rather than after it.
     val trainSource = if (o.train) Some(DataSource.of(o.conf, "TRAIN", hadoopConf)) else None
     val testSource =
       if (o.runTest || o.extractFeatures) Some(DataSource.of(o.conf, "TEST", hadoopConf)) else None
+    def load(source: DataSource) = source match {
+      case l: LmdbDataSource if o.lmdbPartitions > 0 =>
+        LmdbSource.load(spark, l.source, l.dataColumn, l.labelColumn,
+          partitions = o.lmdbPartitions, owner = l.owner)
+      case other => other.load(spark)
+    }
 
     trainSource.foreach { source =>
-      val model = cortado.train(source.load(spark), config)
-      out.println(s"Model written to $model")
+      validationSource(o, hadoopConf, err) match {
+        case Some(validation) =>
+          // As CaffeOnSpark's main: a solver that tests (test_interval and test_iter set)
+          // trains with validation on the TEST net's data.
+          val passes = cortado.trainWithValidation(load(source),
+            load(validation), config).collect()
+          out.println(s"Model written to ${o.model}")
+          passes.lastOption.foreach { last =>
+            val metrics = last.schema.fieldNames.drop(1).map { name =>
+              s"$name = ${caffeFormat(last.getAs[Double](name))}"
+            }
+            out.println(s"Tested ${passes.length} time${if (passes.length == 1) "" else "s"} " +
+              s"during training; at iteration ${last.getInt(0)}: ${metrics.mkString(", ")}")
+          }
+        case None =>
+          val model = cortado.train(load(source), config)
+          out.println(s"Model written to $model")
+      }
     }
     testSource.foreach { source =>
-      val data = source.load(spark)
+      val data = load(source)
       if (o.extractFeatures) {
-        cortado.features(data, o.featureBlobs, config)
-          .write.format(o.outputFormat).save(o.output)
+        val features = cortado.features(data, o.featureBlobs, config)
+        // CaffeOnSpark's columns: SampleID (a string: the id column's value, or the row's
+        // number), then the blobs.
+        val columns = col(config.idColumn).cast(StringType).as(SampleIdColumn) +:
+          o.featureBlobs.map(col)
+        writeOutput(o.output, hadoopConf) {
+          features.select(columns: _*).write.format(o.outputFormat).save(o.output)
+        }
         out.println(s"Features ${o.featureBlobs.mkString(", ")} written to ${o.output}")
       } else {
         val metrics = cortado.test(data, config).toSeq.sortBy(_._1)
@@ -149,11 +189,75 @@ object CortadoOnSpark {
           val schema = StructType(Seq(StructField("metric", StringType, nullable = false),
             StructField("value", DoubleType, nullable = false)))
           val rows = metrics.map { case (k, v) => Row(k, v) }
-          spark.createDataFrame(spark.sparkContext.parallelize(rows, 1), schema)
-            .write.format(o.outputFormat).save(o.output)
+          writeOutput(o.output, hadoopConf) {
+            spark.createDataFrame(spark.sparkContext.parallelize(rows, 1), schema)
+              .write.format(o.outputFormat).save(o.output)
+          }
           out.println(s"Test results written to ${o.output}")
         }
       }
+    }
+  }
+
+  /**
+   * Where the snapshots go, as CaffeOnSpark put them: the solver's snapshot_prefix (or, when
+   * unset, the solver file's name without extension) in -model's directory, so that a job's
+   * snapshots land beside its model on HDFS rather than in the driver's working directory. An
+   * absolute prefix (or a URI) stays as written; empty (the solver's own) when -model names no
+   * directory.
+   */
+  private def snapshotsBesideModel(o: Options, conf: Configuration): String = {
+    val info = NativeLib.solverInfo(JobPlan.readText(o.conf, conf), o.conf)
+    val given = info.snapshotPrefix
+    val dir = Option(new Path(o.model).getParent)
+    val absolute = given.startsWith("/") || given.matches("^[A-Za-z][A-Za-z0-9+.-]*:.*")
+    if (dir.isEmpty || absolute) ""
+    else {
+      val name =
+        if (given.nonEmpty) given
+        else new Path(o.conf).getName.replaceFirst("\\.[^.]*$", "")
+      s"${dir.get.toString.stripSuffix("/")}/$name"
+    }
+  }
+
+  /** The id column of the features CortadoOnSpark writes, named as CaffeOnSpark names it. */
+  val SampleIdColumn = "SampleID"
+
+  /**
+   * The TEST net's data source when the solver tests during training (test_interval and
+   * test_iter(0) greater than 0, CaffeOnSpark's rule for training with validation); None
+   * when it does not, or when the TEST net has no data source (said on `err`).
+   */
+  private def validationSource(o: Options, conf: Configuration, err: PrintStream)
+      : Option[DataSource] = {
+    val info = NativeLib.solverInfo(JobPlan.readText(o.conf, conf), o.conf)
+    val tests = info.testInterval > 0 && info.testIter.headOption.exists(_ > 0)
+    if (!tests) None
+    else {
+      try Some(DataSource.of(o.conf, "TEST", conf))
+      catch {
+        case e: CortadoConfigException =>
+          err.println(s"CortadoOnSpark: note: the solver sets test_interval and test_iter, but " +
+            s"training runs without validation: ${e.getMessage}")
+          None
+      }
+    }
+  }
+
+  /**
+   * Runs `write`, which writes `path`; when it fails, what it left at `path` (Spark leaves a
+   * directory behind) is removed if `path` did not exist before, so that a re-run can write it.
+   */
+  private def writeOutput(path: String, conf: Configuration)(write: => Unit): Unit = {
+    val existed = HadoopFiles.exists(path, conf)
+    try write
+    catch {
+      case NonFatal(e) =>
+        if (!existed) {
+          try HadoopFiles.deleteTree(path, conf)
+          catch { case NonFatal(d) => e.addSuppressed(d) }
+        }
+        throw e
     }
   }
 

@@ -22,8 +22,8 @@ import io.cortado.spark.TaskData.Sample
 private[spark] object ForwardTasks {
 
   /** The mean of each output blob over the whole batches of `rows` ("name[i]" per element). */
-  def test(conf: NetConf, converter: RowConverter, model: Array[Byte], outputs: Seq[String],
-      rows: Iterator[Row]): Seq[(String, Double)] = {
+  def test(conf: NetConf, converter: RowConverter, model: Array[Byte], modelName: String,
+      outputs: Seq[String], rows: Iterator[Row]): Seq[(String, Double)] = {
     val samples = TaskData.cache(converter, rows)
     val batchSize = conf.batchSize
     val whole = samples.length / batchSize
@@ -33,7 +33,7 @@ private[spark] object ForwardTasks {
     }
     val sums = scala.collection.mutable.LinkedHashMap.empty[String, Double]
     val batches = samples.grouped(batchSize).take(whole).map(_.iterator)
-    forEachBatch(conf, model, outputs, batches) { handle =>
+    forEachBatch(conf, model, modelName, outputs, batches) { handle =>
       outputs.foreach { blob =>
         val values = blobValues(handle, blob)
         values.indices.foreach { i =>
@@ -47,10 +47,13 @@ private[spark] object ForwardTasks {
 
   /**
    * One row per input row: its id (the column after the converter's, or the row's number)
-   * and each blob's sample for it. The last batch is padded with copies of its last row.
+   * and each blob's values for it: the row's sample of a blob whose first axis is the batch,
+   * and the whole blob, repeated on every row of the batch, for one that is not (an
+   * aggregate such as `accuracy` or `loss`, as CaffeOnSpark gives them). The last batch is
+   * padded with copies of its last row.
    */
-  def features(conf: NetConf, converter: RowConverter, model: Array[Byte], blobs: Seq[String],
-      hasId: Boolean, rows: Iterator[Row]): Iterator[Row] = {
+  def features(conf: NetConf, converter: RowConverter, model: Array[Byte], modelName: String,
+      blobs: Seq[String], hasId: Boolean, rows: Iterator[Row]): Iterator[Row] = {
     val idColumn = converter.width
     val ids = ArrayBuffer.empty[Any]
     var index = -1L
@@ -63,23 +66,20 @@ private[spark] object ForwardTasks {
     val out = ArrayBuffer.empty[Row]
     val batches = samples.grouped(batchSize).map(b => b ++ Array.fill(batchSize - b.length)(b.last))
     var done = 0
-    forEachBatch(conf, model, blobs, batches.map(_.iterator)) { handle =>
+    forEachBatch(conf, model, modelName, blobs, batches.map(_.iterator)) { handle =>
       val values = blobs.map { b =>
-        val shape = NativeNet.blobShape(handle, b).toSeq
-        if (shape.headOption != Some(batchSize)) {
-          throw new CortadoConfigException(
-            s"features: blob '$b' has shape ${shape.mkString(" ")}; its first axis must be " +
-              s"the batch ($batchSize) to give one value per row")
-        }
-        blobValues(handle, b)
+        val perRow = NativeNet.blobShape(handle, b).headOption.contains(batchSize)
+        (perRow, blobValues(handle, b))
       }
       val n = math.min(batchSize, samples.length - done)
       (0 until n).foreach { i =>
-        val perSample = blobs.indices.map { j =>
-          val size = values(j).length / batchSize
-          java.util.Arrays.copyOfRange(values(j), i * size, (i + 1) * size).toSeq
+        val columns = values.map { case (perRow, v) =>
+          if (perRow) {
+            val size = v.length / batchSize
+            java.util.Arrays.copyOfRange(v, i * size, (i + 1) * size).toSeq
+          } else v.toSeq
         }
-        out += Row.fromSeq(ids(done + i) +: perSample)
+        out += Row.fromSeq(ids(done + i) +: columns)
       }
       done += n
     }
@@ -87,15 +87,15 @@ private[spark] object ForwardTasks {
   }
 
   /**
-   * Builds the TEST net with `model`, forward only, keeping the data of the blobs `use` reads
+   * Builds the TEST net with `model` (named `modelName` in errors), forward only, keeping the data of the blobs `use` reads
    * (`keep`); then for each batch of samples: push into the feed layer, forward, `use`.
    */
-  private def forEachBatch(conf: NetConf, model: Array[Byte], keep: Seq[String],
+  private def forEachBatch(conf: NetConf, model: Array[Byte], modelName: String, keep: Seq[String],
       batches: Iterator[Iterator[Sample]])(use: Long => Unit): Unit = {
     val device = NativeLib.solverInfo(conf.solverText, conf.solverSource).device
     val handle = NativeNet.create(conf.netText, conf.netSource, NativeNet.TEST, device, 1L)
     try {
-      NativeNet.loadWeights(handle, model, "model")
+      NativeNet.loadWeights(handle, model, modelName)
       NativeNet.forwardOnly(handle, keep.toArray)
       val feed = NativeNet.feed(handle, conf.feedLayer)
       try {

@@ -100,6 +100,15 @@ object HadoopFiles {
     }
   }
 
+  /** Deletes `path` and, when it is a directory, everything under it, if it exists. */
+  def deleteTree(path: String, conf: Configuration): Unit = {
+    val p = new Path(path)
+    try p.getFileSystem(conf).delete(p, true)
+    catch {
+      case e: IOException => throw new CortadoIOException(s"cannot delete $path: $e", e)
+    }
+  }
+
   /** True when `path` exists. */
   def exists(path: String, conf: Configuration): Boolean = {
     val p = new Path(path)

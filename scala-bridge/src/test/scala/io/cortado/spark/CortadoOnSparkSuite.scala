@@ -108,14 +108,16 @@ class CortadoOnSparkSuite extends AnyFunSuite with PerTest {
       assert(tested.out.linesIterator.next().matches("accuracy = [0-9.]+"), tested.out)
       assert(!Files.exists(dir.resolve("output")) && !Files.exists(new File("output").toPath))
 
-      // Features: id, the blobs and the label, one row per input row, in the default json.
+      // Features: SampleID (the id column as a string), the blobs and the label, one row per
+      // input row, in the default json.
       val features = cos("-features", "ip", "-label", "label", "-conf", solver, "-model", model,
         "-output", uri(dir, "features"))
       assert(features.code === 0, features.err)
       val rows = ss.read.json(uri(dir, "features"))
-      assert(rows.columns.toSet === Set("id", "ip", "label"))
+      assert(rows.columns.toSet === Set("SampleID", "ip", "label"))
       assert(rows.count() === 100)
-      assert(rows.select("id").collect().map(_.getLong(0)).sorted.toSeq === (0L until 100L))
+      assert(rows.select("SampleID").collect().map(_.getString(0).toLong).sorted.toSeq ===
+        (0L until 100L))
       val labels = rows.collect().map { r =>
         val ip = r.getSeq[Double](r.fieldIndex("ip"))
         (if (ip(1) > ip(0)) 1.0 else 0.0) -> r.getSeq[Double](r.fieldIndex("label")).head
@@ -168,7 +170,7 @@ class CortadoOnSparkSuite extends AnyFunSuite with PerTest {
         "-outputFormat", "parquet", "-output", uri(dir, "features"))
       assert(parquet.code === 0, parquet.err)
       val features = ss.read.parquet(uri(dir, "features"))
-      assert(features.schema.simpleString === "struct<id:bigint,ip:array<float>>")
+      assert(features.schema.simpleString === "struct<SampleID:string,ip:array<float>>")
       assert(features.count() === 100)
     }
   }
