@@ -9,7 +9,7 @@ packages=(
   libprotobuf-dev protobuf-compiler
   libspdlog-dev libfmt-dev
   libopenblas-openmp-dev libdnnl-dev
-  libhdf5-dev liblmdb-dev
+  libhdf5-dev liblmdb-dev libjpeg62-turbo-dev libpng-dev
   libopenmpi-dev openmpi-bin libibverbs-dev libucx-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   clang-format-14

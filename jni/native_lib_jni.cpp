@@ -2,6 +2,14 @@
 // Natives of io.cortado.jni.NativeLib: version, devices, prototxt validation, and what the Spark
 // driver needs to know of a solver and a net (io.cortado.jni.SolverInfo, DataLayerInfo).
 #include <google/protobuf/text_format.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <iterator>
 
 #include <string>
 #include <vector>
@@ -10,6 +18,7 @@
 #include "core/config.hpp"
 #include "core/device_info.hpp"
 #include "core/error.hpp"
+#include "io/hdf5_io.hpp"
 #include "io/proto_io.hpp"
 #include "io/upgrade.hpp"
 #include "io_cortado_jni_NativeLib.h"
@@ -93,14 +102,17 @@ jobject NewDataLayerInfo(JNIEnv* env, jclass cls, jmethodID init, const DataLaye
   jstring source_class = NewString(env, info.source_class);
   jstring source = NewString(env, info.source);
   jstring format = NewString(env, info.dataframe_format);
+  jobjectArray select = NewStringArray(env, info.column_select);
   jobject object = env->NewObject(cls, init, name, type, source_class,
                                   info.feed ? JNI_TRUE : JNI_FALSE, source, format, tops, columns,
-                                  types, transposed, shapes, static_cast<jint>(info.batch_size));
+                                  types, transposed, shapes, static_cast<jint>(info.batch_size),
+                                  select, info.image_encoded ? JNI_TRUE : JNI_FALSE);
   for (jobject ref :
        {static_cast<jobject>(name), static_cast<jobject>(type), static_cast<jobject>(source_class),
         static_cast<jobject>(source), static_cast<jobject>(format), static_cast<jobject>(tops),
         static_cast<jobject>(columns), static_cast<jobject>(types),
-        static_cast<jobject>(transposed), static_cast<jobject>(shapes)}) {
+        static_cast<jobject>(transposed), static_cast<jobject>(shapes),
+        static_cast<jobject>(select)}) {
     env->DeleteLocalRef(ref);
   }
   CheckJavaException(env);
@@ -179,7 +191,7 @@ JNIEXPORT jobject JNICALL Java_io_cortado_jni_NativeLib_solverInfo(JNIEnv* env, 
     jclass cls = jni::FindClass(env, "io/cortado/jni/SolverInfo");
     jmethodID init = env->GetMethodID(
         cls, "<init>",
-        "(Ljava/lang/String;Ljava/lang/String;Ljava/lang/String;III[IZIZLjava/lang/String;I)V");
+        "(Ljava/lang/String;Ljava/lang/String;Ljava/lang/String;III[IZIZLjava/lang/String;IZZ)V");
     jni::CheckJavaException(env);
     std::vector<int> test_iter(param.test_iter().begin(), param.test_iter().end());
     jobject info = env->NewObject(
@@ -187,7 +199,9 @@ JNIEXPORT jobject JNICALL Java_io_cortado_jni_NativeLib_solverInfo(JNIEnv* env, 
         jni::NewString(env, param.type()), param.max_iter(), param.display(), param.test_interval(),
         jni::NewIntArray(env, test_iter), param.test_initialization() ? JNI_TRUE : JNI_FALSE,
         param.snapshot(), param.snapshot_after_train() ? JNI_TRUE : JNI_FALSE,
-        jni::NewString(env, param.snapshot_prefix()), device.is_cuda() ? device.id : -1);
+        jni::NewString(env, param.snapshot_prefix()), device.is_cuda() ? device.id : -1,
+        param.solver_mode() == caffe::SolverParameter::GPU ? JNI_TRUE : JNI_FALSE,
+        param.snapshot_format() == caffe::SolverParameter::HDF5 ? JNI_TRUE : JNI_FALSE);
     env->DeleteLocalRef(cls);
     jni::CheckJavaException(env);
     return info;
@@ -217,7 +231,8 @@ JNIEXPORT jobjectArray JNICALL Java_io_cortado_jni_NativeLib_dataLayers(JNIEnv* 
     jmethodID init = env->GetMethodID(
         cls, "<init>",
         "(Ljava/lang/String;Ljava/lang/String;Ljava/lang/String;ZLjava/lang/String;"
-        "Ljava/lang/String;[Ljava/lang/String;[Ljava/lang/String;[Ljava/lang/String;[Z[[II)V");
+        "Ljava/lang/String;[Ljava/lang/String;[Ljava/lang/String;[Ljava/lang/String;[Z[[II"
+        "[Ljava/lang/String;Z)V");
     jni::CheckJavaException(env);
     jobjectArray result = env->NewObjectArray(static_cast<jsize>(layers.size()), cls, nullptr);
     jni::CheckJavaException(env);
@@ -249,6 +264,108 @@ JNIEXPORT jobjectArray JNICALL Java_io_cortado_jni_NativeLib_blobNames(JNIEnv* e
     std::string name;
     return jni::NewStringArray(
         env, cortado::BlobNames(jni::PhaseNet(env, prototxt, source, phase, &name)));
+  });
+}
+
+}  // extern "C"
+
+namespace {
+
+// A file in the temporary directory, removed when it goes out of scope.
+class TempFile {
+ public:
+  explicit TempFile(const char* suffix) {
+    const char* dir = std::getenv("TMPDIR");
+    std::string pattern = std::string(dir != nullptr && *dir != 0 ? dir : "/tmp") +
+                          "/cortado-snapshot-XXXXXX" + suffix;
+    std::vector<char> name(pattern.begin(), pattern.end());
+    name.push_back(0);
+    const int fd = ::mkstemps(name.data(), static_cast<int>(std::strlen(suffix)));
+    if (fd < 0) {
+      CORTADO_THROW(kIo, "cannot create a temporary file {}: {}", pattern, std::strerror(errno));
+    }
+    ::close(fd);
+    path_ = name.data();
+  }
+  ~TempFile() { std::remove(path_.c_str()); }
+  TempFile(const TempFile&) = delete;
+  TempFile& operator=(const TempFile&) = delete;
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+std::string ReadWholeFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (!in.good() && !in.eof()) CORTADO_THROW(kIo, "cannot read {}", path);
+  return bytes;
+}
+
+void WriteWholeFile(const std::string& path, const std::string& bytes) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  out.close();
+  if (!out) CORTADO_THROW(kIo, "cannot write {}", path);
+}
+
+}  // namespace
+
+extern "C" {
+
+JNIEXPORT jbyteArray JNICALL Java_io_cortado_jni_NativeLib_snapshotToHdf5(JNIEnv* env, jclass,
+                                                                         jbyteArray bytes,
+                                                                         jboolean state,
+                                                                         jstring learned_net,
+                                                                         jstring source) {
+  return jni::Guard(env, jbyteArray{nullptr}, [&] {
+    const std::string name = jni::ToStdString(env, source, "source");
+    if (!cortado::io::Hdf5Available()) {
+      CORTADO_THROW(kUnimplemented, "{}: snapshot_format HDF5 needs a build with HDF5", name);
+    }
+    TempFile file(".h5");
+    if (state) {
+      caffe::SolverState proto;
+      jni::ParseBinaryProto(env, bytes, name, &proto);
+      if (learned_net != nullptr) {
+        proto.set_learned_net(jni::ToStdString(env, learned_net, "learnedNet"));
+      }
+      cortado::io::WriteSolverStateHdf5(proto, file.path());
+    } else {
+      caffe::NetParameter proto;
+      jni::ParseBinaryProto(env, bytes, name, &proto);
+      cortado::io::WriteNetParameterHdf5(proto, file.path());
+    }
+    return jni::NewByteArray(env, ReadWholeFile(file.path()));
+  });
+}
+
+JNIEXPORT jbyteArray JNICALL Java_io_cortado_jni_NativeLib_snapshotFromHdf5(JNIEnv* env, jclass,
+                                                                           jbyteArray bytes,
+                                                                           jboolean state,
+                                                                           jstring source) {
+  return jni::Guard(env, jbyteArray{nullptr}, [&] {
+    const std::string name = jni::ToStdString(env, source, "source");
+    if (!cortado::io::Hdf5Available()) {
+      CORTADO_THROW(kUnimplemented, "{}: reading an HDF5 snapshot needs a build with HDF5", name);
+    }
+    TempFile file(".h5");
+    WriteWholeFile(file.path(), jni::ToBytes(env, bytes, "bytes"));
+    try {
+      if (state) {
+        return jni::SerializeToByteArray(env, cortado::io::ReadSolverStateHdf5(file.path()));
+      }
+      return jni::SerializeToByteArray(env, cortado::io::ReadNetParameterHdf5(file.path()));
+    } catch (const cortado::Error& e) {
+      // The messages name the temporary file: name the snapshot instead.
+      std::string message = e.what();
+      for (size_t at = message.find(file.path()); at != std::string::npos;
+           at = message.find(file.path(), at + name.size())) {
+        message.replace(at, file.path().size(), name);
+      }
+      throw cortado::Error(e.code(), message, e.file(), e.line());
+    }
   });
 }
 

@@ -7,7 +7,10 @@
 // transform_param.
 // Bottoms: none. Tops: data [batch_size, C, H', W'] (H', W' = crop_size when cropping) and,
 // optionally, label [batch_size].
-// Records are read in key order and wrap around at the end of the database.
+// Records are read in key order and wrap around at the end of the database. Encoded records
+// (JPEG or PNG, `convert_imageset --encoded`) are decoded in the prefetch thread, into 3 channels
+// with transform_param.force_color, 1 with force_gray, else as stored (see image_codec.hpp); a
+// corrupt one fails the batch, naming its key.
 //
 // Differences from Caffe: rand_skip skips a number of records drawn once at Setup from the
 // layer's seed, uniform in [0, rand_skip) as Caffe does, so it is repeatable under a fixed seed.

@@ -14,8 +14,9 @@
 // Mirror: a random horizontal flip (rng() % 2, drawn before the crop offsets).
 //
 // Differences from Caffe: mirror applies in TRAIN only (Caffe also flips in TEST); encoded
-// (compressed image) datums are not supported (kUnimplemented), so force_color/force_gray, which
-// only steer decoding, are ignored.
+// (compressed image) datums are decoded by their readers (ParseDatumRecord in datum_db.hpp,
+// which the Data layer calls with force_color / force_gray), so this class takes raw datums only
+// and refuses an encoded one (kUnimplemented).
 //
 // The transformer holds no random state: callers pass the engine, so a data layer can give each
 // batch its own seeded engine. Const methods are safe to call from several threads at once.

@@ -9,16 +9,22 @@ namespace cortado {
 
 void ParseDatumRecord(std::string_view value, const std::string& key, const std::string& path,
                       const std::string& owner, const std::vector<int>& shape,
-                      caffe::Datum* datum) {
+                      caffe::Datum* datum, ColorMode color) {
   if (!datum->ParseFromArray(value.data(), static_cast<int>(value.size()))) {
     CORTADO_THROW(kIo, "{}: record '{}' of LMDB database '{}' is not a valid Datum ({} bytes)",
                   owner, key, path, value.size());
   }
   if (datum->encoded()) {
-    CORTADO_THROW(kUnimplemented,
-                  "{}: record '{}' of LMDB database '{}' holds an encoded (compressed) image; "
-                  "Cortado reads raw datums only (convert the data without --encoded)",
-                  owner, key, path);
+    // Decoded here, in the thread that reads the record (a data layer's prefetch thread).
+    DecodedImage image =
+        DecodeImage(datum->data().data(), datum->data().size(), color,
+                    fmt::format("{}: record '{}' of LMDB database '{}'", owner, key, path));
+    datum->set_encoded(false);
+    datum->set_channels(image.channels);
+    datum->set_height(image.height);
+    datum->set_width(image.width);
+    datum->set_data(std::string(image.pixels.begin(), image.pixels.end()));
+    datum->clear_float_data();
   }
   if (!shape.empty() && (datum->channels() != shape[0] || datum->height() != shape[1] ||
                          datum->width() != shape[2])) {

@@ -13,17 +13,21 @@
 #include <vector>
 
 #include "data/data_transformer.hpp"
+#include "data/image_codec.hpp"
 #include "data/lmdb_db.hpp"
 #include "proto/caffe.pb.h"
 
 namespace cortado {
 
 // Parses `value`, the record `key` of the LMDB database at `path`, into `datum`, and checks it:
-// not encoded (kUnimplemented), of shape `shape` = {C, H, W} unless `shape` is empty, and
-// holding C*H*W values (uint8 `data` bytes, or `float_data` when `data` is empty). Every other
-// failure is kIo. Messages start with `owner` and name the key and the path.
+// an encoded datum (a JPEG or PNG file, `encoded: true`) is decoded into a raw one (channels as
+// `color` says: Caffe's force_color / force_gray), kParse when its image is corrupt; then it
+// must be of shape `shape` = {C, H, W} unless `shape` is empty, and hold C*H*W values (uint8
+// `data` bytes, or `float_data` when `data` is empty). Every other failure is kIo. Messages
+// start with `owner` and name the key and the path.
 void ParseDatumRecord(std::string_view value, const std::string& key, const std::string& path,
-                      const std::string& owner, const std::vector<int>& shape, caffe::Datum* datum);
+                      const std::string& owner, const std::vector<int>& shape, caffe::Datum* datum,
+                      ColorMode color = ColorMode::kKeep);
 
 // Random access by record index to an LMDB database of raw caffe::Datum records of one shape.
 // Not thread-safe; one thread at a time may use it (it may move between threads).
@@ -47,7 +51,7 @@ class DatumDbReader {
   // record after record in C x H x W order (uint8 bytes as their values 0..255, or float_data
   // as stored), `labels` the n labels, and `keys`, when not null, the n keys (replacing its
   // contents). The range must lie within [0, size()) (kInvalidArgument). A record that fails
-  // ParseDatumRecord (another shape, encoded, corrupt) throws naming its key and the path;
+  // ParseDatumRecord (another shape, a corrupt image or record) throws naming its key and the path;
   // `data` and `labels` then hold the records before it. The cursor steps forward from where
   // the previous read ended; a start before that walks from the first record again.
   void Read(int64_t start, int64_t n, float* data, int32_t* labels, std::vector<std::string>* keys);

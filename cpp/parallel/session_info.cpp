@@ -49,6 +49,13 @@ std::vector<DataLayerInfo> DescribeDataLayers(const caffe::NetParameter& phase_n
     if (layer.has_cos_data_param() && layer.cos_data_param().has_dataframe_format()) {
       info.dataframe_format = layer.cos_data_param().dataframe_format();
     }
+    if (layer.has_memory_data_param()) {
+      const caffe::MemoryDataParameter& memory = layer.memory_data_param();
+      if (memory.has_dataframe_format()) info.dataframe_format = memory.dataframe_format();
+      info.column_select.assign(memory.dataframe_column_select().begin(),
+                                memory.dataframe_column_select().end());
+      info.image_encoded = memory.image_encoded();
+    }
     const bool cos = layer.type() == "CoSData";
     for (int i = 0; i < layer.top_size(); ++i) {
       info.tops.push_back(layer.top(i));

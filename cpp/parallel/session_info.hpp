@@ -26,7 +26,12 @@ struct DataLayerInfo {
   bool feed = false;         // CoSData, or MemoryData with source_class: the JVM fills it
   // cos_data_param, memory_data_param, data_param, image_data_param or hdf5_data_param source.
   std::string source;
-  std::string dataframe_format;  // cos_data_param.dataframe_format when set
+  // cos_data_param's or memory_data_param's dataframe_format when set
+  std::string dataframe_format;
+  // memory_data_param's dataframe_column_select and image_encoded (CaffeOnSpark's
+  // ImageDataFrame source)
+  std::vector<std::string> column_select;
+  bool image_encoded = false;
   std::vector<std::string> tops;
   std::vector<std::string> columns;    // a CoSData top's name, else the top's name
   std::vector<std::string> top_types;  // a CoSData top's type name ("INT"), else empty

@@ -193,7 +193,7 @@ TEST(DataLayerTest, RecordOfAnotherShapeIsAnError) {
   EXPECT_THROW(layer->Forward({}, {&data, &label}), Error);
 }
 
-TEST(DataLayerTest, EncodedRecordIsUnimplementedAndNamesTheKey) {
+TEST(DataLayerTest, EncodedRecordThatIsNoImageNamesTheKey) {
   TempDir dir;
   const std::string db = dir / "db";
   caffe::Datum encoded = ByteDatum(3, 1, 1, 0, 0);
@@ -206,8 +206,9 @@ TEST(DataLayerTest, EncodedRecordIsUnimplementedAndNamesTheKey) {
     layer->Initialize({}, {&data, &label});
     FAIL() << "no error";
   } catch (const Error& e) {
-    EXPECT_EQ(e.code(), ErrorCode::kUnimplemented);
+    EXPECT_EQ(e.code(), ErrorCode::kParse);
     const std::string msg = e.what();
+    EXPECT_NE(msg.find("not a JPEG or PNG image"), std::string::npos) << msg;
     EXPECT_NE(msg.find("layer 'mnist'"), std::string::npos) << msg;
     EXPECT_NE(msg.find("record 'cat.jpg' of LMDB database '" + db + "'"), std::string::npos) << msg;
   }

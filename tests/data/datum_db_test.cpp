@@ -148,7 +148,7 @@ TEST(DatumDbReaderTest, RecordOfAnotherShapeNamesTheKeyAndBothShapes) {
   }
 }
 
-TEST(DatumDbReaderTest, EncodedDatumsNameThePathAndTheKey) {
+TEST(DatumDbReaderTest, CorruptEncodedDatumsNameThePathAndTheKey) {
   TempDir dir;
   caffe::Datum encoded = ByteDatum(3, 1, 1, 0, 7);
   encoded.set_data("\xff\xd8\xff\xe0 not really a JPEG");
@@ -163,11 +163,11 @@ TEST(DatumDbReaderTest, EncodedDatumsNameThePathAndTheKey) {
     ReadRange(&reader, 0, 2);
     FAIL() << "no error";
   } catch (const Error& e) {
-    EXPECT_EQ(e.code(), ErrorCode::kUnimplemented);
+    EXPECT_EQ(e.code(), ImageCodecsAvailable() ? ErrorCode::kParse : ErrorCode::kUnimplemented);
     const std::string msg = e.what();
     EXPECT_NE(msg.find("record 'img_1.jpg' of LMDB database '" + later + "'"), std::string::npos)
         << msg;
-    EXPECT_NE(msg.find("encoded"), std::string::npos) << msg;
+    if (ImageCodecsAvailable()) EXPECT_NE(msg.find("corrupt JPEG data"), std::string::npos) << msg;
   }
 
   // In the first record: opening fails.
@@ -177,7 +177,7 @@ TEST(DatumDbReaderTest, EncodedDatumsNameThePathAndTheKey) {
     DatumDbReader opened(first, "test");
     FAIL() << "no error";
   } catch (const Error& e) {
-    EXPECT_EQ(e.code(), ErrorCode::kUnimplemented);
+    EXPECT_EQ(e.code(), ImageCodecsAvailable() ? ErrorCode::kParse : ErrorCode::kUnimplemented);
     EXPECT_NE(std::string(e.what()).find("record 'img_0.jpg' of LMDB database '" + first + "'"),
               std::string::npos)
         << e.what();

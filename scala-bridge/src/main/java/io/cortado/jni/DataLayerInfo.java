@@ -21,7 +21,10 @@ public final class DataLayerInfo {
    * empty when none.
    */
   public final String source;
-  /** {@code cos_data_param.dataframe_format}; empty when unset or not CoSData. */
+  /**
+   * {@code cos_data_param.dataframe_format} or {@code memory_data_param.dataframe_format}; empty
+   * when unset.
+   */
   public final String dataframeFormat;
   public final String[] tops;
   /** The column each top reads: a CoSData top's {@code name}, else the top's name. */
@@ -37,6 +40,10 @@ public final class DataLayerInfo {
   public final int[][] sampleShapes;
   /** The batch size of a feed layer; 0 for other layers. */
   public final int batchSize;
+  /** {@code memory_data_param.dataframe_column_select} (CaffeOnSpark's ImageDataFrame). */
+  public final String[] columnSelect;
+  /** {@code memory_data_param.image_encoded} (CaffeOnSpark's ImageDataFrame). */
+  public final boolean imageEncoded;
 
   public DataLayerInfo(
       String name,
@@ -50,7 +57,9 @@ public final class DataLayerInfo {
       String[] topTypes,
       boolean[] transposed,
       int[][] sampleShapes,
-      int batchSize) {
+      int batchSize,
+      String[] columnSelect,
+      boolean imageEncoded) {
     this.name = name;
     this.type = type;
     this.sourceClass = sourceClass;
@@ -63,5 +72,7 @@ public final class DataLayerInfo {
     this.transposed = transposed;
     this.sampleShapes = sampleShapes;
     this.batchSize = batchSize;
+    this.columnSelect = columnSelect;
+    this.imageEncoded = imageEncoded;
   }
 }

@@ -50,6 +50,20 @@ public final class NativeLib {
    * directory ({@code prefixIsDirectory}, which the caller checks on its file system) gets the
    * solver file's name without extension appended; any other prefix is kept.
    */
+  /**
+   * A snapshot file's bytes (binary proto, as the trainer gives them) in Caffe's HDF5 format
+   * ({@code snapshot_format: HDF5}): a model ({@code .caffemodel.h5}), or with {@code state} a
+   * solver state ({@code .solverstate.h5}), whose {@code learned_net} becomes {@code learnedNet}
+   * unless null. {@code source} names it in messages.
+   *
+   * @throws io.cortado.CortadoException when the build has no HDF5, or the bytes do not parse
+   */
+  public static native byte[] snapshotToHdf5(
+      byte[] bytes, boolean state, String learnedNet, String source);
+
+  /** The reverse of {@link #snapshotToHdf5}: an HDF5 model or state as binary proto bytes. */
+  public static native byte[] snapshotFromHdf5(byte[] bytes, boolean state, String source);
+
   public static native String snapshotPrefix(
       String solverFile, String prefix, boolean prefixIsDirectory);
 

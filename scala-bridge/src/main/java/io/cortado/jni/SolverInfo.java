@@ -25,6 +25,10 @@ public final class SolverInfo {
   public final String snapshotPrefix;
   /** The device the solver asks for: -1 the CPU, n &ge; 0 CUDA device n (Trainer's rule). */
   public final int device;
+  /** {@code solver_mode: GPU}, whether or not this machine has a GPU ({@link #device} says). */
+  public final boolean gpuRequested;
+  /** {@code snapshot_format: HDF5} (Caffe's default is BINARYPROTO). */
+  public final boolean snapshotHdf5;
 
   public SolverInfo(
       String netFile,
@@ -38,7 +42,9 @@ public final class SolverInfo {
       int snapshot,
       boolean snapshotAfterTrain,
       String snapshotPrefix,
-      int device) {
+      int device,
+      boolean gpuRequested,
+      boolean snapshotHdf5) {
     this.netFile = netFile;
     this.netText = netText;
     this.type = type;
@@ -51,5 +57,7 @@ public final class SolverInfo {
     this.snapshotAfterTrain = snapshotAfterTrain;
     this.snapshotPrefix = snapshotPrefix;
     this.device = device;
+    this.gpuRequested = gpuRequested;
+    this.snapshotHdf5 = snapshotHdf5;
   }
 }

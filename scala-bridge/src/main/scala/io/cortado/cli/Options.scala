@@ -34,6 +34,8 @@ import scala.util.Try
  *                      snapshot)
  * @param persistent    -persistent: cache the training data on the executors' local disks
  * @param resize        -resize: resize input images to the data layer's shape
+ * @param skipCorrupt   -skipCorrupt: leave out rows whose image cannot be decoded (each named in
+ *                      the executor's log) rather than fail
  * @param lmdbPartitions -lmdb_partitions: partitions an LMDB source is read in (0: Spark's
  *                      default parallelism; CaffeOnSpark's default was the cluster size)
  * @param toolFlags     CaffeOnSpark's flags of its conversion tools, given here (accepted, as
@@ -58,6 +60,7 @@ final case class Options(
     maxAttempts: Int = 3,
     persistent: Boolean = false,
     resize: Boolean = false,
+    skipCorrupt: Boolean = false,
     lmdbPartitions: Int = 0,
     toolFlags: Seq[(String, String)] = Seq.empty) {
 
@@ -99,7 +102,9 @@ object Options {
       |  -maxAttempts N       training jobs before giving up, each after a failure resuming
       |                       from the newest snapshot (default 3)
       |  -persistent          cache the training data on the executors' local disks
-      |  -resize              resize input images to the data layer's shape
+      |  -resize              resize input images to the data layer's height and width
+      |  -skipCorrupt         leave out rows whose image cannot be decoded (logged) rather
+      |                       than fail
       |  -lmdb_partitions N   partitions an LMDB source is read in (default: Spark's default
       |                       parallelism)
       |  -imageRoot, -labelFile, -captionFile, -captionLength, -vocabSize, -imageCaptionDFDir,
@@ -115,7 +120,7 @@ object Options {
     Set("conf", "features", "label", "outputFormat", "model", "output", "weights", "snapshot",
       "devices", "connection", "connectionFallback", "clusterSize", "comm", "maxAttempts",
       "lmdb_partitions") ++ ToolFlags
-  private val switches = Set("train", "test", "persistent", "resize")
+  private val switches = Set("train", "test", "persistent", "resize", "skipCorrupt")
 
   /** The options, or an error message (followed by Usage when shown to a user). */
   def parse(args: Seq[String]): Either[String, Options] = {
@@ -152,6 +157,7 @@ object Options {
     case "test" => o.copy(test = true)
     case "persistent" => o.copy(persistent = true)
     case "resize" => o.copy(resize = true)
+    case "skipCorrupt" => o.copy(skipCorrupt = true)
     case "conf" => o.copy(conf = value)
     case "label" => o.copy(label = value)
     case "model" => o.copy(model = value)

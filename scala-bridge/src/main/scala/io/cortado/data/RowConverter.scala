@@ -5,6 +5,7 @@ import org.apache.spark.sql.Row
 import org.apache.spark.sql.types._
 
 import io.cortado.CortadoConfigException
+import io.cortado.jni.NativeImage
 
 /**
  * What one feed-layer top reads: the DataFrame column `column`, one sample of shape `shape`
@@ -20,18 +21,31 @@ final case class TopSpec(layer: String, top: String, column: String, shape: Seq[
 }
 
 /**
+ * What to do with images that are not as a top needs them.
+ *
+ * @param resize      resize an image of another height and width to the top's (bilinear), as
+ *                    CaffeOnSpark's `-resize`; else such an image fails its row
+ * @param skipCorrupt leave out rows whose image cannot be decoded (the executor's log names
+ *                    each); else such a row fails the job, naming it
+ */
+final case class ImageOptions(resize: Boolean = false, skipCorrupt: Boolean = false)
+
+/**
  * Turns DataFrame rows into feed samples (one `Array[Float]` per top, as [[BatchFeeder]] takes
  * them). Supported columns: arrays of float, double, int, long, short or byte (exactly the
- * sample's size), numeric scalars (samples of one value), and binary (raw uint8 pixels in the
- * top's C x H x W order, one byte per value). The schema is checked when the converter is built
- * (in the driver, before any job); array and binary lengths and nulls are checked per row. Both
- * throw CortadoConfigException naming the column and the expected shape.
+ * sample's size), numeric scalars (samples of one value), strings holding a number (a label
+ * such as "7"), and binary: raw uint8 pixels in the top's C x H x W order (one byte per value),
+ * or a JPEG or PNG file, decoded natively into the top's channels (1: gray, 3: BGR color) and,
+ * with `images.resize`, resized to its height and width. The schema is checked when the
+ * converter is built (in the driver, before any job); array and binary lengths, images and
+ * nulls are checked per row. Both throw CortadoConfigException naming the column and the
+ * expected shape.
  *
  * The rows given to [[apply]] hold the specs' columns first, in order (select them so); any
  * further columns are ignored.
  */
-final class RowConverter private (specs: Seq[TopSpec], kinds: Seq[DataType])
-    extends Serializable {
+final class RowConverter private (specs: Seq[TopSpec], kinds: Seq[DataType],
+    images: ImageOptions) extends Serializable {
 
   /** The number of leading columns read: one per spec. */
   val width: Int = specs.length
@@ -39,12 +53,16 @@ final class RowConverter private (specs: Seq[TopSpec], kinds: Seq[DataType])
   private val converters: Array[(Row, Long) => Array[Float]] =
     specs.indices.map(i => converter(specs(i), kinds(i), i)).toArray
 
-  /** The samples of `row` (`index` numbers the row in messages). */
+  /**
+   * The samples of `row` (`index` numbers the row in messages); null when the row holds a
+   * corrupt image and `images.skipCorrupt` leaves it out.
+   */
   def apply(row: Row, index: Long): Array[Array[Float]] = {
     val out = new Array[Array[Float]](converters.length)
     var i = 0
     while (i < converters.length) {
       out(i) = converters(i)(row, index)
+      if (out(i) == null) return null
       i += 1
     }
     out
@@ -60,11 +78,28 @@ final class RowConverter private (specs: Seq[TopSpec], kinds: Seq[DataType])
     kind match {
       case BinaryType => (row, index) =>
         val bytes = if (row.isNullAt(column)) null else row.getAs[Array[Byte]](column)
-        checked(row, index, if (bytes == null) -1 else bytes.length)
-        val values = new Array[Float](n)
-        var j = 0
-        while (j < n) { values(j) = (bytes(j) & 0xff).toFloat; j += 1 }
-        values
+        if (bytes != null && bytes.length != n && NativeImage.looksEncoded(bytes)) {
+          if (spec.shape.length != 3) {
+            fail(spec, kind, s"row $index holds an encoded image, which needs a top of shape " +
+              "channels x height x width")
+          }
+          NativeImage.decode(bytes, spec.shape(0), spec.shape(1), spec.shape(2), images.resize,
+            images.skipCorrupt, s"column '${spec.column}', row $index")
+        } else {
+          checked(row, index, if (bytes == null) -1 else bytes.length)
+          val values = new Array[Float](n)
+          var j = 0
+          while (j < n) { values(j) = (bytes(j) & 0xff).toFloat; j += 1 }
+          values
+        }
+      case StringType => (row, index) =>
+        if (row.isNullAt(column)) fail(spec, kind, s"row $index is null")
+        val text = row.getString(column)
+        try Array(text.trim.toFloat)
+        catch {
+          case _: NumberFormatException =>
+            fail(spec, kind, s"row $index holds '$text', not a number")
+        }
       case ArrayType(_: NumericType, _) => (row, index) =>
         val seq = if (row.isNullAt(column)) null else row.getSeq[Any](column)
         checked(row, index, if (seq == null) -1 else seq.length)
@@ -94,7 +129,8 @@ object RowConverter {
    * CortadoConfigException when a spec's column is missing, of an unsupported type, or a scalar
    * while the top needs more than one value.
    */
-  def apply(schema: StructType, specs: Seq[TopSpec]): RowConverter = {
+  def apply(schema: StructType, specs: Seq[TopSpec],
+      images: ImageOptions = ImageOptions()): RowConverter = {
     val kinds = specs.map { spec =>
       val field = schema.fields.find(_.name == spec.column).getOrElse {
         throw new CortadoConfigException(
@@ -103,14 +139,15 @@ object RowConverter {
       }
       field.dataType match {
         case BinaryType | ArrayType(_: NumericType, _) =>
-        case _: NumericType =>
+        case _: NumericType | StringType =>
           if (spec.size != 1) fail(spec, field.dataType, "it holds one value per row")
         case other =>
-          fail(spec, other, "supported are arrays of numbers, numbers, and binary (uint8 pixels)")
+          fail(spec, other, "supported are arrays of numbers, numbers, strings holding a " +
+            "number, and binary (uint8 pixels, or a JPEG or PNG image)")
       }
       field.dataType
     }
-    new RowConverter(specs, kinds)
+    new RowConverter(specs, kinds, images)
   }
 
   private def fail(spec: TopSpec, kind: DataType, what: String): Nothing =

@@ -56,6 +56,11 @@ import io.cortado.cli.Options
  *                   and the same failure at the same iteration twice, end the run at once
  * @param idColumn   the column features() copies into its output as the row id; when the
  *                   DataFrame lacks it, the id is the row's number (a long) in the data
+ * @param resizeImages images (encoded, or raw of another size) are resized to the feed top's
+ *                   height and width (-resize); else an image of another size fails its row
+ * @param skipCorruptImages rows whose JPEG or PNG image cannot be decoded are left out, each
+ *                   named in the executor's log (-skipCorrupt); else such a row fails the job,
+ *                   naming it
  */
 final case class Config(
     solverFile: String,
@@ -73,7 +78,14 @@ final case class Config(
     connectionFallback: String = "",
     startTimeoutSeconds: Double = 120,
     commTimeoutSeconds: Double = 120,
-    maxAttempts: Int = 3)
+    maxAttempts: Int = 3,
+    resizeImages: Boolean = false,
+    skipCorruptImages: Boolean = false) {
+
+  /** The image settings as the row converters and image sources take them. */
+  def imageOptions: io.cortado.data.ImageOptions =
+    io.cortado.data.ImageOptions(resizeImages, skipCorruptImages)
+}
 
 object Config {
 
@@ -82,5 +94,5 @@ object Config {
     Config(o.conf, model = o.model, weights = o.weights, snapshot = o.snapshot,
       devices = o.devices, clusterSize = o.clusterSize, backend = o.comm,
       connection = o.connection, connectionFallback = o.connectionFallback,
-      maxAttempts = o.maxAttempts)
+      maxAttempts = o.maxAttempts, resizeImages = o.resize, skipCorruptImages = o.skipCorrupt)
 }

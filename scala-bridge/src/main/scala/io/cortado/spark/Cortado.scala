@@ -103,7 +103,7 @@ final class Cortado(@transient val spark: SparkSession) {
     lazy val prefix = JobPlan.snapshotPrefix(config, plan.info, hadoopConf)
     val resume = JobPlan.resumeFrom(config, prefix, hadoopConf)
     val snapshots = SnapshotPlan(if (interval > 0) Some(prefix) else None,
-      config.snapshotInterval, new SerializableConfiguration(hadoopConf))
+      config.snapshotInterval, new SerializableConfiguration(hadoopConf), plan.info.snapshotHdf5)
     // Before training: a model or snapshot that cannot be written would be lost after it.
     HadoopFiles.checkWritable(config.model, hadoopConf)
     snapshots.prefix.foreach(p => HadoopFiles.checkWritable(s"${p}_iter_0.caffemodel", hadoopConf))
@@ -212,7 +212,7 @@ final class Cortado(@transient val spark: SparkSession) {
     if (bytes.isEmpty) {
       throw new CortadoConfigException(s"${config.model} is empty (0 bytes), not a .caffemodel")
     }
-    bytes
+    JobPlan.protoBytes(bytes, state = false, config.model)
   }
 
   /** [[test]] for Java. */

@@ -60,8 +60,7 @@ object CortadoOnSpark {
       |CPU replicas); gradients go between workers through -connection (ethernet: tcp;
       |infiniband: ucx over RDMA, which every host must have unless -connectionFallback
       |ethernet lets ucx run over TCP) or -comm (mpi: OpenMPI, which needs ompi-server).
-      |-persistent is accepted and ignored (the tasks keep their data in memory); -resize is
-      |accepted and ignored (image columns must already have the layer's shape).""".stripMargin
+      |-persistent is accepted and ignored (the tasks keep their data in memory).""".stripMargin
 
   def main(args: Array[String]): Unit = {
     var session: SparkSession = null
@@ -124,10 +123,6 @@ object CortadoOnSpark {
       err.println("CortadoOnSpark: note: -persistent is ignored: the training task keeps its " +
         "data in memory")
     }
-    if (o.resize) {
-      err.println("CortadoOnSpark: note: -resize is ignored: image columns must already have " +
-        "the data layer's shape")
-    }
     o.toolFlags.foreach { case (name, _) =>
       err.println(s"CortadoOnSpark: note: -$name is a flag of CaffeOnSpark's conversion tools " +
         "(Binary2DataFrame, Binary2Sequence, CocoDataSetConverter), not of training; ignored")
@@ -147,6 +142,7 @@ object CortadoOnSpark {
       case l: LmdbDataSource if o.lmdbPartitions > 0 =>
         LmdbSource.load(spark, l.source, l.dataColumn, l.labelColumn,
           partitions = o.lmdbPartitions, owner = l.owner)
+      case i: ImageSource => i.copy(images = config.imageOptions).load(spark)
       case other => other.load(spark)
     }
 

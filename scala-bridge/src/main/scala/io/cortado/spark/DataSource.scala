@@ -14,7 +14,7 @@ import io.cortado.jni.{DataLayerInfo, NativeLib, NativeNet}
  * CoSData layer with `source_class: "com.yahoo.ml.caffe.LMDB"` names an LMDB database
  * (`memory_data_param.source` or `cos_data_param.source`: [[LmdbDataSource]]).
  */
-sealed trait DataSource {
+trait DataSource {
 
   /** The feed layer's name. */
   def layer: String
@@ -117,18 +117,37 @@ object DataSource {
     }
   }
 
-  /** A MemoryData layer with source_class: LMDB only; its tops name the columns. */
+  /**
+   * A MemoryData layer with source_class LMDB, ImageDataFrame or SeqImageDataSource; its tops
+   * name the columns.
+   */
   private def memoryData(layer: DataLayerInfo, owner: String, phase: String): DataSource = {
     val sourceClass = layer.sourceClass
-    if (sourceClass != LmdbSource.SourceClass) {
+    val imageClasses = Set(ImageSource.DataFrameClass, ImageSource.SequenceClass)
+    if (sourceClass != LmdbSource.SourceClass && !imageClasses(sourceClass)) {
       throw new CortadoConfigException(
         s"$owner: source_class $sourceClass is not supported on a MemoryData layer; it reads " +
-          s"an LMDB database with source_class: $Quoted (DataFrames are " +
-          "read by CoSData layers)")
+          s"an LMDB database with source_class: $Quoted, a DataFrame of images with " +
+          s"${ImageSource.DataFrameClass} or a sequence file of images with " +
+          s"${ImageSource.SequenceClass} (other DataFrames are read by CoSData layers)")
     }
     if (layer.source.isEmpty) {
       throw new CortadoConfigException(
-        s"$owner: memory_data_param.source is not set: it names the $phase LMDB database")
+        s"$owner: memory_data_param.source is not set: it names the $phase " +
+          (if (sourceClass == LmdbSource.SourceClass) "LMDB database" else "images"))
+    }
+    if (imageClasses(sourceClass)) {
+      val columns = layer.columns.toSeq
+      val shape = layer.sampleShapes.headOption.map(_.toSeq).getOrElse(Seq.empty)
+      if (shape.size != 3 || columns.isEmpty || columns.size > 2 ||
+        columns.contains("id") || columns.distinct.size != columns.size) {
+        throw new CortadoConfigException(
+          s"$owner: an image source needs channels, height and width (memory_data_param) and " +
+            "one or two tops (data, then label) named other than 'id'")
+      }
+      return ImageSource(layer.name, layer.source, sourceClass, layer.dataframeFormat,
+        layer.columnSelect.toSeq, layer.imageEncoded, columns.head, columns.lift(1), shape,
+        owner)
     }
     val columns = layer.columns.toSeq
     val lmdb = lmdbSource(layer, owner, columns.headOption.getOrElse("data"), columns.lift(1))

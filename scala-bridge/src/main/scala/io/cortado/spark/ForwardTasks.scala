@@ -57,10 +57,12 @@ private[spark] object ForwardTasks {
     val idColumn = converter.width
     val ids = ArrayBuffer.empty[Any]
     var index = -1L
-    val samples = rows.map { row =>
+    // A row the converter skips (a corrupt image) is left out, with its id.
+    val samples = rows.flatMap { row =>
       index += 1
-      ids += (if (hasId) row.get(idColumn) else index)
-      converter(row, index)
+      val sample = converter(row, index)
+      if (sample != null) ids += (if (hasId) row.get(idColumn) else index)
+      Option(sample)
     }.toArray
     val batchSize = conf.batchSize
     val out = ArrayBuffer.empty[Row]

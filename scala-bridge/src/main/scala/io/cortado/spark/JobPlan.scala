@@ -10,7 +10,7 @@ import org.apache.spark.sql.types.StructType
 import org.slf4j.LoggerFactory
 
 import io.cortado.{CortadoConfigException, CortadoIOException}
-import io.cortado.data.{RowConverter, TopSpec}
+import io.cortado.data.{ImageOptions, RowConverter, TopSpec}
 import io.cortado.jni.{DataLayerInfo, NativeLib, NativeNet, SolverInfo}
 import io.cortado.storage.{HadoopFiles, SerializableConfiguration, Snapshots}
 
@@ -60,11 +60,13 @@ private[spark] final case class Resume(weights: Option[Array[Byte]], state: Opti
  *                 interval is 0), so the closing one of snapshot_after_train is dropped too
  * @param interval Config.snapshotInterval: the session's snapshot interval when >= 0; negative
  *                 keeps the solver's
+ * @param hdf5     the solver's snapshot_format: HDF5 (Caffe's HDF5 files), else binary protos
  */
 private[spark] final case class SnapshotPlan(
     prefix: Option[String],
     interval: Int,
-    hadoopConf: SerializableConfiguration)
+    hadoopConf: SerializableConfiguration,
+    hdf5: Boolean = false)
 
 /**
  * The driver's side of a job: reads and validates the solver and its net natively (a bad
@@ -90,6 +92,7 @@ private[spark] object JobPlan {
     NativeLib.validateNet(netText, netSource)
     val feed = feedLayer(netText, netSource, phase)
     val specs = topSpecs(feed, netSource)
+    val images = ImageOptions(config.resizeImages, config.skipCorruptImages)
     val validation = validationSchema.map { valSchema =>
       val interval = info.testInterval
       val testIter = info.testIter.headOption.getOrElse(0)
@@ -101,7 +104,7 @@ private[spark] object JobPlan {
       val testFeed = feedLayer(netText, netSource, NativeNet.TEST)
       val testSpecs = topSpecs(testFeed, netSource)
       Validation(s"${phaseName(NativeNet.TEST)}/${testFeed.name}", testSpecs,
-        RowConverter(valSchema, testSpecs))
+        RowConverter(valSchema, testSpecs, images))
     }
     val (outputs, blobNames) =
       if (phase == NativeNet.TEST) {
@@ -110,7 +113,7 @@ private[spark] object JobPlan {
       } else (Seq.empty[String], Seq.empty[String])
     val conf = NetConf(solverText, config.solverFile, netText, netSource,
       s"${phaseName(phase)}/${feed.name}", feed.batchSize)
-    Plan(conf, specs, RowConverter(schema, specs), outputs, blobNames, info, validation)
+    Plan(conf, specs, RowConverter(schema, specs, images), outputs, blobNames, info, validation)
   }
 
   def phaseName(phase: Int): String = if (phase == NativeNet.TRAIN) "TRAIN" else "TEST"
@@ -226,9 +229,22 @@ private[spark] object JobPlan {
           Resume(None, None)
       }
     } else {
+      def read(path: String, state: Boolean) =
+        protoBytes(HadoopFiles.readBytes(path, conf), state, path)
       Resume(
-        if (config.weights.isEmpty) None else Some(HadoopFiles.readBytes(config.weights, conf)),
-        if (config.snapshot.isEmpty) None else Some(HadoopFiles.readBytes(config.snapshot, conf)))
+        if (config.weights.isEmpty) None else Some(read(config.weights, state = false)),
+        if (config.snapshot.isEmpty) None else Some(read(config.snapshot, state = true)))
     }
   }
+
+  private val Hdf5Signature = Array[Byte](0x89.toByte, 'H', 'D', 'F', '\r', '\n', 0x1a, '\n')
+
+  /**
+   * A model's (or with `state`, a solver state's) bytes as binary proto: an HDF5 file (Caffe's
+   * snapshot_format HDF5, whatever its name) is converted natively; others are as they are.
+   */
+  def protoBytes(bytes: Array[Byte], state: Boolean, name: String): Array[Byte] =
+    if (bytes.length >= 8 && bytes.take(8).sameElements(Hdf5Signature)) {
+      NativeLib.snapshotFromHdf5(bytes, state, name)
+    } else bytes
 }

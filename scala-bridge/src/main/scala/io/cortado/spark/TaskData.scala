@@ -63,11 +63,18 @@ private[spark] object TaskData {
       case _ => true
     }
 
-  /** Converts every row (numbered from 0 in messages); throws when there is none. */
+  /**
+   * Converts every row (numbered from 0 in messages), leaving out those the converter skips (a
+   * corrupt image); throws when none is left.
+   */
   def cache(converter: RowConverter, rows: Iterator[Row]): Array[Sample] = {
     var index = -1L
-    val samples = rows.map { row => index += 1; converter(row, index) }.toArray
-    if (samples.isEmpty) throw new CortadoConfigException("the DataFrame has no rows")
+    val samples = rows.map { row => index += 1; converter(row, index) }.filter(_ != null).toArray
+    if (samples.isEmpty) {
+      throw new CortadoConfigException(
+        if (index < 0) "the DataFrame has no rows"
+        else s"none of the DataFrame's ${index + 1} rows is usable (each holds a corrupt image)")
+    }
     samples
   }
 
@@ -81,9 +88,15 @@ private[spark] object TaskData {
       : (Array[Sample], Array[Sample]) = {
     val trainRows = ArrayBuffer.empty[Sample]
     val testRows = ArrayBuffer.empty[Sample]
+    var (trainIndex, testIndex) = (-1L, -1L)
+    // A row the converter skips (a corrupt image) is left out.
     rows.foreach {
-      case (0, row) => trainRows += converter(row, trainRows.size.toLong)
-      case (_, row) => testRows += validation.get(row, testRows.size.toLong)
+      case (0, row) =>
+        trainIndex += 1
+        Option(converter(row, trainIndex)).foreach(trainRows += _)
+      case (_, row) =>
+        testIndex += 1
+        Option(validation.get(row, testIndex)).foreach(testRows += _)
     }
     if (trainRows.isEmpty) throw new CortadoConfigException(s"$what has no rows")
     if (validation.isDefined && testRows.isEmpty) {

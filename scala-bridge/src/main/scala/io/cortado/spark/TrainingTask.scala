@@ -11,7 +11,7 @@ import org.apache.spark.sql.Row
 import io.cortado.{CortadoCommException, CortadoConfigException}
 import io.cortado.api.SolverSnapshot
 import io.cortado.data.{BatchFeeder, RowConverter}
-import io.cortado.jni.{NativeComm, NativeFeed, NativeTrainer, TrainerListener}
+import io.cortado.jni.{NativeComm, NativeFeed, NativeLib, NativeTrainer, TrainerListener}
 import io.cortado.spark.TaskData.Sample
 import io.cortado.storage.Snapshots
 
@@ -54,6 +54,12 @@ private[spark] object TrainingTask {
       val channel = new Progress.Client(if (rank == 0) Some(progress) else None)
       try {
         if (rank == 0) {
+          if (devices.forall(_ < 0) &&
+            NativeLib.solverInfo(conf.solverText, conf.solverSource).gpuRequested) {
+            channel.send(LogEvent("solver_mode is GPU, but the executor on " +
+              s"${java.net.InetAddress.getLocalHost.getHostName} has no CUDA device (or this " +
+              "build has no CUDA): training on the CPU"))
+          }
           joined.foreach { j =>
             channel.send(LogEvent(describe(workers, j)))
             // What the backend chose: for ucx, the transport of each connection (RDMA or TCP).
@@ -175,12 +181,15 @@ private[spark] object TrainingTask {
       snapshots.prefix.foreach { prefix =>
         val t0 = System.nanoTime()
         // The state already names the model by the file name Snapshots gives it.
-        val files = Snapshots.write(iter, prefix, snapshots.hadoopConf.value) { _ =>
-          SolverSnapshot(model, state)
-        }
+        val files =
+          Snapshots.write(iter, prefix, snapshots.hadoopConf.value, snapshots.hdf5) { _ =>
+            SolverSnapshot(model, state)
+          }
         storingNanos += System.nanoTime() - t0
-        channel.send(LogEvent(s"Snapshotting to binary proto file ${files.model}"))
-        channel.send(LogEvent(s"Snapshotting solver state to binary proto file ${files.state}"))
+        // Caffe's lines for each format.
+        val kind = if (snapshots.hdf5) "HDF5" else "binary proto"
+        channel.send(LogEvent(s"Snapshotting to $kind file ${files.model}"))
+        channel.send(LogEvent(s"Snapshotting solver state to $kind file ${files.state}"))
       }
   }
 

@@ -11,9 +11,13 @@ import org.slf4j.LoggerFactory
 
 import io.cortado.CortadoIOException
 import io.cortado.api.{Solver, SolverSnapshot}
+import io.cortado.jni.NativeLib
 
-/** A snapshot's two files: Caffe's `<prefix>_iter_<iter>.caffemodel` and `.solverstate`. */
-final case class SnapshotFiles(iter: Int, model: String, state: String)
+/**
+ * A snapshot's two files: Caffe's `<prefix>_iter_<iter>.caffemodel` and `.solverstate`, or with
+ * `hdf5` (the solver's `snapshot_format: HDF5`) `.caffemodel.h5` and `.solverstate.h5`.
+ */
+final case class SnapshotFiles(iter: Int, model: String, state: String, hdf5: Boolean = false)
 
 /**
  * Solver snapshots on any Hadoop path, named as Caffe names them, so that `cortado train
@@ -26,16 +30,21 @@ final case class SnapshotFiles(iter: Int, model: String, state: String)
  * marks the newest complete snapshot, and every complete snapshot written here has its
  * digests, which [[read]] checks: a snapshot damaged after it was written is refused rather
  * than resumed from. Writing over a snapshot of the same iteration removes its state first.
- * (Caffe's own snapshots have no digests and are read as they are.)
+ * (Caffe's own snapshots have no digests and are read as they are.) In HDF5 format the files
+ * hold Caffe's HDF5 layout (converted natively from the session's binary protos, and back when
+ * read, so [[read]] always gives binary protos).
  */
 object Snapshots {
 
   /** The digests' file of a snapshot. */
   def checksums(files: SnapshotFiles): String =
-    files.state.stripSuffix(".solverstate") + ".sha256"
+    files.state.stripSuffix(".h5").stripSuffix(".solverstate") + ".sha256"
 
-  def files(prefix: String, iter: Int): SnapshotFiles =
-    SnapshotFiles(iter, s"${prefix}_iter_$iter.caffemodel", s"${prefix}_iter_$iter.solverstate")
+  def files(prefix: String, iter: Int, hdf5: Boolean = false): SnapshotFiles = {
+    val ext = if (hdf5) ".h5" else ""
+    SnapshotFiles(iter, s"${prefix}_iter_$iter.caffemodel$ext",
+      s"${prefix}_iter_$iter.solverstate$ext", hdf5)
+  }
 
   /** Snapshots `solver` under `prefix` (a path without extension: "hdfs:///models/lenet"). */
   def write(solver: Solver, prefix: String, conf: Configuration): SnapshotFiles =
@@ -45,10 +54,15 @@ object Snapshots {
    * Writes the snapshot `take` gives for iteration `iter` under `prefix`; `take` gets the
    * model's file name for the state to name (a solver reached through its raw handle).
    */
-  def write(iter: Int, prefix: String, conf: Configuration)(
+  def write(iter: Int, prefix: String, conf: Configuration, hdf5: Boolean = false)(
       take: String => SolverSnapshot): SnapshotFiles = {
-    val f = files(prefix, iter)
-    val snapshot = take(new Path(f.model).getName)
+    val f = files(prefix, iter, hdf5)
+    val taken = take(new Path(f.model).getName)
+    val snapshot =
+      if (!hdf5) taken
+      else SolverSnapshot(NativeLib.snapshotToHdf5(taken.model, false, null, f.model),
+        // As Caffe names it in an HDF5 state: the model file beside it.
+        NativeLib.snapshotToHdf5(taken.state, true, new Path(f.model).getName, f.state))
     // A snapshot of this iteration from an earlier run is uncommitted before its files change.
     HadoopFiles.delete(f.state, conf)
     val modelDigest = writeChecked(f.model, snapshot.model, conf)
@@ -81,7 +95,9 @@ object Snapshots {
           }
       }
     }
-    snapshot
+    if (!files.hdf5) snapshot
+    else SolverSnapshot(NativeLib.snapshotFromHdf5(snapshot.model, false, files.model),
+      NativeLib.snapshotFromHdf5(snapshot.state, true, files.state))
   }
 
   /** Writes `bytes` atomically, reads them back and checks them; returns their SHA-256 (hex). */
@@ -104,11 +120,15 @@ object Snapshots {
   /** [[latest]], leaving out the iterations in `skip`. */
   def latestBelow(prefix: String, conf: Configuration, skip: Set[Int]): Option[SnapshotFiles] = {
     val p = new Path(prefix)
-    val pattern = (java.util.regex.Pattern.quote(p.getName) + """_iter_(\d+)\.solverstate""").r
-    val iters = HadoopFiles.listNames(p.getParent.toString, conf).collect {
-      case pattern(iter) if !skip(iter.toInt) => iter.toInt
+    val pattern =
+      (java.util.regex.Pattern.quote(p.getName) + """_iter_(\d+)\.solverstate(\.h5)?""").r
+    val found = HadoopFiles.listNames(p.getParent.toString, conf).collect {
+      case pattern(iter, h5) if !skip(iter.toInt) => (iter.toInt, h5 != null)
     }
-    iters.sorted.reverseIterator.map(files(prefix, _)).find(f => HadoopFiles.exists(f.model, conf))
+    // Newest first; of two formats of one iteration, the binary proto.
+    found.sortBy { case (iter, h5) => (-iter, h5) }.iterator
+      .map { case (iter, h5) => files(prefix, iter, h5) }
+      .find(f => HadoopFiles.exists(f.model, conf))
   }
 }
 

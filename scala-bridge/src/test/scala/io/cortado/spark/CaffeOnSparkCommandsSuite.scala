@@ -186,6 +186,39 @@ class CaffeOnSparkCommandsSuite extends AnyFunSuite with PerTest {
     }
   }
 
+  test("snapshot_format: HDF5 writes Caffe's HDF5 snapshots; -weights and -snapshot resume " +
+      "from them") {
+    withLeNet { (dir, _) =>
+      val text = solverText("lenet_memory_train_test.prototxt") + "snapshot_format: HDF5\n"
+      val h5 = write(dir.resolve("conf"), "h5_solver.prototxt", text)
+      val models = Files.createDirectories(dir.resolve("h5"))
+      val r = cos("-train", "-conf", h5, "-model", uri(models, "lenet.caffemodel"))
+      assert(r.code === 0, r.err)
+      def names() = Files.list(models).toArray.map(_.asInstanceOf[Path].getFileName.toString)
+        .filterNot(_.startsWith(".")).toSet
+      assert(names() === Set("lenet.caffemodel") ++ Seq(50, 100).flatMap { i =>
+        Seq("caffemodel.h5", "solverstate.h5", "sha256").map(ext => s"mnist_lenet_iter_$i.$ext")
+      })
+      val signature = Seq(0x89, 'H', 'D', 'F', '\r', '\n', 0x1a, '\n').map(_.toByte)
+      Seq("caffemodel.h5", "solverstate.h5").foreach { ext =>
+        val bytes = Files.readAllBytes(models.resolve(s"mnist_lenet_iter_100.$ext"))
+        assert(bytes.take(8).toSeq === signature, ext)
+      }
+      val longer = write(dir.resolve("conf"), "h5_longer.prototxt",
+        text.replace("max_iter: 100", "max_iter: 150"))
+      val resumed = cos("-train", "-conf", longer, "-model", uri(models, "more.caffemodel"),
+        "-weights", uri(models, "mnist_lenet_iter_100.caffemodel.h5"),
+        "-snapshot", uri(models, "mnist_lenet_iter_100.solverstate.h5"))
+      assert(resumed.code === 0, resumed.err)
+      // Resumed at 100: the next snapshot is the closing one at 150, none at 50 again.
+      assert(names().contains("mnist_lenet_iter_150.solverstate.h5"), names())
+      val tested = cos("-test", "-conf", h5, "-model",
+        uri(models, "mnist_lenet_iter_150.caffemodel.h5"))
+      assert(tested.code === 0, tested.err)
+      assert(tested.out.contains("accuracy = "), tested.out)
+    }
+  }
+
   test("every flag of CaffeOnSpark's Config is accepted; the unused ones say so in one line") {
     withLeNet { (dir, solver) =>
       val r = cos("-test", "-conf", solver, "-model", uri(dir, "missing.model"),
@@ -202,6 +235,30 @@ class CaffeOnSparkCommandsSuite extends AnyFunSuite with PerTest {
         assert(notes.count(_.contains(s"-$flag ")) === 1, s"-$flag: $notes")
       }
       assert(!notes.exists(_.contains("-lmdb_partitions")), notes)
+    }
+  }
+
+  test("solver_mode: GPU where the executors have no GPU: training runs on the CPU and says so") {
+    withLeNet { (dir, solver) =>
+      val text = solverText("lenet_memory_train_test.prototxt").replace("solver_mode: CPU",
+        "solver_mode: GPU")
+      val gpu = write(dir.resolve("conf"), "gpu_solver.prototxt", text)
+      val info = io.cortado.jni.NativeLib.solverInfo(text, gpu)
+      assert(info.gpuRequested)
+      assume(info.device < 0, "this machine has a GPU: the solver would train there")
+      val logged = new java.util.concurrent.ConcurrentLinkedQueue[String]()
+      val cortado = new Cortado(ss)
+      cortado.addProgressListener {
+        case LogEvent(text) => logged.add(text)
+        case _ =>
+      }
+      val source = DataSource.of(gpu, "TRAIN", ss.sparkContext.hadoopConfiguration).load(ss)
+      cortado.train(source, Config(gpu, model = uri(dir, "gpu.model")))
+      assert(Files.size(dir.resolve("gpu.model")) > 0)
+      val said = logged.toArray.map(_.toString).filter(_.startsWith("solver_mode is GPU"))
+      assert(said.length === 1, logged)
+      assert(said.head.endsWith("has no CUDA device (or this build has no CUDA): training on " +
+        "the CPU"), said.head)
     }
   }
 }
