@@ -123,7 +123,15 @@ object Options {
   private val switches = Set("train", "test", "persistent", "resize", "skipCorrupt")
 
   /** The options, or an error message (followed by Usage when shown to a user). */
-  def parse(args: Seq[String]): Either[String, Options] = {
+  def parse(args: Seq[String]): Either[String, Options] = parseFlags(args).flatMap(check)
+
+  /**
+   * [[parse]] without its checks of the whole command line (-conf and -model given, something
+   * to do, -snapshot with -weights and -train, -label with -features): each flag is known and
+   * its value valid. CaffeOnSpark's Config takes any such command line
+   * (io.cortado.caffeonspark.Config).
+   */
+  private[cortado] def parseFlags(args: Seq[String]): Either[String, Options] = {
     @tailrec
     def loop(rest: List[String], seen: Set[String], o: Options): Either[String, Options] =
       rest match {
@@ -149,7 +157,7 @@ object Options {
             }
           }
       }
-    loop(args.toList, Set.empty, Options()).flatMap(check)
+    loop(args.toList, Set.empty, Options())
   }
 
   private def set(o: Options, name: String, value: String): Options = name match {

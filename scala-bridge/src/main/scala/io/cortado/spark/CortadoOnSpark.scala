@@ -131,7 +131,7 @@ object CortadoOnSpark {
     val cortado = new Cortado(spark)
     val config = {
       val c = Config.fromOptions(o)
-      if (o.train) c.copy(snapshotPrefix = snapshotsBesideModel(o, hadoopConf)) else c
+      if (o.train) c.copy(snapshotPrefix = snapshotsBesideModel(o.conf, o.model, hadoopConf)) else c
     }
     // Both sources are checked before any work, so that a bad -test source fails before
     // a long training run rather than after it.
@@ -200,18 +200,22 @@ object CortadoOnSpark {
    * unset, the solver file's name without extension) in -model's directory, so that a job's
    * snapshots land beside its model on HDFS rather than in the driver's working directory. An
    * absolute prefix (or a URI) stays as written; empty (the solver's own) when -model names no
-   * directory.
+   * directory. Also used by io.cortado.caffeonspark.Config.
+   *
+   * @param solverFile the solver prototxt (-conf)
+   * @param model      where the trained model goes (-model)
    */
-  private def snapshotsBesideModel(o: Options, conf: Configuration): String = {
-    val info = NativeLib.solverInfo(JobPlan.readText(o.conf, conf), o.conf)
+  private[cortado] def snapshotsBesideModel(solverFile: String, model: String,
+      conf: Configuration): String = {
+    val info = NativeLib.solverInfo(JobPlan.readText(solverFile, conf), solverFile)
     val given = info.snapshotPrefix
-    val dir = Option(new Path(o.model).getParent)
+    val dir = Option(new Path(model).getParent)
     val absolute = given.startsWith("/") || given.matches("^[A-Za-z][A-Za-z0-9+.-]*:.*")
     if (dir.isEmpty || absolute) ""
     else {
       val name =
         if (given.nonEmpty) given
-        else new Path(o.conf).getName.replaceFirst("\\.[^.]*$", "")
+        else new Path(solverFile).getName.replaceFirst("\\.[^.]*$", "")
       s"${dir.get.toString.stripSuffix("/")}/$name"
     }
   }

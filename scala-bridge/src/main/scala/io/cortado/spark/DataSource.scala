@@ -84,10 +84,7 @@ object DataSource {
    * LMDB on HDFS); CortadoIOException for a missing LMDB database.
    */
   def of(solverFile: String, phase: String, conf: Configuration): DataSource = {
-    val info = NativeLib.solverInfo(JobPlan.readText(solverFile, conf), solverFile)
-    val (netText, netSource) = JobPlan.netOf(solverFile, info, conf)
-    val phaseId = if (phase == "TRAIN") NativeNet.TRAIN else NativeNet.TEST
-    val layers = NativeLib.dataLayers(netText, netSource, phaseId).toSeq
+    val (netSource, layers) = dataLayers(solverFile, phase, conf)
     def describe(l: DataLayerInfo) = s"$netSource: layer '${l.name}' (${l.`type`})"
     layers.filter(_.feed) match {
       case Seq(layer) =>
@@ -115,6 +112,18 @@ object DataSource {
           s"$netSource: the $phase net has ${several.size} feed layers (CoSData, or MemoryData " +
             s"with source_class: ${several.map(_.name).mkString(", ")}); one is supported")
     }
+  }
+
+  /**
+   * The net's name in messages (its file, or the solver's when embedded) and the data layers of
+   * its `phase` ("TRAIN" or "TEST") net, for the solver at `solverFile`, as [[of]] reads them.
+   */
+  private[cortado] def dataLayers(solverFile: String, phase: String, conf: Configuration)
+      : (String, Seq[DataLayerInfo]) = {
+    val info = NativeLib.solverInfo(JobPlan.readText(solverFile, conf), solverFile)
+    val (netText, netSource) = JobPlan.netOf(solverFile, info, conf)
+    val phaseId = if (phase == "TRAIN") NativeNet.TRAIN else NativeNet.TEST
+    (netSource, NativeLib.dataLayers(netText, netSource, phaseId).toSeq)
   }
 
   /**

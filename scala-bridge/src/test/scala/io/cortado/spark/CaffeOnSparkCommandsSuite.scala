@@ -10,15 +10,8 @@ import org.scalatest.funsuite.AnyFunSuite
 import io.cortado.TestDirs.withTempDir
 import io.cortado.jni.NativeLmdbSuite
 
-/**
- * CaffeOnSpark's documented command lines, run as its users run them, on a LeNet-shaped net
- * laid out as CaffeOnSpark's `lenet_memory_train_test.prototxt` (MemoryData layers with
- * `source_class: "com.yahoo.ml.caffe.LMDB"`, Caffe's LeNet solver with test_interval and
- * test_iter), with small generated LMDB databases. Each test asserts what CaffeOnSpark's
- * documentation shows for that command: the columns and rows of the features, `SampleID`,
- * testing during training, where snapshots go.
- */
-class CaffeOnSparkCommandsSuite extends AnyFunSuite with PerTest {
+/** The LeNet-shaped MemoryData/LMDB net and data of [[CaffeOnSparkCommandsSuite]]. */
+object CaffeOnSparkCommandsSuite {
   import CortadoSuite.write
   import NativeLmdbSuite.lmdb
 
@@ -105,9 +98,21 @@ class CaffeOnSparkCommandsSuite extends AnyFunSuite with PerTest {
     body(dir, solver)
   }
 
-  def cos(args: String*): CortadoOnSparkSuite.Result = CortadoOnSparkSuite.runMain(ss, args)
-
   def uri(dir: Path, name: String): String = dir.resolve(name).toUri.toString
+}
+
+/**
+ * CaffeOnSpark's documented command lines, run as its users run them, on a LeNet-shaped net
+ * laid out as CaffeOnSpark's `lenet_memory_train_test.prototxt` (MemoryData layers with
+ * `source_class: "com.yahoo.ml.caffe.LMDB"`, Caffe's LeNet solver with test_interval and
+ * test_iter), with small generated LMDB databases. Each test asserts what CaffeOnSpark's
+ * documentation shows for that command: the columns and rows of the features, `SampleID`,
+ * testing during training, where snapshots go.
+ */
+class CaffeOnSparkCommandsSuite extends AnyFunSuite with PerTest {
+  import CaffeOnSparkCommandsSuite._
+
+  def cos(args: String*): CortadoOnSparkSuite.Result = CortadoOnSparkSuite.runMain(ss, args)
 
   test("-train -features accuracy,loss -label label (CaffeOnSpark's getting-started command)") {
     withLeNet { (dir, solver) =>
