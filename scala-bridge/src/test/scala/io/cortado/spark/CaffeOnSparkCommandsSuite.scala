@@ -111,6 +111,7 @@ object CaffeOnSparkCommandsSuite {
  */
 class CaffeOnSparkCommandsSuite extends AnyFunSuite with PerTest {
   import CaffeOnSparkCommandsSuite._
+  import CortadoSuite.write
 
   def cos(args: String*): CortadoOnSparkSuite.Result = CortadoOnSparkSuite.runMain(ss, args)
 
