@@ -23,8 +23,8 @@ jfloatArray ToSamples(JNIEnv* env, const cortado::DecodedImage& decoded, int hei
   if (decoded.height != height || decoded.width != width) {
     if (!resize) {
       CORTADO_THROW(kInvalidArgument,
-                    "{} is {} x {}; the layer takes {} x {} (resize it, or run with -resize)",
-                    what, decoded.height, decoded.width, height, width);
+                    "{} is {} x {}; the layer takes {} x {} (resize it, or run with -resize)", what,
+                    decoded.height, decoded.width, height, width);
     }
     resized = cortado::ResizeImage(decoded, height, width);
     image = &resized;
@@ -61,10 +61,9 @@ JNIEXPORT jfloatArray JNICALL Java_io_cortado_jni_NativeImage_decode(
     const std::string bytes = cortado::jni::ToBytes(env, data, "data");
     cortado::DecodedImage decoded;
     try {
-      decoded = cortado::DecodeImage(bytes.data(), bytes.size(),
-                                     channels == 1 ? cortado::ColorMode::kGray
-                                                   : cortado::ColorMode::kColor,
-                                     name);
+      decoded = cortado::DecodeImage(
+          bytes.data(), bytes.size(),
+          channels == 1 ? cortado::ColorMode::kGray : cortado::ColorMode::kColor, name);
     } catch (const cortado::Error& e) {
       if (!skip_corrupt || e.code() != cortado::ErrorCode::kParse) throw;
       CORTADO_LOG_WARN("skipped: {}", e.what());

@@ -10,7 +10,6 @@
 #include <cstring>
 #include <fstream>
 #include <iterator>
-
 #include <string>
 #include <vector>
 
@@ -314,11 +313,8 @@ void WriteWholeFile(const std::string& path, const std::string& bytes) {
 
 extern "C" {
 
-JNIEXPORT jbyteArray JNICALL Java_io_cortado_jni_NativeLib_snapshotToHdf5(JNIEnv* env, jclass,
-                                                                         jbyteArray bytes,
-                                                                         jboolean state,
-                                                                         jstring learned_net,
-                                                                         jstring source) {
+JNIEXPORT jbyteArray JNICALL Java_io_cortado_jni_NativeLib_snapshotToHdf5(
+    JNIEnv* env, jclass, jbyteArray bytes, jboolean state, jstring learned_net, jstring source) {
   return jni::Guard(env, jbyteArray{nullptr}, [&] {
     const std::string name = jni::ToStdString(env, source, "source");
     if (!cortado::io::Hdf5Available()) {
@@ -342,9 +338,9 @@ JNIEXPORT jbyteArray JNICALL Java_io_cortado_jni_NativeLib_snapshotToHdf5(JNIEnv
 }
 
 JNIEXPORT jbyteArray JNICALL Java_io_cortado_jni_NativeLib_snapshotFromHdf5(JNIEnv* env, jclass,
-                                                                           jbyteArray bytes,
-                                                                           jboolean state,
-                                                                           jstring source) {
+                                                                            jbyteArray bytes,
+                                                                            jboolean state,
+                                                                            jstring source) {
   return jni::Guard(env, jbyteArray{nullptr}, [&] {
     const std::string name = jni::ToStdString(env, source, "source");
     if (!cortado::io::Hdf5Available()) {

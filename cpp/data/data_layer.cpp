@@ -57,7 +57,7 @@ void DataLayer::DataSetup(const std::vector<Tensor*>& top) {
 void DataLayer::ParseRecord(std::string_view value, const std::string& key,
                             caffe::Datum* datum) const {
   const caffe::TransformationParameter& t = param_.transform_param();
-  const ColorMode color = t.force_color() ? ColorMode::kColor
+  const ColorMode color = t.force_color()  ? ColorMode::kColor
                           : t.force_gray() ? ColorMode::kGray
                                            : ColorMode::kKeep;
   ParseDatumRecord(value, key, reader_->path(), Describe(), datum_shape_, datum, color);

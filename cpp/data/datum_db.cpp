@@ -8,8 +8,8 @@
 namespace cortado {
 
 void ParseDatumRecord(std::string_view value, const std::string& key, const std::string& path,
-                      const std::string& owner, const std::vector<int>& shape,
-                      caffe::Datum* datum, ColorMode color) {
+                      const std::string& owner, const std::vector<int>& shape, caffe::Datum* datum,
+                      ColorMode color) {
   if (!datum->ParseFromArray(value.data(), static_cast<int>(value.size()))) {
     CORTADO_THROW(kIo, "{}: record '{}' of LMDB database '{}' is not a valid Datum ({} bytes)",
                   owner, key, path, value.size());

@@ -10,11 +10,11 @@
 
 #if CORTADO_WITH_IMAGES
 // jpeglib.h needs FILE and size_t declared first.
-#include <csetjmp>
-#include <cstdio>
-
 #include <jpeglib.h>
 #include <png.h>
+
+#include <csetjmp>
+#include <cstdio>
 #endif
 
 namespace cortado {
@@ -23,7 +23,9 @@ namespace {
 constexpr int kMaxSide = 1 << 15;
 constexpr int64_t kMaxPixels = int64_t{1} << 28;
 
-bool IsJpeg(const uint8_t* b, size_t n) { return n >= 3 && b[0] == 0xff && b[1] == 0xd8 && b[2] == 0xff; }
+bool IsJpeg(const uint8_t* b, size_t n) {
+  return n >= 3 && b[0] == 0xff && b[1] == 0xd8 && b[2] == 0xff;
+}
 
 bool IsPng(const uint8_t* b, size_t n) {
   static const uint8_t kSignature[8] = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n'};
@@ -169,8 +171,7 @@ DecodedImage DecodeJpeg(const uint8_t* bytes, size_t size, ColorMode mode,
     case JpegResult::kWarning:
       CORTADO_THROW(kParse, "{}: corrupt JPEG data: {}", what, errors.message);
     case JpegResult::kCmyk:
-      CORTADO_THROW(kInvalidArgument, "{}: a CMYK JPEG image; supported are gray and color",
-                    what);
+      CORTADO_THROW(kInvalidArgument, "{}: a CMYK JPEG image; supported are gray and color", what);
     case JpegResult::kTooLarge:
       CheckSize(height, width, "JPEG", what);
       break;
@@ -182,8 +183,7 @@ DecodedImage DecodeJpeg(const uint8_t* bytes, size_t size, ColorMode mode,
 
 // ---- PNG (libpng's simplified API: no longjmp here) --------------------------------------------
 
-DecodedImage DecodePng(const uint8_t* bytes, size_t size, ColorMode mode,
-                       const std::string& what) {
+DecodedImage DecodePng(const uint8_t* bytes, size_t size, ColorMode mode, const std::string& what) {
   png_image png;
   std::memset(&png, 0, sizeof(png));
   png.version = PNG_IMAGE_VERSION;

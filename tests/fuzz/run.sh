@@ -10,13 +10,13 @@
 # UCX is left out: the parsers need no communicator, and libucs installs signal handlers when it
 # loads, which would stand between a crash and libFuzzer's report.
 # Usage: tests/fuzz/run.sh [SECONDS] [TARGET...]   targets: prototxt caffemodel solverstate datum
-#                                                   idx hdf5 (default: all)
+#                                                   idx image hdf5 (default: all)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 seconds=${1:-30}
 shift || true
 targets=("$@")
-((${#targets[@]})) || targets=(prototxt caffemodel solverstate datum idx hdf5)
+((${#targets[@]})) || targets=(prototxt caffemodel solverstate datum idx image hdf5)
 
 bash tests/sanitizers/install-clang.sh
 cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \

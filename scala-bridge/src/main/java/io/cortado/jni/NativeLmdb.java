@@ -9,7 +9,7 @@ import java.nio.ByteBuffer;
  * Caffe's {@code convert_imageset} and {@code convert_mnist_data} write them: opened read-only,
  * records addressed by their index in key order and decoded in bulk into direct buffers, so that
  * a Spark task reads its range of records with one call per chunk. Every record must have the
- * shape of the first; encoded (JPEG/PNG) datums are not supported.
+ * shape of the first; encoded (JPEG/PNG) datums are decoded natively.
  *
  * <p>A handle is used by one thread at a time and disposed exactly once.
  */
@@ -24,8 +24,8 @@ public final class NativeLmdb {
    * Opens the database directory {@code path} (a local path) read-only and reads its first
    * record, which fixes the shape. {@code owner} starts error messages (the layer or source
    * reading it). Throws CortadoIOException when the path does not exist (naming it) or holds no
-   * LMDB database, CortadoConfigException when it has no records, CortadoException when the first
-   * record is encoded.
+   * LMDB database, CortadoConfigException when it has no records or its first record is a corrupt
+   * image.
    */
   public static native long open(String path, String owner);
 
@@ -45,7 +45,7 @@ public final class NativeLmdb {
    *
    * <p>Throws CortadoConfigException for a range outside the database or buffers that are too
    * small, CortadoIOException naming the key and the path for a record of another shape or one
-   * that is not a Datum, and CortadoException for an encoded record.
+   * that is not a Datum, and CortadoConfigException for a corrupt encoded record.
    */
   public static native byte[] read(
       long handle, long start, int count, ByteBuffer data, ByteBuffer labels);

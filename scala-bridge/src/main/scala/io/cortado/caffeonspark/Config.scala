@@ -36,7 +36,7 @@ import io.cortado.spark.CortadoOnSpark
  *  - A Config made without arguments has the settings of an empty command line (no label,
  *    output "output", 1 device, SOCKET), not CaffeOnSpark's bare defaults (label "label",
  *    0 devices, RDMA).
- *  - [[isRddPersistent]], [[resize]], [[transform_thread_per_device]] and the flags of
+ *  - [[isRddPersistent]], [[transform_thread_per_device]] and the flags of
  *    CaffeOnSpark's conversion tools ([[imageRoot]], [[labelFile]], [[captionFile]],
  *    [[captionLength]], [[vocabSize]], [[imageCaptionDFDir]], [[vocabDir]], [[embeddingDFDir]])
  *    are kept for programs that read them; training does not use them.
@@ -214,7 +214,7 @@ class Config(sc: SparkContext) extends Serializable {
 
   def snapshotModelFile_=(value: String): Unit = _snapshotModelFile = value
 
-  /** -resize: CaffeOnSpark resized images to the layer's shape; Cortado ignores it. */
+  /** -resize: images of another size are resized to the data layer's height and width. */
   def resize: Boolean = _resize
 
   def resize_=(value: Boolean): Unit = _resize = value
@@ -327,7 +327,7 @@ class Config(sc: SparkContext) extends Serializable {
       clusterSize = clusterSize, backend = backend,
       connection = if (connection == RDMA) "infiniband" else "ethernet",
       connectionFallback = connectionFallback, maxAttempts = maxAttempts,
-      snapshotPrefix = snapshotPrefix)
+      snapshotPrefix = snapshotPrefix, resizeImages = resize)
   }
 
   /** The settings, one `name:value` per line, as CaffeOnSpark lists them. */

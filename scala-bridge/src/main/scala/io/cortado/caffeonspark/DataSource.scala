@@ -4,8 +4,9 @@ package io.cortado.caffeonspark
 import org.apache.spark.sql.{DataFrame, Row, SparkSession}
 
 import io.cortado.CortadoConfigException
+import io.cortado.data.ImageOptions
 import io.cortado.spark.{DataFrameSource => CortadoDataFrame, DataSource => CortadoSource,
-  LmdbDataSource, LmdbSource}
+  ImageSource, LmdbDataSource, LmdbSource}
 
 /**
  * CaffeOnSpark's `com.yahoo.ml.caffe.DataSource`: the data of one phase's net, as named by its
@@ -44,8 +45,14 @@ abstract class DataSource[T1, T2](val conf: Config, val layerId: Int, val isTrai
   /** The native API's source of this phase. */
   private[caffeonspark] def cortadoSource: CortadoSource = resolved.source
 
-  /** The data as the native API takes it: one column per top of the feed layer. */
-  private[caffeonspark] def load(spark: SparkSession): DataFrame = cortadoSource.load(spark)
+  /**
+   * The data as the native API takes it: one column per top of the feed layer (images resized
+   * with Config.resize).
+   */
+  private[caffeonspark] def load(spark: SparkSession): DataFrame = cortadoSource match {
+    case i: ImageSource => i.copy(images = ImageOptions(resize = conf.resize)).load(spark)
+    case other => other.load(spark)
+  }
 
   private[caffeonspark] def resolved: Found = {
     if (found == null) use(find(conf, isTrain))
@@ -95,30 +102,33 @@ class DataFrameSource(conf: Config, layerId: Int, isTrain: Boolean)
 }
 
 /**
- * A DataFrame of images named by a CoSData layer with `source_class:
- * "com.yahoo.ml.caffe.ImageDataFrame"`, whose tops name its columns. CaffeOnSpark read such a
- * DataFrame through a MemoryData layer (columns label and data, with
- * `dataframe_column_select`); Cortado reads it through CoSData only.
+ * A DataFrame of images (`source_class: "com.yahoo.ml.caffe.ImageDataFrame"`): on a MemoryData
+ * layer, CaffeOnSpark's columns label and data (optionally id, channels, height, width,
+ * encoded; see [[io.cortado.spark.ImageSource]]); on a CoSData layer, the columns its tops
+ * name.
  */
 class ImageDataFrame(conf: Config, layerId: Int, isTrain: Boolean)
     extends DataSource[Row, Array[Row]](conf, layerId, isTrain) {
 
-  protected def accepts(source: CortadoSource): Boolean = source.isInstanceOf[CortadoDataFrame]
+  protected def accepts(source: CortadoSource): Boolean = source match {
+    case i: ImageSource => i.sourceClass == ImageSource.DataFrameClass
+    case d => d.isInstanceOf[CortadoDataFrame]
+  }
 }
 
 /**
  * CaffeOnSpark's sequence files of images (`source_class:
- * "com.yahoo.ml.caffe.SeqImageDataSource"`), which Cortado does not read yet: the class exists
- * so that programs naming it compile, and every use of it throws CortadoConfigException saying
- * so. Convert the data to a DataFrame (CoSData) or an LMDB database.
+ * "com.yahoo.ml.caffe.SeqImageDataSource"` on a MemoryData layer): BytesWritable pairs of a
+ * serialised (id, label) or (id, label, channels, height, width, encoded) tuple and the image
+ * (see [[io.cortado.spark.ImageSource]]).
  */
 class SeqImageDataSource(conf: Config, layerId: Int, isTrain: Boolean)
     extends DataSource[Row, Array[Row]](conf, layerId, isTrain) {
 
-  protected def accepts(source: CortadoSource): Boolean = false
-
-  override private[caffeonspark] def resolved: DataSource.Found =
-    throw DataSource.sequenceFiles(Option(conf.protoFile).getOrElse(""))
+  protected def accepts(source: CortadoSource): Boolean = source match {
+    case i: ImageSource => i.sourceClass == ImageSource.SequenceClass
+    case _ => false
+  }
 }
 
 object DataSource {
@@ -127,8 +137,6 @@ object DataSource {
   private[caffeonspark] final case class Found(source: CortadoSource, netSource: String,
       batchSize: Int)
 
-  private val Prefixes = Seq("com.yahoo.ml.caffe.", "io.cortado.caffeonspark.")
-
   private val ImageDataFrameClass = "com.yahoo.ml.caffe.ImageDataFrame"
 
   private def phase(isTrain: Boolean): String = if (isTrain) "TRAIN" else "TEST"
@@ -136,25 +144,21 @@ object DataSource {
   private def describe(sourceClass: String): String =
     if (sourceClass.isEmpty) "(none)" else sourceClass
 
-  private[caffeonspark] def sequenceFiles(where: String): CortadoConfigException =
-    new CortadoConfigException(
-      (if (where.isEmpty) "" else s"$where: ") + "SeqImageDataSource: sequence files are not " +
-        "read yet; convert the data to a DataFrame (a CoSData layer) or an LMDB database (a " +
-        "MemoryData layer with source_class: \"com.yahoo.ml.caffe.LMDB\")")
-
   /**
    * The data source of the TRAIN (`isTraining`) or TEST net of the solver at `conf.protoFile`:
    * an [[LMDB]], [[DataFrameSource]] or [[ImageDataFrame]] as the feed layer's
    * `source_class` names it (none: a DataFrame), found through
    * [[io.cortado.spark.DataSource.of]] (an LMDB database is opened now, so a missing one fails
-   * here). Throws CortadoConfigException, naming the net and the layer, when the phase has no
-   * feed layer with a source that Cortado reads (sequence files, SeqImageDataSource, are not
-   * read yet), or when `conf.protoFile` is not set.
+   * here), or a [[SeqImageDataSource]] for a sequence file of images. Throws
+   * CortadoConfigException, naming the net and the layer, when the phase has no feed layer with
+   * a source that Cortado reads, or when `conf.protoFile` is not set.
    */
   def getSource(conf: Config, isTraining: Boolean): DataSource[_, _] = {
     val f = find(conf, isTraining)
     val source: DataSource[_, _] = f.source match {
       case _: LmdbDataSource => new LMDB(conf, -1, isTraining)
+      case i: ImageSource if i.sourceClass == ImageSource.SequenceClass =>
+        new SeqImageDataSource(conf, -1, isTraining)
       case d if d.sourceClass == ImageDataFrameClass => new ImageDataFrame(conf, -1, isTraining)
       case _ => new DataFrameSource(conf, -1, isTraining)
     }
@@ -174,8 +178,6 @@ object DataSource {
     val hadoopConf = conf.hadoopConf
     val (netSource, layers) = CortadoSource.dataLayers(solver, name, hadoopConf)
     val feeds = layers.filter(_.feed)
-    feeds.find(l => Prefixes.exists(p => l.sourceClass == p + "SeqImageDataSource"))
-      .foreach(l => throw sequenceFiles(s"$netSource: layer '${l.name}'"))
     val source = CortadoSource.of(solver, name, hadoopConf)
     val batch = feeds.find(_.name == source.layer).map(_.batchSize).getOrElse(0)
     Found(source, netSource, batch)

@@ -52,7 +52,7 @@ final case class LmdbRecord(id: String, data: Array[Float], label: Int)
  * Values are the records' uint8 bytes as floats 0..255 (or their float_data as stored):
  * transforms such as `scale` are the net's business ([[Cortado]] applies the layer's
  * transform_param). Every record must have the shape of the first; encoded (JPEG/PNG) datums
- * are not supported.
+ * are decoded natively (into the channels they hold).
  *
  * Reading is distributed: the records are split into `partitions` ranges in key order, and each
  * task opens the database itself (through [[io.cortado.jni.NativeLmdb]]) and decodes its range
