@@ -6,7 +6,8 @@
 // A decoded image is planar: channels x height x width uint8, as a raw caffe::Datum holds it, in
 // Caffe's channel order (BGR for color: what Caffe gets from OpenCV's imdecode). Differences from
 // OpenCV: PNG alpha is composited onto black by libpng rather than dropped (they differ only on
-// transparent pixels); a color PNG forced to gray uses Y = 0.299 R + 0.587 G + 0.114 B rounded to
+// transparent pixels); a 16-bit PNG is reduced to 8 bits by libpng's simplified API, which
+// honours the file's gamma (OpenCV drops the low byte); a color PNG forced to gray uses Y = 0.299 R + 0.587 G + 0.114 B rounded to
 // nearest (OpenCV's fixed-point rounding may differ by 1); bilinear resizing computes in float
 // (OpenCV's fixed-point interpolation may differ by 1). A color JPEG forced to gray takes
 // libjpeg's luma, as OpenCV does.

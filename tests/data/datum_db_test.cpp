@@ -167,7 +167,9 @@ TEST(DatumDbReaderTest, CorruptEncodedDatumsNameThePathAndTheKey) {
     const std::string msg = e.what();
     EXPECT_NE(msg.find("record 'img_1.jpg' of LMDB database '" + later + "'"), std::string::npos)
         << msg;
-    if (ImageCodecsAvailable()) EXPECT_NE(msg.find("corrupt JPEG data"), std::string::npos) << msg;
+    if (ImageCodecsAvailable()) {
+      EXPECT_NE(msg.find("corrupt JPEG data"), std::string::npos) << msg;
+    }
   }
 
   // In the first record: opening fails.
