@@ -177,7 +177,7 @@ class CaffeOnSparkApiSuite extends AnyFunSuite with PerTest {
         uri(dir, "b"), "com.yahoo.ml.caffe.ImageDataFrame")))
       assert(DataSource.getSource(images, true).isInstanceOf[ImageDataFrame])
 
-      // Sequence files: a clear error, from getSource and from the class itself.
+      // Sequence files of images: a SeqImageDataSource; the other classes refuse the layer.
       write(dir, "seq.prototxt", "name: \"seq\"\n" +
         """layer { name: "data" type: "MemoryData" top: "data" top: "label"
           |  source_class: "com.yahoo.ml.caffe.SeqImageDataSource"
@@ -187,12 +187,11 @@ class CaffeOnSparkApiSuite extends AnyFunSuite with PerTest {
       val seqSolver = write(dir, "seq_solver.prototxt",
         CortadoSuite.TinySolver.replace("net.prototxt", "seq.prototxt"))
       val seq = new Config(null, Array("-conf", seqSolver))
-      val e = intercept[CortadoConfigException](DataSource.getSource(seq, true))
-      assert(e.getMessage.contains("sequence files are not read yet"), e.getMessage)
-      assert(e.getMessage.contains("layer 'data'"), e.getMessage)
-      val direct = intercept[CortadoConfigException](
-        new SeqImageDataSource(seq, 0, true).batchSize())
-      assert(direct.getMessage.contains("sequence files are not read yet"), direct.getMessage)
+      val sequence = DataSource.getSource(seq, true)
+      assert(sequence.isInstanceOf[SeqImageDataSource] && sequence.batchSize() === 4)
+      assert(sequence.sourceFilePath === "file:/data/seq")
+      val wrong = intercept[CortadoConfigException](new LMDB(seq, 0, true).batchSize())
+      assert(wrong.getMessage.contains("SeqImageDataSource"), wrong.getMessage)
 
       val none = intercept[CortadoConfigException](DataSource.getSource(new Config(null), true))
       assert(none.getMessage.contains("protoFile"), none.getMessage)

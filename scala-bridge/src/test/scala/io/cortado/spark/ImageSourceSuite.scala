@@ -24,10 +24,10 @@ import io.cortado.data.ImageFolder
 class ImageSourceSuite extends AnyFunSuite with PerTest {
   import CortadoSuite.write
 
-  /** A 16 x 16 color image: class 0 reddish, class 1 bluish, with noise. */
-  def image(label: Int, random: Random): BufferedImage = {
-    val img = new BufferedImage(16, 16, BufferedImage.TYPE_3BYTE_BGR)
-    for (y <- 0 until 16; x <- 0 until 16) {
+  /** A `size` x `size` color image: class 0 reddish, class 1 bluish, with noise. */
+  def image(label: Int, random: Random, size: Int = 16): BufferedImage = {
+    val img = new BufferedImage(size, size, BufferedImage.TYPE_3BYTE_BGR)
+    for (y <- 0 until size; x <- 0 until size) {
       def noisy(v: Int) = math.max(0, math.min(255, v + (20 * random.nextGaussian()).round.toInt))
       val (r, g, b) = if (label == 0) (200, 60, 40) else (40, 60, 200)
       img.setRGB(x, y, (noisy(r) << 16) | (noisy(g) << 8) | noisy(b))
@@ -159,7 +159,7 @@ class ImageSourceSuite extends AnyFunSuite with PerTest {
       val red = new BufferedImage(8, 8, BufferedImage.TYPE_3BYTE_BGR)
       for (y <- 0 until 8; x <- 0 until 8) red.setRGB(x, y, 0xff0000)
       val png = encode(red, "png")
-      val jpeg = encode(image(1, random), "jpg")
+      val jpeg = encode(image(1, random, size = 8), "jpg")
       // Raw bytes in a CoSData top are planar, C x H x W, as Caffe's datums hold them.
       val raw = Array.tabulate[Byte](3 * 64)(i => (i % 251).toByte)
       val rows = Seq(("png", png, "0"), ("jpeg", jpeg, "1"), ("raw", raw, "1"))
@@ -174,7 +174,8 @@ class ImageSourceSuite extends AnyFunSuite with PerTest {
       val s = write(dir, "solver.prototxt", "net: \"net.prototxt\"\nbase_lr: 0.01\n" +
         "max_iter: 1\nlr_policy: \"fixed\"\n")
       val model = dir.resolve("m.caffemodel").toUri.toString
-      assert(cos("-train", "-conf", s, "-model", model).code === 0)
+      val trained = cos("-train", "-conf", s, "-model", model)
+      assert(trained.code === 0, trained.err)
       val out = dir.resolve("f").toUri.toString
       val r = cos("-features", "data,label", "-conf", s, "-model", model, "-output", out)
       assert(r.code === 0, r.err)
