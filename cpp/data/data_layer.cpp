@@ -56,11 +56,9 @@ void DataLayer::DataSetup(const std::vector<Tensor*>& top) {
 
 void DataLayer::ParseRecord(std::string_view value, const std::string& key,
                             caffe::Datum* datum) const {
-  const caffe::TransformationParameter& t = param_.transform_param();
-  const ColorMode color = t.force_color()  ? ColorMode::kColor
-                          : t.force_gray() ? ColorMode::kGray
-                                           : ColorMode::kKeep;
-  ParseDatumRecord(value, key, reader_->path(), Describe(), datum_shape_, datum, color);
+  // An encoded record is decoded here, in the prefetch thread (and once at Setup for the shape).
+  ParseDatumRecord(value, key, reader_->path(), Describe(), datum_shape_, datum,
+                   DecodeColorMode(param_.transform_param()));
 }
 
 void DataLayer::LoadBatch(int64_t index, Rng* rng, DataBatch* batch) {

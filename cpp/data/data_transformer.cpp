@@ -9,6 +9,12 @@
 
 namespace cortado {
 
+ColorMode DecodeColorMode(const caffe::TransformationParameter& param) {
+  if (param.force_color()) return ColorMode::kColor;
+  if (param.force_gray()) return ColorMode::kGray;
+  return ColorMode::kKeep;
+}
+
 DataTransformer::DataTransformer(const caffe::TransformationParameter& param, caffe::Phase phase,
                                  std::string owner)
     : param_(param), phase_(phase), owner_(std::move(owner)) {
@@ -16,6 +22,10 @@ DataTransformer::DataTransformer(const caffe::TransformationParameter& param, ca
     CORTADO_THROW(kInvalidArgument,
                   "{}: transform_param sets both mean_file ('{}') and mean_value; use one", owner_,
                   param_.mean_file());
+  }
+  if (param_.force_color() && param_.force_gray()) {
+    CORTADO_THROW(kInvalidArgument,
+                  "{}: transform_param sets both force_color and force_gray; use one", owner_);
   }
   if (param_.has_mean_file()) {
     caffe::BlobProto proto;
@@ -37,14 +47,9 @@ DataTransformer::DataTransformer(const caffe::TransformationParameter& param, ca
   }
 }
 
-void DataTransformer::CheckDatum(const caffe::Datum& datum) const {
-  if (datum.encoded()) {
-    CORTADO_THROW(kUnimplemented,
-                  "{}: the datum holds an encoded (compressed) image; Cortado reads raw datums "
-                  "only (convert the data without --encoded)",
-                  owner_);
-  }
-  CheckShape(datum.channels(), datum.height(), datum.width());
+DecodedImage DataTransformer::Decode(const caffe::Datum& datum) const {
+  return DecodeImage(datum.data().data(), datum.data().size(), DecodeColorMode(param_),
+                     owner_ + ": encoded datum");
 }
 
 void DataTransformer::CheckShape(int channels, int height, int width) const {
@@ -74,7 +79,10 @@ void DataTransformer::CheckShape(int channels, int height, int width) const {
 }
 
 std::vector<int> DataTransformer::InferShape(const caffe::Datum& datum) const {
-  CheckDatum(datum);
+  if (datum.encoded()) {
+    const DecodedImage image = Decode(datum);
+    return InferShape(image.channels, image.height, image.width);
+  }
   return InferShape(datum.channels(), datum.height(), datum.width());
 }
 
@@ -85,7 +93,15 @@ std::vector<int> DataTransformer::InferShape(int channels, int height, int width
 }
 
 void DataTransformer::Transform(const caffe::Datum& datum, float* out, Rng* rng) const {
-  CheckDatum(datum);
+  if (datum.encoded()) {
+    const DecodedImage image = Decode(datum);
+    CheckShape(image.channels, image.height, image.width);
+    const uint8_t* u8 = image.pixels.data();
+    Apply([u8](size_t i) { return static_cast<float>(u8[i]); }, image.channels, image.height,
+          image.width, out, rng);
+    return;
+  }
+  CheckShape(datum.channels(), datum.height(), datum.width());
   const int channels = datum.channels();
   const int in_height = datum.height();
   const int in_width = datum.width();

@@ -23,7 +23,8 @@ void ParseDatumRecord(std::string_view value, const std::string& key, const std:
     datum->set_channels(image.channels);
     datum->set_height(image.height);
     datum->set_width(image.width);
-    datum->set_data(std::string(image.pixels.begin(), image.pixels.end()));
+    datum->mutable_data()->assign(reinterpret_cast<const char*>(image.pixels.data()),
+                                  image.pixels.size());
     datum->clear_float_data();
   }
   if (!shape.empty() && (datum->channels() != shape[0] || datum->height() != shape[1] ||

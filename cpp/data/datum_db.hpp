@@ -4,7 +4,9 @@
 // index into float arrays (what a Spark task reading its share of a database needs; see
 // jni/native_lmdb_jni.cpp).
 //
-// Encoded (compressed image) datums are not supported: Cortado has no image decoder.
+// Encoded datums (`encoded: true`: a JPEG or PNG file, what `convert_imageset --encoded` writes)
+// are decoded while parsed (image_codec.hpp), in the calling thread, and then checked as raw
+// ones; a corrupt image fails naming its key and the database.
 #pragma once
 
 #include <cstdint>
@@ -21,15 +23,16 @@ namespace cortado {
 
 // Parses `value`, the record `key` of the LMDB database at `path`, into `datum`, and checks it:
 // an encoded datum (a JPEG or PNG file, `encoded: true`) is decoded into a raw one (channels as
-// `color` says: Caffe's force_color / force_gray), kParse when its image is corrupt; then it
-// must be of shape `shape` = {C, H, W} unless `shape` is empty, and hold C*H*W values (uint8
-// `data` bytes, or `float_data` when `data` is empty). Every other failure is kIo. Messages
-// start with `owner` and name the key and the path.
+// `color` says: Caffe's force_color / force_gray), failing as DecodeImage does (kParse for a
+// corrupt or truncated image); then it must be of shape `shape` = {C, H, W} unless `shape` is
+// empty, and hold C*H*W values (uint8 `data` bytes, or `float_data` when `data` is empty). Every
+// other failure is kIo. Messages start with `owner` and name the key and the path.
 void ParseDatumRecord(std::string_view value, const std::string& key, const std::string& path,
                       const std::string& owner, const std::vector<int>& shape, caffe::Datum* datum,
                       ColorMode color = ColorMode::kKeep);
 
-// Random access by record index to an LMDB database of raw caffe::Datum records of one shape.
+// Random access by record index to an LMDB database of caffe::Datum records of one shape (raw,
+// or encoded ones decoded as they are stored: ColorMode::kKeep).
 // Not thread-safe; one thread at a time may use it (it may move between threads).
 class DatumDbReader {
  public:

@@ -3,18 +3,19 @@
 
 #include <algorithm>
 #include <cmath>
+#include <csetjmp>
+#include <cstdio>
 #include <cstring>
 
 #include "core/config.hpp"
 #include "core/error.hpp"
 
 #if CORTADO_WITH_IMAGES
-// jpeglib.h needs FILE and size_t declared first.
+// jpeglib.h needs FILE and size_t declared first (<cstdio> above).
 #include <jpeglib.h>
+// jerror.h, the message codes (JWRN_*), needs jpeglib.h first.
+#include <jerror.h>
 #include <png.h>
-
-#include <csetjmp>
-#include <cstdio>
 #endif
 
 namespace cortado {
@@ -32,34 +33,39 @@ bool IsPng(const uint8_t* b, size_t n) {
   return n >= 8 && std::memcmp(b, kSignature, 8) == 0;
 }
 
-void CheckSize(int height, int width, const char* format, const std::string& what) {
+#if CORTADO_WITH_IMAGES
+
+// Throws unless height x width is within the limits (checked before any pixel is allocated).
+void CheckSize(int64_t height, int64_t width, const char* format, const std::string& what) {
   if (height <= 0 || width <= 0 || height > kMaxSide || width > kMaxSide ||
-      int64_t{height} * width > kMaxPixels) {
+      height * width > kMaxPixels) {
     CORTADO_THROW(kInvalidArgument,
-                  "{}: a {} image of {} x {} pixels; supported are 1 to {} per side and at most "
-                  "{} pixels",
+                  "{}: a {} image of {} x {} pixels (height x width); supported are 1 to {} per "
+                  "side and at most {} pixels",
                   what, format, height, width, kMaxSide, kMaxPixels);
   }
 }
 
-// Interleaved (H x W x C) pixels to planar (C x H x W).
+// Interleaved rows (H x W x C, R G B order for color) to planar B, G, R (C x H x W).
 DecodedImage Planar(const std::vector<uint8_t>& interleaved, int channels, int height, int width) {
   DecodedImage image;
   image.channels = channels;
   image.height = height;
   image.width = width;
   const size_t plane = static_cast<size_t>(height) * static_cast<size_t>(width);
-  image.pixels.resize(plane * static_cast<size_t>(channels));
-  for (size_t p = 0; p < plane; ++p) {
-    for (int c = 0; c < channels; ++c) {
-      image.pixels[static_cast<size_t>(c) * plane + p] =
-          interleaved[p * static_cast<size_t>(channels) + static_cast<size_t>(c)];
-    }
+  const size_t step = static_cast<size_t>(channels);
+  image.pixels.resize(plane * step);
+  for (size_t c = 0; c < step; ++c) {
+    // Plane c takes interleaved channel step - 1 - c: B, G, R from R, G, B (gray: itself).
+    const uint8_t* in = interleaved.data() + (step - 1 - c);
+    uint8_t* out = image.pixels.data() + c * plane;
+    for (size_t p = 0; p < plane; ++p) out[p] = in[p * step];
   }
   return image;
 }
 
-// BGR planes to one gray plane (BT.601 luma, rounded to nearest).
+// B, G, R planes to one gray plane: Y = 0.299 R + 0.587 G + 0.114 B (ITU-R BT.601), rounded to
+// nearest; in integers, as the weights are exact in thousandths.
 DecodedImage ToGray(const DecodedImage& bgr) {
   DecodedImage gray;
   gray.channels = 1;
@@ -71,149 +77,239 @@ DecodedImage ToGray(const DecodedImage& bgr) {
   const uint8_t* g = b + plane;
   const uint8_t* r = g + plane;
   for (size_t p = 0; p < plane; ++p) {
-    const double y = 0.299 * r[p] + 0.587 * g[p] + 0.114 * b[p];
-    gray.pixels[p] = static_cast<uint8_t>(std::min(255.0, std::floor(y + 0.5)));
+    gray.pixels[p] = static_cast<uint8_t>((299 * r[p] + 587 * g[p] + 114 * b[p] + 500) / 1000);
   }
   return gray;
 }
 
-// One gray plane replicated into three.
+// One gray plane replicated into B, G and R.
 DecodedImage ToColor(const DecodedImage& gray) {
-  DecodedImage color = gray;
+  DecodedImage color;
   color.channels = 3;
+  color.height = gray.height;
+  color.width = gray.width;
   color.pixels.reserve(gray.pixels.size() * 3);
-  color.pixels.insert(color.pixels.end(), gray.pixels.begin(), gray.pixels.end());
-  color.pixels.insert(color.pixels.end(), gray.pixels.begin(), gray.pixels.end());
+  for (int c = 0; c < 3; ++c) {
+    color.pixels.insert(color.pixels.end(), gray.pixels.begin(), gray.pixels.end());
+  }
   return color;
 }
 
-#if CORTADO_WITH_IMAGES
+DecodedImage ApplyMode(DecodedImage image, ColorMode mode) {
+  if (mode == ColorMode::kColor && image.channels == 1) return ToColor(image);
+  if (mode == ColorMode::kGray && image.channels == 3) return ToGray(image);
+  return image;
+}
+
+// Both libraries report a fatal error through a callback that must not return. The callbacks
+// here record the message and longjmp back to the setjmp of one of the small Jpeg*/Png* step
+// functions below. Those functions hold no local with a destructor and read no local after the
+// jump, and everything that needs cleaning up (the library's state, our buffers) lives in the
+// caller's decoder object, whose destructor frees it: so the jump skips no destructor and no
+// C++ exception crosses the C libraries' frames.
 
 // ---- JPEG -------------------------------------------------------------------------------------
 
-// libjpeg reports errors through error_exit, which must not return: it longjmps back into
-// DecodeJpegInto, whose frame holds no object with a destructor between setjmp and longjmp.
-struct JpegErrors {
-  jpeg_error_mgr mgr;
+struct JpegErrorManager {
+  jpeg_error_mgr mgr;  // first: libjpeg passes &mgr, which we cast back
   std::jmp_buf jump;
   char message[JMSG_LENGTH_MAX];
-  int warnings;
 };
 
 void OnJpegError(j_common_ptr cinfo) {
-  auto* errors = reinterpret_cast<JpegErrors*>(cinfo->err);
+  auto* errors = reinterpret_cast<JpegErrorManager*>(cinfo->err);
   (*cinfo->err->format_message)(cinfo, errors->message);
   std::longjmp(errors->jump, 1);
 }
 
-// Level -1: a warning (corrupt data that libjpeg works around); keep the first one's text.
+// Level -1 is a warning: corrupt data that libjpeg would work around (a truncated file gets a
+// fake end marker and gray rows, "Premature end of JPEG file"). A half-gray image must not reach
+// training unnoticed, so a warning is fatal, except the one about a newer JFIF version number,
+// which says nothing about the pixels. Levels >= 0 are trace messages: ignored (the default
+// handler would print to stderr).
 void OnJpegMessage(j_common_ptr cinfo, int level) {
-  auto* errors = reinterpret_cast<JpegErrors*>(cinfo->err);
-  if (level < 0 && errors->warnings++ == 0) (*cinfo->err->format_message)(cinfo, errors->message);
+  if (level >= 0 || cinfo->err->msg_code == JWRN_JFIF_MAJOR) return;
+  cinfo->err->num_warnings++;
+  OnJpegError(cinfo);
 }
 
-enum class JpegResult { kOk, kError, kWarning, kCmyk, kTooLarge };
+class JpegDecoder {
+ public:
+  JpegDecoder() {
+    std::memset(&cinfo_, 0, sizeof(cinfo_));  // so that the destructor may run at any point
+    cinfo_.err = jpeg_std_error(&errors_.mgr);
+    errors_.mgr.error_exit = OnJpegError;
+    errors_.mgr.emit_message = OnJpegMessage;
+    errors_.message[0] = '\0';
+  }
+  ~JpegDecoder() { jpeg_destroy_decompress(&cinfo_); }
+  JpegDecoder(const JpegDecoder&) = delete;
+  JpegDecoder& operator=(const JpegDecoder&) = delete;
 
-// Decodes into `out` (interleaved), which the caller owns. Returns what happened; on kError
-// and kWarning, `errors->message` says why.
-JpegResult DecodeJpegInto(const uint8_t* bytes, size_t size, ColorMode mode, JpegErrors* errors,
-                          std::vector<uint8_t>* out, int* height, int* width, int* channels) {
-  jpeg_decompress_struct cinfo;
-  cinfo.err = jpeg_std_error(&errors->mgr);
-  errors->mgr.error_exit = OnJpegError;
-  errors->mgr.emit_message = OnJpegMessage;
-  errors->warnings = 0;
-  errors->message[0] = 0;
-  if (setjmp(errors->jump) != 0) {
-    jpeg_destroy_decompress(&cinfo);
-    return JpegResult::kError;
+  jpeg_decompress_struct cinfo_;
+  JpegErrorManager errors_;
+};
+
+// Creates the decompressor over the bytes and reads the header. False on error (message set).
+bool JpegReadHeader(JpegDecoder* d, const uint8_t* bytes, size_t size) {
+  if (setjmp(d->errors_.jump) != 0) return false;
+  jpeg_create_decompress(&d->cinfo_);
+  jpeg_mem_src(&d->cinfo_, bytes, static_cast<unsigned long>(size));  // NOLINT(runtime/int)
+  jpeg_read_header(&d->cinfo_, TRUE);
+  return true;
+}
+
+// Decodes every row into `out` (output_height rows of `stride` bytes, allocated by the caller
+// from the header) and finishes. False on error (message set).
+bool JpegReadPixels(JpegDecoder* d, uint8_t* out, size_t stride) {
+  if (setjmp(d->errors_.jump) != 0) return false;
+  jpeg_start_decompress(&d->cinfo_);
+  while (d->cinfo_.output_scanline < d->cinfo_.output_height) {
+    JSAMPROW row = out + stride * d->cinfo_.output_scanline;
+    jpeg_read_scanlines(&d->cinfo_, &row, 1);
   }
-  jpeg_create_decompress(&cinfo);
-  jpeg_mem_src(&cinfo, bytes, static_cast<unsigned long>(size));  // NOLINT(runtime/int)
-  jpeg_read_header(&cinfo, TRUE);
-  if (cinfo.jpeg_color_space == JCS_CMYK || cinfo.jpeg_color_space == JCS_YCCK) {
-    jpeg_destroy_decompress(&cinfo);
-    return JpegResult::kCmyk;
-  }
-  const bool gray = mode == ColorMode::kGray ||
-                    (mode == ColorMode::kKeep && cinfo.jpeg_color_space == JCS_GRAYSCALE);
-  cinfo.out_color_space = gray ? JCS_GRAYSCALE : JCS_EXT_BGR;
-  jpeg_start_decompress(&cinfo);
-  *height = static_cast<int>(cinfo.output_height);
-  *width = static_cast<int>(cinfo.output_width);
-  *channels = cinfo.output_components;
-  if (*height <= 0 || *width <= 0 || *height > kMaxSide || *width > kMaxSide ||
-      int64_t{*height} * *width > kMaxPixels) {
-    jpeg_destroy_decompress(&cinfo);
-    return JpegResult::kTooLarge;
-  }
-  const size_t stride = static_cast<size_t>(*width) * static_cast<size_t>(*channels);
-  out->resize(stride * static_cast<size_t>(*height));
-  while (cinfo.output_scanline < cinfo.output_height) {
-    JSAMPROW row = out->data() + stride * cinfo.output_scanline;
-    jpeg_read_scanlines(&cinfo, &row, 1);
-  }
-  jpeg_finish_decompress(&cinfo);
-  jpeg_destroy_decompress(&cinfo);
-  return errors->warnings > 0 ? JpegResult::kWarning : JpegResult::kOk;
+  jpeg_finish_decompress(&d->cinfo_);
+  return true;
 }
 
 DecodedImage DecodeJpeg(const uint8_t* bytes, size_t size, ColorMode mode,
                         const std::string& what) {
-  JpegErrors errors;
-  std::vector<uint8_t> interleaved;
-  int height = 0, width = 0, channels = 0;
-  switch (DecodeJpegInto(bytes, size, mode, &errors, &interleaved, &height, &width, &channels)) {
-    case JpegResult::kOk:
-      break;
-    case JpegResult::kError:
-      CORTADO_THROW(kParse, "{}: corrupt JPEG data: {}", what, errors.message);
-    case JpegResult::kWarning:
-      CORTADO_THROW(kParse, "{}: corrupt JPEG data: {}", what, errors.message);
-    case JpegResult::kCmyk:
-      CORTADO_THROW(kInvalidArgument, "{}: a CMYK JPEG image; supported are gray and color", what);
-    case JpegResult::kTooLarge:
-      CheckSize(height, width, "JPEG", what);
-      break;
+  JpegDecoder d;
+  if (!JpegReadHeader(&d, bytes, size)) {
+    CORTADO_THROW(kParse, "{}: corrupt JPEG data: {}", what, d.errors_.message);
   }
-  DecodedImage image = Planar(interleaved, channels, height, width);
-  if (mode == ColorMode::kColor && image.channels == 1) return ToColor(image);
-  return image;
+  jpeg_decompress_struct& cinfo = d.cinfo_;
+  const J_COLOR_SPACE space = cinfo.jpeg_color_space;
+  if (space == JCS_CMYK || space == JCS_YCCK) {
+    CORTADO_THROW(kInvalidArgument,
+                  "{}: a CMYK JPEG image; supported are gray and color (YCbCr or RGB) JPEGs", what);
+  }
+  if (space != JCS_GRAYSCALE && space != JCS_YCbCr && space != JCS_RGB) {
+    CORTADO_THROW(kInvalidArgument,
+                  "{}: a JPEG image of {} components in an unknown color space (libjpeg's code "
+                  "{}); supported are gray and color (YCbCr or RGB) JPEGs",
+                  what, cinfo.num_components, static_cast<int>(space));
+  }
+  CheckSize(cinfo.image_height, cinfo.image_width, "JPEG", what);
+  // Gray decodes to gray (replicated afterwards for kColor, as libjpeg 6b cannot), color to RGB
+  // or, for kGray, to libjpeg's luma as OpenCV asks for it.
+  const bool gray = space == JCS_GRAYSCALE || mode == ColorMode::kGray;
+  cinfo.out_color_space = gray ? JCS_GRAYSCALE : JCS_RGB;
+  const int channels = gray ? 1 : 3;
+  const int height = static_cast<int>(cinfo.image_height);
+  const int width = static_cast<int>(cinfo.image_width);
+  const size_t stride = static_cast<size_t>(width) * static_cast<size_t>(channels);
+  std::vector<uint8_t> interleaved(stride * static_cast<size_t>(height));
+  if (!JpegReadPixels(&d, interleaved.data(), stride)) {
+    CORTADO_THROW(kParse, "{}: corrupt JPEG data: {}", what, d.errors_.message);
+  }
+  // Without scaling the output is the image's size; check rather than trust it.
+  CORTADO_CHECK_EQ(static_cast<int>(cinfo.output_height), height);
+  CORTADO_CHECK_EQ(static_cast<int>(cinfo.output_width), width);
+  CORTADO_CHECK_EQ(cinfo.output_components, channels);
+  return ApplyMode(Planar(interleaved, channels, height, width), mode);
 }
 
-// ---- PNG (libpng's simplified API: no longjmp here) --------------------------------------------
+// ---- PNG --------------------------------------------------------------------------------------
+
+class PngDecoder {
+ public:
+  PngDecoder(const uint8_t* bytes, size_t size) : bytes_(bytes), size_(size) { message_[0] = '\0'; }
+  ~PngDecoder() { png_destroy_read_struct(&png_, info_ != nullptr ? &info_ : nullptr, nullptr); }
+  PngDecoder(const PngDecoder&) = delete;
+  PngDecoder& operator=(const PngDecoder&) = delete;
+
+  static void OnError(png_structp png, png_const_charp message) {
+    auto* d = static_cast<PngDecoder*>(png_get_error_ptr(png));
+    std::snprintf(d->message_, sizeof(d->message_), "%s", message);
+    png_longjmp(png, 1);
+  }
+  // Warnings (an sRGB profile libpng dislikes, a bad ancillary chunk it skips) do not touch the
+  // pixels; dropped, where the default handler would print them.
+  static void OnWarning(png_structp /*png*/, png_const_charp /*message*/) {}
+  // Reads from the bytes in memory; running out is an error (a truncated file).
+  static void OnRead(png_structp png, png_bytep out, png_size_t n) {
+    auto* d = static_cast<PngDecoder*>(png_get_io_ptr(png));
+    if (n > d->size_ - d->offset_) png_error(png, "truncated: the data ends inside the image");
+    std::memcpy(out, d->bytes_ + d->offset_, n);
+    d->offset_ += n;
+  }
+
+  const uint8_t* bytes_;
+  size_t size_;
+  size_t offset_ = 0;
+  png_structp png_ = nullptr;
+  png_infop info_ = nullptr;
+  char message_[256];
+  // The header, and the rows after the transforms.
+  png_uint_32 width_ = 0, height_ = 0;
+  int bit_depth_ = 0, color_type_ = 0, channels_ = 0;
+  size_t row_bytes_ = 0;
+};
+
+// Reads the signature and the chunks up to the first IDAT. False on error (message set).
+bool PngReadHeader(PngDecoder* d) {
+  if (setjmp(png_jmpbuf(d->png_)) != 0) return false;
+  png_set_read_fn(d->png_, d, PngDecoder::OnRead);
+  png_read_info(d->png_, d->info_);
+  png_get_IHDR(d->png_, d->info_, &d->width_, &d->height_, &d->bit_depth_, &d->color_type_, nullptr,
+               nullptr, nullptr);
+  return true;
+}
+
+// Sets the transforms that give 8-bit gray or RGB rows (OpenCV's, see the header) and reads the
+// resulting row layout. False on error (message set).
+bool PngSetTransforms(PngDecoder* d) {
+  if (setjmp(png_jmpbuf(d->png_)) != 0) return false;
+  png_structp png = d->png_;
+  if (d->color_type_ == PNG_COLOR_TYPE_PALETTE) png_set_palette_to_rgb(png);
+  if ((d->color_type_ & PNG_COLOR_MASK_COLOR) == 0 && d->bit_depth_ < 8) {
+    png_set_expand_gray_1_2_4_to_8(png);
+  }
+  if (d->bit_depth_ == 16) png_set_strip_16(png);
+  // Drops an alpha channel, and the alpha that palette expansion makes from a tRNS chunk.
+  png_set_strip_alpha(png);
+  png_set_interlace_handling(png);
+  png_read_update_info(png, d->info_);
+  d->channels_ = png_get_channels(png, d->info_);
+  d->row_bytes_ = png_get_rowbytes(png, d->info_);
+  return true;
+}
+
+// Decodes every row (all interlace passes) and reads the chunks after the image up to IEND.
+// False on error (message set).
+bool PngReadPixels(PngDecoder* d, png_bytepp rows) {
+  if (setjmp(png_jmpbuf(d->png_)) != 0) return false;
+  png_read_image(d->png_, rows);
+  png_read_end(d->png_, nullptr);
+  return true;
+}
 
 DecodedImage DecodePng(const uint8_t* bytes, size_t size, ColorMode mode, const std::string& what) {
-  png_image png;
-  std::memset(&png, 0, sizeof(png));
-  png.version = PNG_IMAGE_VERSION;
-  if (png_image_begin_read_from_memory(&png, bytes, size) == 0) {
-    const std::string message = png.message;
-    png_image_free(&png);
-    CORTADO_THROW(kParse, "{}: corrupt PNG data: {}", what, message);
+  PngDecoder d(bytes, size);
+  d.png_ =
+      png_create_read_struct(PNG_LIBPNG_VER_STRING, &d, PngDecoder::OnError, PngDecoder::OnWarning);
+  if (d.png_ != nullptr) d.info_ = png_create_info_struct(d.png_);
+  if (d.png_ == nullptr || d.info_ == nullptr) {
+    CORTADO_THROW(kOutOfMemory, "{}: libpng could not allocate its decoder", what);
   }
-  const bool file_gray = (png.format & PNG_FORMAT_FLAG_COLOR) == 0;
-  const int height = static_cast<int>(png.height);
-  const int width = static_cast<int>(png.width);
-  if (height <= 0 || width <= 0 || height > kMaxSide || width > kMaxSide ||
-      int64_t{height} * width > kMaxPixels) {
-    png_image_free(&png);
-    CheckSize(height, width, "PNG", what);
+  if (!PngReadHeader(&d)) CORTADO_THROW(kParse, "{}: corrupt PNG data: {}", what, d.message_);
+  CheckSize(d.height_, d.width_, "PNG", what);
+  if (!PngSetTransforms(&d)) CORTADO_THROW(kParse, "{}: corrupt PNG data: {}", what, d.message_);
+  const int height = static_cast<int>(d.height_);
+  const int width = static_cast<int>(d.width_);
+  const int channels = d.channels_;
+  // The transforms leave 1 (gray) or 3 (RGB) bytes per pixel for every PNG color type.
+  CORTADO_CHECK(channels == 1 || channels == 3, "libpng gave {} channels", channels);
+  const size_t stride = static_cast<size_t>(width) * static_cast<size_t>(channels);
+  CORTADO_CHECK_EQ(d.row_bytes_, stride);
+  std::vector<uint8_t> interleaved(stride * static_cast<size_t>(height));
+  std::vector<png_bytep> rows(static_cast<size_t>(height));
+  for (size_t y = 0; y < rows.size(); ++y) rows[y] = interleaved.data() + y * stride;
+  if (!PngReadPixels(&d, rows.data())) {
+    CORTADO_THROW(kParse, "{}: corrupt PNG data: {}", what, d.message_);
   }
-  // A gray file decodes to gray, a color file to BGR; the mode converts afterwards (so that gray
-  // from color uses Caffe's luma weights, not libpng's linear-light ones).
-  png.format = file_gray ? PNG_FORMAT_GRAY : PNG_FORMAT_BGR;
-  const int channels = file_gray ? 1 : 3;
-  std::vector<uint8_t> interleaved(PNG_IMAGE_SIZE(png));
-  if (png_image_finish_read(&png, nullptr, interleaved.data(), 0, nullptr) == 0) {
-    const std::string message = png.message;
-    png_image_free(&png);
-    CORTADO_THROW(kParse, "{}: corrupt PNG data: {}", what, message);
-  }
-  DecodedImage image = Planar(interleaved, channels, height, width);
-  if (mode == ColorMode::kColor && channels == 1) return ToColor(image);
-  if (mode == ColorMode::kGray && channels == 3) return ToGray(image);
-  return image;
+  return ApplyMode(Planar(interleaved, channels, height, width), mode);
 }
 
 #endif  // CORTADO_WITH_IMAGES
@@ -235,30 +331,41 @@ DecodedImage DecodeImage(const void* bytes, size_t size, ColorMode mode, const s
     for (size_t i = 0; i < std::min<size_t>(size, 4); ++i) {
       head += fmt::format("{}{:02x}", i == 0 ? "" : " ", b[i]);
     }
-    CORTADO_THROW(kParse, "{}: not a JPEG or PNG image (first bytes {}, {} bytes)", what, head,
-                  size);
+    CORTADO_THROW(kParse, "{}: not a JPEG or PNG image (first bytes {}, {} bytes in all)", what,
+                  head, size);
   }
 #if CORTADO_WITH_IMAGES
   return IsJpeg(b, size) ? DecodeJpeg(b, size, mode, what) : DecodePng(b, size, mode, what);
 #else
   (void)mode;
   CORTADO_THROW(kUnimplemented,
-                "{}: an encoded image, but this build has no image codecs (libjpeg and libpng "
-                "were not found: WITH_IMAGES=OFF)",
-                what);
+                "{}: a {} image, but this build cannot decode it: built without libjpeg/libpng "
+                "(WITH_IMAGES=OFF)",
+                what, IsJpeg(b, size) ? "JPEG" : "PNG");
 #endif
 }
 
 DecodedImage ResizeImage(const DecodedImage& image, int height, int width) {
   if (height <= 0 || width <= 0) {
-    CORTADO_THROW(kInvalidArgument, "cannot resize an image to {} x {}", height, width);
+    CORTADO_THROW(kInvalidArgument, "cannot resize an image to {} x {} (height x width)", height,
+                  width);
+  }
+  const size_t in_plane = static_cast<size_t>(std::max(image.height, 0)) *
+                          static_cast<size_t>(std::max(image.width, 0));
+  if (image.channels <= 0 || image.height <= 0 || image.width <= 0 ||
+      image.pixels.size() != in_plane * static_cast<size_t>(image.channels)) {
+    CORTADO_THROW(kInvalidArgument,
+                  "cannot resize an image of {} x {} x {} (channels x height x width) holding {} "
+                  "bytes",
+                  image.channels, image.height, image.width, image.pixels.size());
   }
   DecodedImage out;
   out.channels = image.channels;
   out.height = height;
   out.width = width;
-  out.pixels.resize(static_cast<size_t>(image.channels) * height * width);
-  // Per axis: the two source indices and the weight of the second, OpenCV's INTER_LINEAR rule.
+  const size_t out_plane = static_cast<size_t>(height) * static_cast<size_t>(width);
+  out.pixels.resize(static_cast<size_t>(image.channels) * out_plane);
+  // Per output index along one axis: the two source indices and the weight of the second.
   struct Tap {
     int i0, i1;
     float w1;
@@ -267,7 +374,7 @@ DecodedImage ResizeImage(const DecodedImage& image, int height, int width) {
     std::vector<Tap> t(static_cast<size_t>(n));
     const double scale = static_cast<double>(in) / n;
     for (int d = 0; d < n; ++d) {
-      double s = (d + 0.5) * scale - 0.5;
+      const double s = (d + 0.5) * scale - 0.5;
       int i0 = static_cast<int>(std::floor(s));
       double f = s - i0;
       if (i0 < 0) {
@@ -284,21 +391,20 @@ DecodedImage ResizeImage(const DecodedImage& image, int height, int width) {
   };
   const std::vector<Tap> ys = taps(image.height, height);
   const std::vector<Tap> xs = taps(image.width, width);
-  const size_t in_plane = static_cast<size_t>(image.height) * image.width;
-  const size_t out_plane = static_cast<size_t>(height) * width;
-  for (int c = 0; c < image.channels; ++c) {
+  const size_t in_width = static_cast<size_t>(image.width);
+  for (size_t c = 0; c < static_cast<size_t>(image.channels); ++c) {
     const uint8_t* src = image.pixels.data() + c * in_plane;
     uint8_t* dst = out.pixels.data() + c * out_plane;
-    for (int y = 0; y < height; ++y) {
-      const Tap& ty = ys[static_cast<size_t>(y)];
-      const uint8_t* r0 = src + static_cast<size_t>(ty.i0) * image.width;
-      const uint8_t* r1 = src + static_cast<size_t>(ty.i1) * image.width;
-      for (int x = 0; x < width; ++x) {
-        const Tap& tx = xs[static_cast<size_t>(x)];
-        const float top = r0[tx.i0] + tx.w1 * (r0[tx.i1] - r0[tx.i0]);
-        const float bottom = r1[tx.i0] + tx.w1 * (r1[tx.i1] - r1[tx.i0]);
+    for (size_t y = 0; y < static_cast<size_t>(height); ++y) {
+      const Tap& ty = ys[y];
+      const uint8_t* r0 = src + static_cast<size_t>(ty.i0) * in_width;
+      const uint8_t* r1 = src + static_cast<size_t>(ty.i1) * in_width;
+      for (size_t x = 0; x < static_cast<size_t>(width); ++x) {
+        const Tap& tx = xs[x];
+        const float top = r0[tx.i0] + tx.w1 * static_cast<float>(r0[tx.i1] - r0[tx.i0]);
+        const float bottom = r1[tx.i0] + tx.w1 * static_cast<float>(r1[tx.i1] - r1[tx.i0]);
         const float v = top + ty.w1 * (bottom - top);
-        dst[static_cast<size_t>(y) * width + x] =
+        dst[y * static_cast<size_t>(width) + x] =
             static_cast<uint8_t>(std::clamp(std::floor(v + 0.5f), 0.0f, 255.0f));
       }
     }

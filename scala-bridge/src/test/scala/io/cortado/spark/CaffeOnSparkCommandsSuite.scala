@@ -259,7 +259,8 @@ class CaffeOnSparkCommandsSuite extends AnyFunSuite with PerTest {
         case _ =>
       }
       val source = DataSource.of(gpu, "TRAIN", ss.sparkContext.hadoopConfiguration).load(ss)
-      cortado.train(source, Config(gpu, model = uri(dir, "gpu.model")))
+      // (No snapshots: the solver's relative prefix would put them in the working directory.)
+      cortado.train(source, Config(gpu, model = uri(dir, "gpu.model"), snapshotInterval = 0))
       assert(Files.size(dir.resolve("gpu.model")) > 0)
       val said = logged.toArray.map(_.toString).filter(_.startsWith("solver_mode is GPU"))
       assert(said.length === 1, logged)

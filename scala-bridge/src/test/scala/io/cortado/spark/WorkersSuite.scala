@@ -390,7 +390,10 @@ class GpuResourcesSuite extends AnyFunSuite with LocalCluster {
       val t0 = System.nanoTime()
       val e = intercept[Exception](new Cortado(ss).train(separable(ss, 40, 7), config))
       assert((System.nanoTime() - t0) / 1e9 < 60)
-      assert(e.getMessage.contains("workers 0 and 1 both train on GPU 0 of host 127.0.0.1"),
+      // The executors' host is 127.0.0.1 (SPARK_LOCAL_IP), or its name where /etc/hosts gives
+      // one.
+      assert(e.getMessage.contains("workers 0 and 1 both train on GPU 0 of host 127.0.0.1") ||
+        e.getMessage.contains("workers 0 and 1 both train on GPU 0 of host localhost"),
         e.getMessage)
     }
   }
