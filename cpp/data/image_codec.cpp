@@ -133,42 +133,54 @@ void OnJpegMessage(j_common_ptr cinfo, int level) {
   OnJpegError(cinfo);
 }
 
-class JpegDecoder {
- public:
+// Owns libjpeg's decompressor; its destructor frees it however decoding ended.
+struct JpegDecoder {
   JpegDecoder() {
-    std::memset(&cinfo_, 0, sizeof(cinfo_));  // so that the destructor may run at any point
-    cinfo_.err = jpeg_std_error(&errors_.mgr);
-    errors_.mgr.error_exit = OnJpegError;
-    errors_.mgr.emit_message = OnJpegMessage;
-    errors_.message[0] = '\0';
+    std::memset(&cinfo, 0, sizeof(cinfo));  // so that the destructor may run at any point
+    cinfo.err = jpeg_std_error(&errors.mgr);
+    errors.mgr.error_exit = OnJpegError;
+    errors.mgr.emit_message = OnJpegMessage;
+    errors.message[0] = '\0';
   }
-  ~JpegDecoder() { jpeg_destroy_decompress(&cinfo_); }
+  ~JpegDecoder() { jpeg_destroy_decompress(&cinfo); }
   JpegDecoder(const JpegDecoder&) = delete;
   JpegDecoder& operator=(const JpegDecoder&) = delete;
 
-  jpeg_decompress_struct cinfo_;
-  JpegErrorManager errors_;
+  jpeg_decompress_struct cinfo;
+  JpegErrorManager errors;
 };
 
 // Creates the decompressor over the bytes and reads the header. False on error (message set).
 bool JpegReadHeader(JpegDecoder* d, const uint8_t* bytes, size_t size) {
-  if (setjmp(d->errors_.jump) != 0) return false;
-  jpeg_create_decompress(&d->cinfo_);
-  jpeg_mem_src(&d->cinfo_, bytes, static_cast<unsigned long>(size));  // NOLINT(runtime/int)
-  jpeg_read_header(&d->cinfo_, TRUE);
+  if (setjmp(d->errors.jump) != 0) return false;
+  jpeg_create_decompress(&d->cinfo);
+  // const_cast: libjpeg-turbo before 1.5 and IJG libjpeg 8 declare the buffer non-const.
+  jpeg_mem_src(&d->cinfo, const_cast<uint8_t*>(bytes),
+               static_cast<unsigned long>(size));  // NOLINT(runtime/int)
+  jpeg_read_header(&d->cinfo, TRUE);
   return true;
 }
 
-// Decodes every row into `out` (output_height rows of `stride` bytes, allocated by the caller
-// from the header) and finishes. False on error (message set).
-bool JpegReadPixels(JpegDecoder* d, uint8_t* out, size_t stride) {
-  if (setjmp(d->errors_.jump) != 0) return false;
-  jpeg_start_decompress(&d->cinfo_);
-  while (d->cinfo_.output_scanline < d->cinfo_.output_height) {
-    JSAMPROW row = out + stride * d->cinfo_.output_scanline;
-    jpeg_read_scanlines(&d->cinfo_, &row, 1);
+// Decodes every row into `out` (`rows` rows of `stride` bytes, allocated by the caller from the
+// header) and finishes. False on error (message set).
+bool JpegReadPixels(JpegDecoder* d, uint8_t* out, size_t stride, size_t rows) {
+  if (setjmp(d->errors.jump) != 0) return false;
+  jpeg_start_decompress(&d->cinfo);
+  // Without scaling the output is the image's size; check rather than trust it, before writing.
+  if (static_cast<size_t>(d->cinfo.output_width) *
+              static_cast<size_t>(d->cinfo.output_components) !=
+          stride ||
+      d->cinfo.output_height != rows) {
+    std::snprintf(d->errors.message, sizeof(d->errors.message),
+                  "libjpeg decodes %u x %u x %d, not the size of the header",
+                  d->cinfo.output_height, d->cinfo.output_width, d->cinfo.output_components);
+    return false;
   }
-  jpeg_finish_decompress(&d->cinfo_);
+  while (d->cinfo.output_scanline < d->cinfo.output_height) {
+    JSAMPROW row = out + stride * d->cinfo.output_scanline;
+    jpeg_read_scanlines(&d->cinfo, &row, 1);
+  }
+  jpeg_finish_decompress(&d->cinfo);
   return true;
 }
 
@@ -176,9 +188,9 @@ DecodedImage DecodeJpeg(const uint8_t* bytes, size_t size, ColorMode mode,
                         const std::string& what) {
   JpegDecoder d;
   if (!JpegReadHeader(&d, bytes, size)) {
-    CORTADO_THROW(kParse, "{}: corrupt JPEG data: {}", what, d.errors_.message);
+    CORTADO_THROW(kParse, "{}: corrupt JPEG data: {}", what, d.errors.message);
   }
-  jpeg_decompress_struct& cinfo = d.cinfo_;
+  jpeg_decompress_struct& cinfo = d.cinfo;
   const J_COLOR_SPACE space = cinfo.jpeg_color_space;
   if (space == JCS_CMYK || space == JCS_YCCK) {
     CORTADO_THROW(kInvalidArgument,
@@ -200,28 +212,25 @@ DecodedImage DecodeJpeg(const uint8_t* bytes, size_t size, ColorMode mode,
   const int width = static_cast<int>(cinfo.image_width);
   const size_t stride = static_cast<size_t>(width) * static_cast<size_t>(channels);
   std::vector<uint8_t> interleaved(stride * static_cast<size_t>(height));
-  if (!JpegReadPixels(&d, interleaved.data(), stride)) {
-    CORTADO_THROW(kParse, "{}: corrupt JPEG data: {}", what, d.errors_.message);
+  if (!JpegReadPixels(&d, interleaved.data(), stride, static_cast<size_t>(height))) {
+    CORTADO_THROW(kParse, "{}: corrupt JPEG data: {}", what, d.errors.message);
   }
-  // Without scaling the output is the image's size; check rather than trust it.
-  CORTADO_CHECK_EQ(static_cast<int>(cinfo.output_height), height);
-  CORTADO_CHECK_EQ(static_cast<int>(cinfo.output_width), width);
-  CORTADO_CHECK_EQ(cinfo.output_components, channels);
   return ApplyMode(Planar(interleaved, channels, height, width), mode);
 }
 
 // ---- PNG --------------------------------------------------------------------------------------
 
-class PngDecoder {
- public:
-  PngDecoder(const uint8_t* bytes, size_t size) : bytes_(bytes), size_(size) { message_[0] = '\0'; }
-  ~PngDecoder() { png_destroy_read_struct(&png_, info_ != nullptr ? &info_ : nullptr, nullptr); }
+// Owns libpng's reader and the input's cursor; its destructor frees the reader however decoding
+// ended.
+struct PngDecoder {
+  PngDecoder(const uint8_t* data, size_t n) : bytes(data), size(n) { message[0] = '\0'; }
+  ~PngDecoder() { png_destroy_read_struct(&png, info != nullptr ? &info : nullptr, nullptr); }
   PngDecoder(const PngDecoder&) = delete;
   PngDecoder& operator=(const PngDecoder&) = delete;
 
   static void OnError(png_structp png, png_const_charp message) {
     auto* d = static_cast<PngDecoder*>(png_get_error_ptr(png));
-    std::snprintf(d->message_, sizeof(d->message_), "%s", message);
+    std::snprintf(d->message, sizeof(d->message), "%s", message);
     png_longjmp(png, 1);
   }
   // Warnings (an sRGB profile libpng dislikes, a bad ancillary chunk it skips) do not touch the
@@ -230,29 +239,34 @@ class PngDecoder {
   // Reads from the bytes in memory; running out is an error (a truncated file).
   static void OnRead(png_structp png, png_bytep out, png_size_t n) {
     auto* d = static_cast<PngDecoder*>(png_get_io_ptr(png));
-    if (n > d->size_ - d->offset_) png_error(png, "truncated: the data ends inside the image");
-    std::memcpy(out, d->bytes_ + d->offset_, n);
-    d->offset_ += n;
+    if (n > d->size - d->offset) png_error(png, "truncated (the data ends too early)");
+    std::memcpy(out, d->bytes + d->offset, n);
+    d->offset += n;
   }
 
-  const uint8_t* bytes_;
-  size_t size_;
-  size_t offset_ = 0;
-  png_structp png_ = nullptr;
-  png_infop info_ = nullptr;
-  char message_[256];
+  const uint8_t* bytes;
+  size_t size;
+  size_t offset = 0;
+  png_structp png = nullptr;
+  png_infop info = nullptr;
+  char message[256];
   // The header, and the rows after the transforms.
-  png_uint_32 width_ = 0, height_ = 0;
-  int bit_depth_ = 0, color_type_ = 0, channels_ = 0;
-  size_t row_bytes_ = 0;
+  png_uint_32 width = 0, height = 0;
+  int bit_depth = 0, color_type = 0, channels = 0;
+  size_t row_bytes = 0;
 };
 
 // Reads the signature and the chunks up to the first IDAT. False on error (message set).
 bool PngReadHeader(PngDecoder* d) {
-  if (setjmp(png_jmpbuf(d->png_)) != 0) return false;
-  png_set_read_fn(d->png_, d, PngDecoder::OnRead);
-  png_read_info(d->png_, d->info_);
-  png_get_IHDR(d->png_, d->info_, &d->width_, &d->height_, &d->bit_depth_, &d->color_type_, nullptr,
+  if (setjmp(png_jmpbuf(d->png)) != 0) return false;
+  png_set_read_fn(d->png, d, PngDecoder::OnRead);
+#ifdef PNG_SET_USER_LIMITS_SUPPORTED
+  // libpng's own limit (a million per side) would answer first with a message of its own; ours
+  // (CheckSize) is lower and says what is supported.
+  png_set_user_limits(d->png, PNG_UINT_31_MAX, PNG_UINT_31_MAX);
+#endif
+  png_read_info(d->png, d->info);
+  png_get_IHDR(d->png, d->info, &d->width, &d->height, &d->bit_depth, &d->color_type, nullptr,
                nullptr, nullptr);
   return true;
 }
@@ -260,54 +274,54 @@ bool PngReadHeader(PngDecoder* d) {
 // Sets the transforms that give 8-bit gray or RGB rows (OpenCV's, see the header) and reads the
 // resulting row layout. False on error (message set).
 bool PngSetTransforms(PngDecoder* d) {
-  if (setjmp(png_jmpbuf(d->png_)) != 0) return false;
-  png_structp png = d->png_;
-  if (d->color_type_ == PNG_COLOR_TYPE_PALETTE) png_set_palette_to_rgb(png);
-  if ((d->color_type_ & PNG_COLOR_MASK_COLOR) == 0 && d->bit_depth_ < 8) {
+  if (setjmp(png_jmpbuf(d->png)) != 0) return false;
+  png_structp png = d->png;
+  if (d->color_type == PNG_COLOR_TYPE_PALETTE) png_set_palette_to_rgb(png);
+  if ((d->color_type & PNG_COLOR_MASK_COLOR) == 0 && d->bit_depth < 8) {
     png_set_expand_gray_1_2_4_to_8(png);
   }
-  if (d->bit_depth_ == 16) png_set_strip_16(png);
+  if (d->bit_depth == 16) png_set_strip_16(png);
   // Drops an alpha channel, and the alpha that palette expansion makes from a tRNS chunk.
   png_set_strip_alpha(png);
   png_set_interlace_handling(png);
-  png_read_update_info(png, d->info_);
-  d->channels_ = png_get_channels(png, d->info_);
-  d->row_bytes_ = png_get_rowbytes(png, d->info_);
+  png_read_update_info(png, d->info);
+  d->channels = png_get_channels(png, d->info);
+  d->row_bytes = png_get_rowbytes(png, d->info);
   return true;
 }
 
 // Decodes every row (all interlace passes) and reads the chunks after the image up to IEND.
 // False on error (message set).
 bool PngReadPixels(PngDecoder* d, png_bytepp rows) {
-  if (setjmp(png_jmpbuf(d->png_)) != 0) return false;
-  png_read_image(d->png_, rows);
-  png_read_end(d->png_, nullptr);
+  if (setjmp(png_jmpbuf(d->png)) != 0) return false;
+  png_read_image(d->png, rows);
+  png_read_end(d->png, nullptr);
   return true;
 }
 
 DecodedImage DecodePng(const uint8_t* bytes, size_t size, ColorMode mode, const std::string& what) {
   PngDecoder d(bytes, size);
-  d.png_ =
+  d.png =
       png_create_read_struct(PNG_LIBPNG_VER_STRING, &d, PngDecoder::OnError, PngDecoder::OnWarning);
-  if (d.png_ != nullptr) d.info_ = png_create_info_struct(d.png_);
-  if (d.png_ == nullptr || d.info_ == nullptr) {
+  if (d.png != nullptr) d.info = png_create_info_struct(d.png);
+  if (d.png == nullptr || d.info == nullptr) {
     CORTADO_THROW(kOutOfMemory, "{}: libpng could not allocate its decoder", what);
   }
-  if (!PngReadHeader(&d)) CORTADO_THROW(kParse, "{}: corrupt PNG data: {}", what, d.message_);
-  CheckSize(d.height_, d.width_, "PNG", what);
-  if (!PngSetTransforms(&d)) CORTADO_THROW(kParse, "{}: corrupt PNG data: {}", what, d.message_);
-  const int height = static_cast<int>(d.height_);
-  const int width = static_cast<int>(d.width_);
-  const int channels = d.channels_;
+  if (!PngReadHeader(&d)) CORTADO_THROW(kParse, "{}: corrupt PNG data: {}", what, d.message);
+  CheckSize(d.height, d.width, "PNG", what);
+  if (!PngSetTransforms(&d)) CORTADO_THROW(kParse, "{}: corrupt PNG data: {}", what, d.message);
+  const int height = static_cast<int>(d.height);
+  const int width = static_cast<int>(d.width);
+  const int channels = d.channels;
   // The transforms leave 1 (gray) or 3 (RGB) bytes per pixel for every PNG color type.
   CORTADO_CHECK(channels == 1 || channels == 3, "libpng gave {} channels", channels);
   const size_t stride = static_cast<size_t>(width) * static_cast<size_t>(channels);
-  CORTADO_CHECK_EQ(d.row_bytes_, stride);
+  CORTADO_CHECK_EQ(d.row_bytes, stride);
   std::vector<uint8_t> interleaved(stride * static_cast<size_t>(height));
   std::vector<png_bytep> rows(static_cast<size_t>(height));
   for (size_t y = 0; y < rows.size(); ++y) rows[y] = interleaved.data() + y * stride;
   if (!PngReadPixels(&d, rows.data())) {
-    CORTADO_THROW(kParse, "{}: corrupt PNG data: {}", what, d.message_);
+    CORTADO_THROW(kParse, "{}: corrupt PNG data: {}", what, d.message);
   }
   return ApplyMode(Planar(interleaved, channels, height, width), mode);
 }

@@ -8,7 +8,9 @@
 #include <string>
 #include <vector>
 
+#include "core/config.hpp"
 #include "data/data_test_util.hpp"
+#include "data/image_test_util.hpp"
 #include "support/gradient_checker.hpp"
 
 namespace cortado {
@@ -213,6 +215,158 @@ TEST(DataLayerTest, EncodedRecordThatIsNoImageNamesTheKey) {
     EXPECT_NE(msg.find("record 'cat.jpg' of LMDB database '" + db + "'"), std::string::npos) << msg;
   }
 }
+
+#if CORTADO_WITH_IMAGES
+
+// A raw datum of `p`'s pixels in Caffe's layout (planar B, G, R), and the same image as an
+// encoded datum holding `file`.
+std::string RawRecord(const testing::Pixels& p, int label) {
+  caffe::Datum datum;
+  datum.set_channels(p.channels >= 3 ? 3 : 1);
+  datum.set_height(p.height);
+  datum.set_width(p.width);
+  const std::vector<uint8_t> planar = testing::PlanarBgr(p);
+  datum.set_data(std::string(planar.begin(), planar.end()));
+  datum.set_label(label);
+  return datum.SerializeAsString();
+}
+
+std::string EncodedRecord(const std::vector<uint8_t>& file, int label) {
+  caffe::Datum datum;
+  datum.set_encoded(true);
+  datum.set_data(std::string(file.begin(), file.end()));
+  datum.set_label(label);
+  return datum.SerializeAsString();
+}
+
+// Batches `n` Forwards of a Data layer over `db`, data values then labels.
+std::vector<float> Batches(const std::string& db, int batch_size, int n, const std::string& extra) {
+  Context ctx(Device::Cpu(), 1701);
+  auto layer = MakeLayer(&ctx, db, batch_size, extra);
+  Tensor data, label;
+  layer->Initialize({}, {&data, &label});
+  std::vector<float> values;
+  for (int i = 0; i < n; ++i) {
+    layer->Forward({}, {&data, &label});
+    const std::vector<float> d = Values(data), l = Values(label);
+    values.insert(values.end(), d.begin(), d.end());
+    values.insert(values.end(), l.begin(), l.end());
+  }
+  return values;
+}
+
+TEST(DataLayerTest, PngEncodedRecordsGiveTheBatchesOfTheSameRawRecords) {
+  TempDir dir;
+  std::vector<std::pair<std::string, std::string>> raw, png;
+  for (int i = 0; i < 5; ++i) {
+    const testing::Pixels p = testing::Ramp(5, 4, 37 * i);
+    raw.emplace_back(Key(i), RawRecord(p, i));
+    png.emplace_back(Key(i), EncodedRecord(testing::EncodePng(p), i));
+  }
+  testing::WriteLmdb(dir / "raw", raw);
+  testing::WriteLmdb(dir / "png", png);
+  // Random crops and mirrors (TRAIN), per-channel means and a scale: the same draws for both.
+  const std::string transform =
+      "transform_param { crop_size: 3 mirror: true scale: 0.5 mean_value: 10 mean_value: 20 "
+      "mean_value: 30 }";
+  const std::vector<float> expected = Batches(dir / "raw", 2, 4, transform);
+  EXPECT_EQ(expected.size(), 4u * (2 * 3 * 3 * 3 + 2));
+  EXPECT_EQ(Batches(dir / "png", 2, 4, transform), expected);
+}
+
+TEST(DataLayerTest, ForceColorAndForceGrayChooseTheChannels) {
+  TempDir dir;
+  const testing::Pixels gray{3, 2, 1, {0, 50, 100, 150, 200, 250}};
+  const testing::Pixels color{2, 1, 3, {255, 0, 0, 0, 255, 0}};
+  testing::WriteLmdb(dir / "gray", {{Key(0), EncodedRecord(testing::EncodePng(gray), 4)}});
+  testing::WriteLmdb(dir / "color", {{Key(0), EncodedRecord(testing::EncodePng(color), 5)}});
+  Context ctx(Device::Cpu(), 1701);
+  Tensor data, label;
+  auto colored = MakeLayer(&ctx, dir / "gray", 1, "transform_param { force_color: true }");
+  colored->Initialize({}, {&data, &label});
+  EXPECT_EQ(data.shape(), (std::vector<int>{1, 3, 2, 3}));
+  colored->Forward({}, {&data, &label});
+  EXPECT_EQ(Values(data), (std::vector<float>{0, 50, 100, 150, 200, 250, 0, 50, 100, 150, 200, 250,
+                                              0, 50, 100, 150, 200, 250}));
+  auto grayed = MakeLayer(&ctx, dir / "color", 1, "transform_param { force_gray: true }");
+  grayed->Initialize({}, {&data, &label});
+  EXPECT_EQ(data.shape(), (std::vector<int>{1, 1, 1, 2}));
+  grayed->Forward({}, {&data, &label});
+  // Red 0.299 * 255 = 76.245 -> 76, green 0.587 * 255 = 149.685 -> 150.
+  EXPECT_EQ(Values(data), (std::vector<float>{76, 150}));
+  EXPECT_EQ(Values(label), (std::vector<float>{5}));
+  // As stored: gray stays one channel.
+  auto kept = MakeLayer(&ctx, dir / "gray", 1);
+  kept->Initialize({}, {&data, &label});
+  EXPECT_EQ(data.shape(), (std::vector<int>{1, 1, 2, 3}));
+  // Both at once is an error, as in Caffe.
+  auto both =
+      MakeLayer(&ctx, dir / "gray", 1, "transform_param { force_color: true force_gray: true }");
+  try {
+    both->Initialize({}, {&data, &label});
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
+    EXPECT_NE(std::string(e.what()).find("force_color and force_gray"), std::string::npos)
+        << e.what();
+  }
+}
+
+TEST(DataLayerTest, JpegEncodedRecordsDecodeNearTheirPixels) {
+  TempDir dir;
+  const testing::Pixels p = testing::Flat(8, 8, 220, 120, 30);
+  testing::WriteLmdb(dir / "db", {{Key(0), EncodedRecord(testing::EncodeJpeg(p), 3)}});
+  Context ctx(Device::Cpu(), 1701);
+  auto layer = MakeLayer(&ctx, dir / "db", 1);
+  Tensor data, label;
+  layer->Initialize({}, {&data, &label});
+  EXPECT_EQ(data.shape(), (std::vector<int>{1, 3, 8, 8}));
+  layer->Forward({}, {&data, &label});
+  const std::vector<float> values = Values(data);
+  const float bgr[3] = {30, 120, 220};
+  for (size_t i = 0; i < values.size(); ++i) EXPECT_NEAR(values[i], bgr[i / 64], 3) << i;
+}
+
+TEST(DataLayerTest, CorruptEncodedRecordFailsItsBatchNamingTheKeyAndTheDatabase) {
+  TempDir dir;
+  const std::string db = dir / "db";
+  std::vector<std::pair<std::string, std::string>> records;
+  for (int i = 0; i < 3; ++i) {
+    records.emplace_back(Key(i), EncodedRecord(testing::EncodePng(testing::Ramp(4, 4, i)), i));
+  }
+  std::vector<uint8_t> truncated = testing::EncodePng(testing::Ramp(4, 4, 3));
+  truncated.resize(truncated.size() / 2);
+  records.emplace_back("zz_truncated.png", EncodedRecord(truncated, 3));
+  testing::WriteLmdb(db, records);
+  Context ctx(Device::Cpu(), 1701);
+  auto layer = MakeLayer(&ctx, db, 2);
+  Tensor data, label;
+  layer->Initialize({}, {&data, &label});
+  layer->Forward({}, {&data, &label});  // records 0 and 1
+  EXPECT_EQ(Values(label), (std::vector<float>{0, 1}));
+  try {
+    layer->Forward({}, {&data, &label});  // records 2 and 3: decoded in the prefetch thread
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kParse);
+    const std::string msg = e.what();
+    EXPECT_EQ(msg.rfind("layer 'mnist' (Data): record 'zz_truncated.png' of LMDB database '" + db +
+                            "': corrupt PNG data: ",
+                        0),
+              0u)
+        << msg;
+  }
+}
+
+#else
+
+CORTADO_SKIP_WITHOUT_IMAGES(DataLayerTest, PngEncodedRecordsGiveTheBatchesOfTheSameRawRecords)
+CORTADO_SKIP_WITHOUT_IMAGES(DataLayerTest, ForceColorAndForceGrayChooseTheChannels)
+CORTADO_SKIP_WITHOUT_IMAGES(DataLayerTest, JpegEncodedRecordsDecodeNearTheirPixels)
+CORTADO_SKIP_WITHOUT_IMAGES(DataLayerTest,
+                            CorruptEncodedRecordFailsItsBatchNamingTheKeyAndTheDatabase)
+
+#endif  // CORTADO_WITH_IMAGES
 
 TEST(DataLayerTest, LevelDbIsUnimplemented) {
   TempDir dir;

@@ -8,8 +8,10 @@
 #include <tuple>
 #include <vector>
 
+#include "core/config.hpp"
 #include "core/error.hpp"
 #include "data/data_test_util.hpp"
+#include "data/image_test_util.hpp"
 #include "io/proto_io.hpp"
 
 namespace cortado {
@@ -166,7 +168,7 @@ TEST(DataTransformerTest, CropLargerThanDatumIsAnError) {
   EXPECT_THROW(t.InferShape(TinyDatum()), Error);
 }
 
-TEST(DataTransformerTest, EncodedDatumIsUnimplementedAndNamesTheLayer) {
+TEST(DataTransformerTest, EncodedDatumThatIsNoImageNamesTheLayer) {
   DataTransformer t(Param(""), caffe::TEST, "layer 'images' (Data)");
   caffe::Datum datum = TinyDatum();
   datum.set_encoded(true);
@@ -174,10 +176,74 @@ TEST(DataTransformerTest, EncodedDatumIsUnimplementedAndNamesTheLayer) {
     Apply(t, datum);
     FAIL() << "no error";
   } catch (const Error& e) {
-    EXPECT_EQ(e.code(), ErrorCode::kUnimplemented);
-    EXPECT_NE(std::string(e.what()).find("layer 'images'"), std::string::npos) << e.what();
+    EXPECT_EQ(e.code(), ErrorCode::kParse);
+    const std::string msg = e.what();
+    EXPECT_EQ(msg.rfind("layer 'images' (Data): encoded datum: not a JPEG or PNG image", 0), 0u)
+        << msg;
   }
 }
+
+TEST(DataTransformerTest, ForceColorWithForceGrayIsAnError) {
+  try {
+    DataTransformer t(Param("force_color: true force_gray: true"), caffe::TEST, "test");
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
+  }
+  EXPECT_EQ(DecodeColorMode(Param("")), ColorMode::kKeep);
+  EXPECT_EQ(DecodeColorMode(Param("force_color: true")), ColorMode::kColor);
+  EXPECT_EQ(DecodeColorMode(Param("force_gray: true")), ColorMode::kGray);
+}
+
+#if CORTADO_WITH_IMAGES
+
+TEST(DataTransformerTest, EncodedDatumIsDecodedThenTransformed) {
+  // A 3 x 4 color PNG, and the raw datum of its pixels (planar B, G, R).
+  const testing::Pixels p = testing::Ramp(4, 3);
+  const std::vector<uint8_t> file = testing::EncodePng(p);
+  caffe::Datum encoded;
+  encoded.set_encoded(true);
+  encoded.set_data(std::string(file.begin(), file.end()));
+  caffe::Datum raw;
+  raw.set_channels(3);
+  raw.set_height(3);
+  raw.set_width(4);
+  const std::vector<uint8_t> planar = testing::PlanarBgr(p);
+  raw.set_data(std::string(planar.begin(), planar.end()));
+  for (caffe::Phase phase : {caffe::TRAIN, caffe::TEST}) {
+    DataTransformer t(Param("crop_size: 2 mirror: true scale: 0.25 mean_value: 1 mean_value: 2 "
+                            "mean_value: 3"),
+                      phase, "test");
+    EXPECT_EQ(t.InferShape(encoded), (std::vector<int>{3, 2, 2}));
+    for (uint32_t seed = 0; seed < 8; ++seed)
+      EXPECT_EQ(Apply(t, encoded, seed), Apply(t, raw, seed));
+  }
+  // force_gray: one channel, Y = 0.299 R + 0.587 G + 0.114 B rounded.
+  DataTransformer gray(Param("force_gray: true"), caffe::TEST, "test");
+  EXPECT_EQ(gray.InferShape(encoded), (std::vector<int>{1, 3, 4}));
+  std::vector<float> luma;
+  for (size_t i = 0; i < p.data.size(); i += 3) {
+    luma.push_back(static_cast<float>(
+        (299 * p.data[i] + 587 * p.data[i + 1] + 114 * p.data[i + 2] + 500) / 1000));
+  }
+  EXPECT_EQ(Apply(gray, encoded), luma);
+  // A corrupt image names the owner.
+  encoded.set_data(std::string(file.begin(), file.begin() + 20));
+  try {
+    Apply(gray, encoded);
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kParse);
+    EXPECT_EQ(std::string(e.what()).rfind("test: encoded datum: corrupt PNG data: ", 0), 0u)
+        << e.what();
+  }
+}
+
+#else
+
+CORTADO_SKIP_WITHOUT_IMAGES(DataTransformerTest, EncodedDatumIsDecodedThenTransformed)
+
+#endif  // CORTADO_WITH_IMAGES
 
 TEST(DataTransformerTest, DataOfTheWrongSizeIsAnError) {
   caffe::Datum datum = TinyDatum();

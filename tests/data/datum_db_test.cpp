@@ -9,8 +9,10 @@
 #include <utility>
 #include <vector>
 
+#include "core/config.hpp"
 #include "core/error.hpp"
 #include "data/data_test_util.hpp"
+#include "data/image_test_util.hpp"
 #include "data/lmdb_db.hpp"
 
 namespace cortado {
@@ -185,6 +187,37 @@ TEST(DatumDbReaderTest, CorruptEncodedDatumsNameThePathAndTheKey) {
         << e.what();
   }
 }
+
+#if CORTADO_WITH_IMAGES
+
+TEST(DatumDbReaderTest, EncodedDatumsAreDecoded) {
+  TempDir dir;
+  std::vector<std::pair<std::string, std::string>> records;
+  std::vector<float> expected;
+  for (int i = 0; i < 3; ++i) {
+    const testing::Pixels p = testing::Ramp(3, 2, 50 * i);
+    const std::vector<uint8_t> file = testing::EncodePng(p);
+    caffe::Datum datum;
+    datum.set_encoded(true);
+    datum.set_data(std::string(file.begin(), file.end()));
+    datum.set_label(10 + i);
+    records.emplace_back(Key(i), datum.SerializeAsString());
+    for (uint8_t v : testing::PlanarBgr(p)) expected.push_back(v);
+  }
+  const std::string path = dir / "db";
+  testing::WriteLmdb(path, records);
+  DatumDbReader reader(path, "test");
+  EXPECT_EQ(reader.shape(), (std::vector<int>{3, 2, 3}));
+  const Range r = ReadRange(&reader, 0, 3);
+  EXPECT_EQ(r.data, expected);
+  EXPECT_EQ(r.labels, (std::vector<int32_t>{10, 11, 12}));
+}
+
+#else
+
+CORTADO_SKIP_WITHOUT_IMAGES(DatumDbReaderTest, EncodedDatumsAreDecoded)
+
+#endif  // CORTADO_WITH_IMAGES
 
 TEST(DatumDbReaderTest, CorruptRecordAndWrongValueCountNameTheKey) {
   TempDir dir;

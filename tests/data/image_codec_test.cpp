@@ -3,114 +3,31 @@
 
 #include <gtest/gtest.h>
 
-#include <cstdio>
-#include <cstring>
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <random>
 #include <string>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 #include "core/config.hpp"
 #include "core/error.hpp"
-#include "data/data_layer.hpp"
-#include "data/data_test_util.hpp"
-#include "layers/layer.hpp"
-#include "support/gradient_checker.hpp"
+#include "data/image_test_util.hpp"
 
 #if CORTADO_WITH_IMAGES
-#include <jpeglib.h>
-#include <png.h>
+#include <zlib.h>
 #endif
 
 namespace cortado {
 namespace {
 
-#if CORTADO_WITH_IMAGES
-
-// An RGB(A) or gray image, interleaved, as the encoders take it.
-struct Pixels {
-  int width, height, channels;
-  std::vector<uint8_t> data;
-};
-
-std::vector<uint8_t> EncodePng(const Pixels& p, bool sixteen_bit = false) {
-  png_image image;
-  std::memset(&image, 0, sizeof(image));
-  image.version = PNG_IMAGE_VERSION;
-  image.width = static_cast<png_uint_32>(p.width);
-  image.height = static_cast<png_uint_32>(p.height);
-  image.format = p.channels == 1   ? PNG_FORMAT_GRAY
-                 : p.channels == 3 ? PNG_FORMAT_RGB
-                                   : PNG_FORMAT_RGBA;
-  std::vector<uint16_t> wide;
-  const void* buffer = p.data.data();
-  if (sixteen_bit) {
-    // Linear 16-bit: v * 257 is the 8-bit value v exactly after libpng's conversion back.
-    image.format |= PNG_FORMAT_FLAG_LINEAR;
-    wide.assign(p.data.begin(), p.data.end());
-    for (uint16_t& v : wide) v = static_cast<uint16_t>(v * 257);
-    buffer = wide.data();
-  }
-  png_alloc_size_t size = 0;
-  EXPECT_NE(png_image_write_to_memory(&image, nullptr, &size, 0, buffer, 0, nullptr), 0)
-      << image.message;
-  std::vector<uint8_t> out(size);
-  EXPECT_NE(png_image_write_to_memory(&image, out.data(), &size, 0, buffer, 0, nullptr), 0)
-      << image.message;
-  out.resize(size);
-  return out;
-}
-
-std::vector<uint8_t> EncodeJpeg(const Pixels& p, int quality = 100) {
-  jpeg_compress_struct cinfo;
-  jpeg_error_mgr err;
-  cinfo.err = jpeg_std_error(&err);
-  jpeg_create_compress(&cinfo);
-  unsigned char* mem = nullptr;
-  unsigned long size = 0;  // NOLINT(runtime/int)
-  jpeg_mem_dest(&cinfo, &mem, &size);
-  cinfo.image_width = static_cast<JDIMENSION>(p.width);
-  cinfo.image_height = static_cast<JDIMENSION>(p.height);
-  cinfo.input_components = p.channels;
-  cinfo.in_color_space = p.channels == 1 ? JCS_GRAYSCALE : JCS_RGB;
-  jpeg_set_defaults(&cinfo);
-  jpeg_set_quality(&cinfo, quality, TRUE);
-  jpeg_start_compress(&cinfo, TRUE);
-  const size_t stride = static_cast<size_t>(p.width) * p.channels;
-  while (cinfo.next_scanline < cinfo.image_height) {
-    JSAMPROW row = const_cast<uint8_t*>(p.data.data()) + stride * cinfo.next_scanline;
-    jpeg_write_scanlines(&cinfo, &row, 1);
-  }
-  jpeg_finish_compress(&cinfo);
-  jpeg_destroy_compress(&cinfo);
-  std::vector<uint8_t> out(mem, mem + size);
-  std::free(mem);
-  return out;
-}
-
-// A flat image of one color per pixel block: every pixel (r, g, b).
-Pixels Flat(int width, int height, uint8_t r, uint8_t g, uint8_t b) {
-  Pixels p{width, height, 3, {}};
-  for (int i = 0; i < width * height; ++i) p.data.insert(p.data.end(), {r, g, b});
-  return p;
-}
-
-// A small RGB image with distinct values: pixel i is (i, 100 + i, 200 - i).
-Pixels Ramp(int width, int height) {
-  Pixels p{width, height, 3, {}};
-  for (int i = 0; i < width * height; ++i) {
-    p.data.insert(p.data.end(), {static_cast<uint8_t>(i), static_cast<uint8_t>(100 + i),
-                                 static_cast<uint8_t>(200 - i)});
-  }
-  return p;
-}
-
-DecodedImage Decode(const std::vector<uint8_t>& bytes, ColorMode mode = ColorMode::kKeep) {
-  return DecodeImage(bytes.data(), bytes.size(), mode, "image 'x'");
-}
-
-// The code and message of decoding `bytes`, which must fail.
-std::pair<ErrorCode, std::string> Failure(const std::vector<uint8_t>& bytes) {
+// The code and message of decoding `size` bytes at `bytes` as "image 'x'", which must fail.
+std::pair<ErrorCode, std::string> Failure(const void* bytes, size_t size,
+                                          ColorMode mode = ColorMode::kKeep) {
   try {
-    Decode(bytes);
+    DecodeImage(bytes, size, mode, "image 'x'");
   } catch (const Error& e) {
     return {e.code(), e.what()};
   }
@@ -118,185 +35,387 @@ std::pair<ErrorCode, std::string> Failure(const std::vector<uint8_t>& bytes) {
   return {ErrorCode::kInternal, ""};
 }
 
-TEST(ImageCodecTest, PngColorDecodesExactlyToPlanarBgr) {
-  const Pixels ramp = Ramp(3, 2);
-  const DecodedImage image = Decode(EncodePng(ramp));
+std::pair<ErrorCode, std::string> Failure(const std::vector<uint8_t>& bytes) {
+  return Failure(bytes.data(), bytes.size());
+}
+
+#if CORTADO_WITH_IMAGES
+
+using testing::EncodeJpeg;
+using testing::EncodePng;
+using testing::Flat;
+using testing::Pixels;
+using testing::PlanarBgr;
+using testing::PngSpec;
+using testing::Ramp;
+using testing::WritePng;
+
+DecodedImage Decode(const std::vector<uint8_t>& bytes, ColorMode mode = ColorMode::kKeep) {
+  return DecodeImage(bytes.data(), bytes.size(), mode, "image 'x'");
+}
+
+// Every value of `image` is within `tolerance` of `expected`'s (same shape).
+void ExpectNear(const DecodedImage& image, const std::vector<uint8_t>& expected, int tolerance) {
+  ASSERT_EQ(image.pixels.size(), expected.size());
+  for (size_t i = 0; i < expected.size(); ++i) {
+    EXPECT_NEAR(image.pixels[i], expected[i], tolerance) << "value " << i;
+  }
+}
+
+TEST(ImageCodecTest, CodecsAreAvailable) { EXPECT_TRUE(ImageCodecsAvailable()); }
+
+TEST(ImageCodecTest, PngRgbDecodesExactlyToPlanarBgr) {
+  const DecodedImage image = Decode(EncodePng(Ramp(3, 2)));
   ASSERT_EQ(image.channels, 3);
   ASSERT_EQ(image.height, 2);
   ASSERT_EQ(image.width, 3);
-  for (int i = 0; i < 6; ++i) {
-    EXPECT_EQ(image.pixels[0 * 6 + i], 200 - i) << "blue plane, pixel " << i;
-    EXPECT_EQ(image.pixels[1 * 6 + i], 100 + i) << "green plane, pixel " << i;
-    EXPECT_EQ(image.pixels[2 * 6 + i], i) << "red plane, pixel " << i;
-  }
-  // A 16-bit file (written here as linear light, with its gamma chunk) decodes to 8-bit sRGB:
-  // the shape and the order of the values hold, the values are gamma-encoded.
-  const DecodedImage wide = Decode(EncodePng(ramp, /*sixteen_bit=*/true));
-  ASSERT_EQ(wide.channels, 3);
-  ASSERT_EQ(wide.height, 2);
-  ASSERT_EQ(wide.width, 3);
-  for (int i = 0; i + 1 < 6; ++i) {
-    EXPECT_GE(wide.pixels[0 * 6 + i], wide.pixels[0 * 6 + i + 1]) << "blue does not rise";
-    EXPECT_LT(wide.pixels[2 * 6 + i], wide.pixels[2 * 6 + i + 1]) << "red rises";
-  }
-  EXPECT_GT(wide.pixels[0], wide.pixels[5]);
+  // Pixel i is (R, G, B) = (i, 100 + i, 200 - i): planes B, G, R.
+  EXPECT_EQ(image.pixels, (std::vector<uint8_t>{200, 199, 198, 197, 196, 195,  //
+                                                100, 101, 102, 103, 104, 105,  //
+                                                0, 1, 2, 3, 4, 5}));
+  // Interlaced (Adam7, all seven passes for 5 x 7) decodes to the same pixels.
+  const Pixels ramp = Ramp(5, 7);
+  EXPECT_EQ(Decode(EncodePng(ramp, /*interlaced=*/true)).pixels, PlanarBgr(ramp));
+  EXPECT_EQ(Decode(EncodePng(ramp)).pixels, PlanarBgr(ramp));
 }
 
-TEST(ImageCodecTest, PngGrayAlphaAndTheColorModes) {
-  Pixels gray{2, 2, 1, {0, 50, 100, 255}};
+TEST(ImageCodecTest, PureRedIsTheThirdPlane) {
+  const DecodedImage png = Decode(EncodePng(Flat(2, 2, 255, 0, 0)));
+  ASSERT_EQ(png.channels, 3);
+  EXPECT_EQ(png.pixels, (std::vector<uint8_t>{0, 0, 0, 0, 0, 0, 0, 0, 255, 255, 255, 255}));
+  const DecodedImage jpeg = Decode(EncodeJpeg(Flat(8, 8, 255, 0, 0)));
+  ASSERT_EQ(jpeg.channels, 3);
+  std::vector<uint8_t> red(64 * 3, 0);
+  std::fill(red.begin() + 128, red.end(), 255);
+  ExpectNear(jpeg, red, 3);
+}
+
+TEST(ImageCodecTest, PngGrayOfEveryDepth) {
+  // 8 bits, kept as one plane; kColor replicates it into B, G and R; kGray keeps it.
+  const Pixels gray{2, 2, 1, {0, 50, 100, 255}};
   const DecodedImage kept = Decode(EncodePng(gray));
   EXPECT_EQ(kept.channels, 1);
   EXPECT_EQ(kept.pixels, gray.data);
   const DecodedImage color = Decode(EncodePng(gray), ColorMode::kColor);
-  ASSERT_EQ(color.channels, 3);
-  for (int c = 0; c < 3; ++c) {
-    EXPECT_EQ(std::vector<uint8_t>(color.pixels.begin() + 4 * c, color.pixels.begin() + 4 * c + 4),
-              gray.data);
-  }
-  // Color to gray: Y = 0.299 R + 0.587 G + 0.114 B, rounded: (200, 100, 50) -> 124.1 -> 124.
-  const DecodedImage luma = Decode(EncodePng(Flat(2, 1, 200, 100, 50)), ColorMode::kGray);
-  ASSERT_EQ(luma.channels, 1);
-  EXPECT_EQ(luma.pixels, (std::vector<uint8_t>{124, 124}));
-  // Opaque RGBA: the alpha channel is dropped.
-  Pixels rgba{1, 1, 4, {10, 20, 30, 255}};
-  const DecodedImage opaque = Decode(EncodePng(rgba));
-  EXPECT_EQ(opaque.channels, 3);
-  EXPECT_EQ(opaque.pixels, (std::vector<uint8_t>{30, 20, 10}));
+  EXPECT_EQ(color.channels, 3);
+  EXPECT_EQ(color.pixels,
+            (std::vector<uint8_t>{0, 50, 100, 255, 0, 50, 100, 255, 0, 50, 100, 255}));
+  EXPECT_EQ(Decode(EncodePng(gray), ColorMode::kGray).pixels, gray.data);
+
+  PngSpec spec;
+  spec.color_type = PNG_COLOR_TYPE_GRAY;
+  spec.height = 1;
+  // 1 bit: 1011 0000 -> 255 0 255 255 0 0 0 0.
+  spec.width = 8;
+  spec.bit_depth = 1;
+  spec.rows = {0xb0};
+  EXPECT_EQ(Decode(WritePng(spec)).pixels, (std::vector<uint8_t>{255, 0, 255, 255, 0, 0, 0, 0}));
+  // 2 bits: 00 01 10 11 -> v * 85.
+  spec.width = 4;
+  spec.bit_depth = 2;
+  spec.rows = {0x1b};
+  EXPECT_EQ(Decode(WritePng(spec)).pixels, (std::vector<uint8_t>{0, 85, 170, 255}));
+  // 4 bits: 0 1 7 15 -> v * 17.
+  spec.bit_depth = 4;
+  spec.rows = {0x01, 0x7f};
+  EXPECT_EQ(Decode(WritePng(spec)).pixels, (std::vector<uint8_t>{0, 17, 119, 255}));
+  // 16 bits: the high byte, 0x12ff -> 0x12, 0xab00 -> 0xab.
+  spec.width = 2;
+  spec.bit_depth = 16;
+  spec.rows = {0x12, 0xff, 0xab, 0x00};
+  EXPECT_EQ(Decode(WritePng(spec)).pixels, (std::vector<uint8_t>{0x12, 0xab}));
 }
 
-TEST(ImageCodecTest, JpegDecodesWithinItsLoss) {
-  const DecodedImage color = Decode(EncodeJpeg(Flat(16, 8, 220, 120, 30)));
-  ASSERT_EQ(color.channels, 3);
-  ASSERT_EQ(color.height, 8);
-  ASSERT_EQ(color.width, 16);
-  const int expected[3] = {30, 120, 220};  // B, G, R
-  for (int c = 0; c < 3; ++c) {
-    for (int i = 0; i < 128; ++i) EXPECT_NEAR(color.pixels[c * 128 + i], expected[c], 3);
-  }
-  const DecodedImage gray = Decode(EncodeJpeg(Flat(8, 8, 220, 120, 30)), ColorMode::kGray);
+TEST(ImageCodecTest, Png16BitColorKeepsTheHighByte) {
+  PngSpec spec;
+  spec.width = 2;
+  spec.height = 1;
+  spec.bit_depth = 16;
+  // (R, G, B) = (0x12ff, 0x0080, 0xffff), (0xab00, 0x7f7f, 0x0001), big-endian.
+  spec.rows = {0x12, 0xff, 0x00, 0x80, 0xff, 0xff, 0xab, 0x00, 0x7f, 0x7f, 0x00, 0x01};
+  EXPECT_EQ(Decode(WritePng(spec)).pixels,
+            (std::vector<uint8_t>{0xff, 0x00, 0x00, 0x7f, 0x12, 0xab}));
+  // RGBA: the same colors with alphas 0x0000 and 0x8000, which are dropped.
+  spec.color_type = PNG_COLOR_TYPE_RGBA;
+  spec.rows = {0x12, 0xff, 0x00, 0x80, 0xff, 0xff, 0x00, 0x00,
+               0xab, 0x00, 0x7f, 0x7f, 0x00, 0x01, 0x80, 0x00};
+  const DecodedImage rgba = Decode(WritePng(spec));
+  EXPECT_EQ(rgba.channels, 3);
+  EXPECT_EQ(rgba.pixels, (std::vector<uint8_t>{0xff, 0x00, 0x00, 0x7f, 0x12, 0xab}));
+}
+
+TEST(ImageCodecTest, PngAlphaIsDroppedNotComposited) {
+  // Opaque, transparent and half-transparent pixels keep their colors.
+  const Pixels rgba{3, 1, 4, {10, 20, 30, 255, 40, 50, 60, 0, 70, 80, 90, 128}};
+  const DecodedImage color = Decode(EncodePng(rgba));
+  EXPECT_EQ(color.channels, 3);
+  EXPECT_EQ(color.pixels, (std::vector<uint8_t>{30, 60, 90, 20, 50, 80, 10, 40, 70}));
+  const Pixels gray_alpha{2, 1, 2, {77, 0, 200, 128}};
+  const DecodedImage gray = Decode(EncodePng(gray_alpha));
+  EXPECT_EQ(gray.channels, 1);
+  EXPECT_EQ(gray.pixels, (std::vector<uint8_t>{77, 200}));
+  EXPECT_EQ(Decode(EncodePng(gray_alpha), ColorMode::kColor).pixels,
+            (std::vector<uint8_t>{77, 200, 77, 200, 77, 200}));
+}
+
+TEST(ImageCodecTest, PngPaletteExpandsToColor) {
+  PngSpec spec;
+  spec.color_type = PNG_COLOR_TYPE_PALETTE;
+  spec.palette = {{255, 0, 0}, {0, 128, 255}, {10, 20, 30}};
+  spec.width = 3;
+  spec.height = 1;
+  spec.rows = {2, 0, 1};
+  // Pixels (10, 20, 30), (255, 0, 0), (0, 128, 255) as B, G, R planes.
+  const std::vector<uint8_t> expected{30, 0, 255, 20, 0, 128, 10, 255, 0};
+  const DecodedImage image = Decode(WritePng(spec));
+  EXPECT_EQ(image.channels, 3);
+  EXPECT_EQ(image.pixels, expected);
+  // A tRNS chunk (entry 1 transparent, entry 0 half) changes nothing: alpha is dropped.
+  spec.alphas = {128, 0};
+  const DecodedImage transparent = Decode(WritePng(spec));
+  EXPECT_EQ(transparent.channels, 3);
+  EXPECT_EQ(transparent.pixels, expected);
+  // Gray from the palette's colors: 0.299 R + 0.587 G + 0.114 B rounded:
+  // (10, 20, 30) -> 18.15 -> 18; (255, 0, 0) -> 76.245 -> 76; (0, 128, 255) -> 104.206 -> 104.
+  const DecodedImage gray = Decode(WritePng(spec), ColorMode::kGray);
+  EXPECT_EQ(gray.channels, 1);
+  EXPECT_EQ(gray.pixels, (std::vector<uint8_t>{18, 76, 104}));
+  // 2-bit indices 0 1 2 1 (0001 1001).
+  spec.alphas.clear();
+  spec.bit_depth = 2;
+  spec.width = 4;
+  spec.rows = {0x19};
+  EXPECT_EQ(Decode(WritePng(spec)).pixels,
+            (std::vector<uint8_t>{0, 255, 30, 255, 0, 128, 20, 128, 255, 0, 10, 0}));
+}
+
+TEST(ImageCodecTest, ColorToGrayIsBt601RoundedToNearest) {
+  // Y = 0.299 R + 0.587 G + 0.114 B: red 76.245 -> 76, green 149.685 -> 150 (truncating would
+  // give 149), blue 29.07 -> 29, (200, 100, 50) 124.2 -> 124.
+  const Pixels p{4, 1, 3, {255, 0, 0, 0, 255, 0, 0, 0, 255, 200, 100, 50}};
+  const DecodedImage gray = Decode(EncodePng(p), ColorMode::kGray);
   ASSERT_EQ(gray.channels, 1);
-  // libjpeg's luma of (220, 120, 30): 0.299 * 220 + 0.587 * 120 + 0.114 * 30 = 139.6.
-  for (uint8_t v : gray.pixels) EXPECT_NEAR(v, 140, 3);
-  Pixels g{8, 8, 1, std::vector<uint8_t>(64, 77)};
-  const DecodedImage kept = Decode(EncodeJpeg(g));
-  EXPECT_EQ(kept.channels, 1);
-  for (uint8_t v : kept.pixels) EXPECT_NEAR(v, 77, 2);
-  EXPECT_EQ(Decode(EncodeJpeg(g), ColorMode::kColor).channels, 3);
+  EXPECT_EQ(gray.pixels, (std::vector<uint8_t>{76, 150, 29, 124}));
 }
 
-TEST(ImageCodecTest, CorruptTruncatedAndForeignBytesAreErrorsNamingTheImage) {
+TEST(ImageCodecTest, ChannelsOfEachColorMode) {
+  const Pixels gray{8, 8, 1, std::vector<uint8_t>(64, 77)};
+  const Pixels color = Ramp(8, 8);
+  const std::vector<std::vector<uint8_t>> gray_files = {EncodePng(gray), EncodeJpeg(gray)};
+  const std::vector<std::vector<uint8_t>> color_files = {EncodePng(color), EncodeJpeg(color)};
+  for (const auto& file : gray_files) {
+    EXPECT_EQ(Decode(file, ColorMode::kKeep).channels, 1);
+    EXPECT_EQ(Decode(file, ColorMode::kColor).channels, 3);
+    EXPECT_EQ(Decode(file, ColorMode::kGray).channels, 1);
+  }
+  for (const auto& file : color_files) {
+    EXPECT_EQ(Decode(file, ColorMode::kKeep).channels, 3);
+    EXPECT_EQ(Decode(file, ColorMode::kColor).channels, 3);
+    EXPECT_EQ(Decode(file, ColorMode::kGray).channels, 1);
+  }
+}
+
+TEST(ImageCodecTest, JpegQuality100IsWithinASmallTolerance) {
+  // A smooth color image (R = 16 x, G = 16 y, B = 128) at quality 100 without chroma
+  // subsampling.
+  Pixels p{16, 16, 3, {}};
+  for (int y = 0; y < 16; ++y) {
+    for (int x = 0; x < 16; ++x) {
+      testing::Append(&p.data, {static_cast<uint8_t>(16 * x), static_cast<uint8_t>(16 * y), 128});
+    }
+  }
+  const DecodedImage color = Decode(EncodeJpeg(p));
+  ASSERT_EQ(color.channels, 3);
+  ASSERT_EQ(color.height, 16);
+  ASSERT_EQ(color.width, 16);
+  ExpectNear(color, PlanarBgr(p), 3);
+  // Forced to gray: libjpeg's luma, near the BT.601 luma of the pixels.
+  std::vector<uint8_t> luma;
+  for (size_t i = 0; i < p.data.size(); i += 3) {
+    luma.push_back(static_cast<uint8_t>(
+        (299 * p.data[i] + 587 * p.data[i + 1] + 114 * p.data[i + 2] + 500) / 1000));
+  }
+  ExpectNear(Decode(EncodeJpeg(p), ColorMode::kGray), luma, 3);
+  // A gray JPEG stays one plane; kColor gives three copies of it.
+  Pixels g{8, 8, 1, {}};
+  for (int i = 0; i < 64; ++i) g.data.push_back(static_cast<uint8_t>(3 * i));
+  const DecodedImage kept = Decode(EncodeJpeg(g));
+  ASSERT_EQ(kept.channels, 1);
+  ExpectNear(kept, g.data, 2);
+  std::vector<uint8_t> three = kept.pixels;
+  testing::Append(&three, kept.pixels);
+  testing::Append(&three, kept.pixels);
+  EXPECT_EQ(Decode(EncodeJpeg(g), ColorMode::kColor).pixels, three);
+  // Usual settings (quality 90, 4:2:0 chroma) decode to the right shape.
+  const DecodedImage usual = Decode(EncodeJpeg(Ramp(13, 7), 90, /*subsample=*/true));
+  EXPECT_EQ(usual.channels, 3);
+  EXPECT_EQ(usual.height, 7);
+  EXPECT_EQ(usual.width, 13);
+}
+
+TEST(ImageCodecTest, TruncatedCorruptAndForeignBytesAreErrorsNamingTheImage) {
   const std::vector<uint8_t> jpeg = EncodeJpeg(Ramp(16, 16), 90);
   const std::vector<uint8_t> png = EncodePng(Ramp(16, 16));
-  const std::vector<std::vector<uint8_t>> bad = {
-      std::vector<uint8_t>(jpeg.begin(), jpeg.begin() + static_cast<long>(jpeg.size() / 2)),
-      std::vector<uint8_t>(jpeg.begin(), jpeg.begin() + 4),
-      std::vector<uint8_t>(png.begin(), png.begin() + static_cast<long>(png.size() / 2)),
-      std::vector<uint8_t>(png.begin(), png.begin() + 12),
-      {0x12, 0x34, 0x56, 0x78, 0x9a},
-      {},
+  auto head = [](const std::vector<uint8_t>& bytes, size_t n) {
+    return std::vector<uint8_t>(bytes.begin(), bytes.begin() + static_cast<std::ptrdiff_t>(n));
   };
-  for (size_t i = 0; i < bad.size(); ++i) {
-    const auto [code, message] = Failure(bad[i]);
-    EXPECT_EQ(code, ErrorCode::kParse) << "case " << i << ": " << message;
-    EXPECT_EQ(message.rfind("image 'x': ", 0), 0u) << "case " << i << ": " << message;
+  // A byte of the first IDAT chunk's data changed: its CRC no longer matches.
+  std::vector<uint8_t> bad_crc = png;
+  for (size_t i = 8; i + 8 < bad_crc.size(); ++i) {
+    if (std::string(bad_crc.begin() + static_cast<std::ptrdiff_t>(i),
+                    bad_crc.begin() + static_cast<std::ptrdiff_t>(i + 4)) == "IDAT") {
+      bad_crc[i + 6] ^= 0x55;
+      break;
+    }
   }
-  EXPECT_NE(Failure(bad[4]).second.find("not a JPEG or PNG image (first bytes 12 34 56 78"),
-            std::string::npos);
-  EXPECT_NE(Failure(bad[0]).second.find("corrupt JPEG data"), std::string::npos);
-  EXPECT_NE(Failure(bad[2]).second.find("corrupt PNG data"), std::string::npos);
+  std::mt19937 engine(1701);
+  std::vector<uint8_t> random_after_soi = {0xff, 0xd8, 0xff};
+  for (int i = 0; i < 200; ++i) random_after_soi.push_back(static_cast<uint8_t>(engine()));
+  std::vector<uint8_t> random_bytes = {0x12};
+  for (int i = 0; i < 200; ++i) random_bytes.push_back(static_cast<uint8_t>(engine()));
+
+  struct Case {
+    const char* name;
+    std::vector<uint8_t> bytes;
+    const char* says;
+  };
+  const std::vector<Case> cases = {
+      {"truncated JPEG", head(jpeg, jpeg.size() / 2), "corrupt JPEG data: Premature end of JPEG"},
+      {"JPEG header only", head(jpeg, 4), "corrupt JPEG data: "},
+      {"JPEG signature only", head(jpeg, 3), "corrupt JPEG data: "},
+      {"JPEG without its end marker", head(jpeg, jpeg.size() - 2), "corrupt JPEG data: "},
+      {"random bytes after a JPEG signature", random_after_soi, "corrupt JPEG data: "},
+      {"truncated PNG", head(png, png.size() / 2), "corrupt PNG data: "},
+      {"PNG signature and part of IHDR", head(png, 12), "corrupt PNG data: "},
+      {"PNG signature only", head(png, 8), "corrupt PNG data: "},
+      {"PNG without IEND", head(png, png.size() - 12), "corrupt PNG data: "},
+      {"PNG with a bad CRC", bad_crc, "corrupt PNG data: "},
+      {"random bytes", random_bytes, "not a JPEG or PNG image (first bytes 12 "},
+      {"five bytes",
+       {0x12, 0x34, 0x56, 0x78, 0x9a},
+       "not a JPEG or PNG image (first bytes 12 34 56 78, 5 bytes in all)"},
+      {"empty", {}, "no image data (0 bytes)"},
+  };
+  for (const Case& c : cases) {
+    for (ColorMode mode : {ColorMode::kKeep, ColorMode::kColor, ColorMode::kGray}) {
+      const auto [code, message] = Failure(c.bytes.data(), c.bytes.size(), mode);
+      EXPECT_EQ(code, ErrorCode::kParse) << c.name << ": " << message;
+      EXPECT_EQ(message.rfind(std::string("image 'x': ") + c.says, 0), 0u)
+          << c.name << ": " << message;
+    }
+  }
+  EXPECT_EQ(Failure(nullptr, 0).second, "image 'x': no image data (0 bytes)");
   EXPECT_TRUE(LooksLikeEncodedImage(jpeg.data(), jpeg.size()));
   EXPECT_TRUE(LooksLikeEncodedImage(png.data(), png.size()));
-  EXPECT_FALSE(LooksLikeEncodedImage(bad[4].data(), bad[4].size()));
+  EXPECT_FALSE(LooksLikeEncodedImage(random_bytes.data(), random_bytes.size()));
+  EXPECT_FALSE(LooksLikeEncodedImage(nullptr, 0));
 }
 
-TEST(DataLayerImagesTest, PngEncodedRecordsGiveTheBatchOfTheSameRawRecords) {
-  testing::TempDir dir;
-  std::vector<std::pair<std::string, std::string>> raw_records, png_records;
-  for (int i = 0; i < 4; ++i) {
-    Pixels p = Ramp(3, 2);
-    for (uint8_t& v : p.data) v = static_cast<uint8_t>(v + 7 * i);
-    const DecodedImage planar = Decode(EncodePng(p));
-    caffe::Datum raw;
-    raw.set_channels(3);
-    raw.set_height(2);
-    raw.set_width(3);
-    raw.set_data(std::string(planar.pixels.begin(), planar.pixels.end()));
-    raw.set_label(i);
-    raw_records.emplace_back(testing::Key(i), raw.SerializeAsString());
-    const std::vector<uint8_t> bytes = EncodePng(p);
-    caffe::Datum encoded;
-    encoded.set_encoded(true);
-    encoded.set_data(std::string(bytes.begin(), bytes.end()));
-    encoded.set_label(i);
-    png_records.emplace_back(testing::Key(i), encoded.SerializeAsString());
+TEST(ImageCodecTest, CmykAndHugeImagesAreRefused) {
+  const Pixels cmyk{8, 8, 4, std::vector<uint8_t>(256, 100)};
+  auto [code, message] = Failure(EncodeJpeg(cmyk, 90, false, /*cmyk=*/true));
+  EXPECT_EQ(code, ErrorCode::kInvalidArgument) << message;
+  EXPECT_EQ(message.rfind("image 'x': a CMYK JPEG image", 0), 0u) << message;
+  // 1 x 40000: wider than 32768. The files are small; the check comes before the pixels.
+  const Pixels wide{40000, 1, 1, std::vector<uint8_t>(40000, 9)};
+  for (const std::vector<uint8_t>& file : {EncodePng(wide), EncodeJpeg(wide)}) {
+    std::tie(code, message) = Failure(file);
+    EXPECT_EQ(code, ErrorCode::kInvalidArgument) << message;
+    EXPECT_EQ(message.rfind("image 'x': a ", 0), 0u) << message;
+    EXPECT_NE(message.find("image of 1 x 40000 pixels"), std::string::npos) << message;
   }
-  png_records.emplace_back("zz_corrupt.png", [] {
-    caffe::Datum d;
-    d.set_encoded(true);
-    d.set_data("\x89PNG\r\n\x1a\n truncated");
-    return d.SerializeAsString();
-  }());
-  testing::WriteLmdb(dir / "raw", raw_records);
-  testing::WriteLmdb(dir / "png", png_records);
-  auto batch = [&](const std::string& db, int size) {
-    Context ctx(Device::Cpu(), 1701);
-    auto layer = CreateLayer(testing::LayerParam("name: 'd' type: 'Data' top: 'data' top: 'label' "
-                                                 "data_param { source: '" +
-                                                 db + "' batch_size: " + std::to_string(size) +
-                                                 " backend: LMDB } "
-                                                 "transform_param { scale: 0.5 }"),
-                             &ctx);
-    Tensor data, label;
-    layer->Initialize({}, {&data, &label});
-    layer->Forward({}, {&data, &label});
-    std::vector<float> values(data.cpu_data(), data.cpu_data() + data.count());
-    values.insert(values.end(), label.cpu_data(), label.cpu_data() + label.count());
-    return values;
-  };
-  EXPECT_EQ(batch(dir / "png", 4), batch(dir / "raw", 4));
-  try {
-    batch(dir / "png", 5);  // the fifth record is corrupt
-    FAIL() << "no error";
-  } catch (const Error& e) {
-    const std::string msg = e.what();
-    EXPECT_NE(msg.find("record 'zz_corrupt.png' of LMDB database"), std::string::npos) << msg;
-    EXPECT_NE(msg.find("corrupt PNG data"), std::string::npos) << msg;
-  }
+  // A header claiming 2 x 3000000 pixels (over libpng's own limit too), then the start of an
+  // IDAT chunk: refused before any pixel is read.
+  std::vector<uint8_t> ihdr = {'I', 'H', 'D', 'R', 0, 0x2d, 0xc6, 0xc0, 0, 0, 0, 2, 8, 0, 0, 0, 0};
+  const uLong crc = crc32(0, ihdr.data(), static_cast<uInt>(ihdr.size()));
+  std::vector<uint8_t> huge = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n', 0, 0, 0, 13};
+  testing::Append(&huge, ihdr);
+  for (int shift = 24; shift >= 0; shift -= 8) huge.push_back(static_cast<uint8_t>(crc >> shift));
+  testing::Append(&huge, {0, 0, 0, 0, 'I', 'D', 'A', 'T'});
+  std::tie(code, message) = Failure(huge);
+  EXPECT_EQ(code, ErrorCode::kInvalidArgument) << message;
+  EXPECT_NE(message.find("a PNG image of 2 x 3000000 pixels"), std::string::npos) << message;
+  // The largest side accepted decodes.
+  const Pixels widest{32768, 1, 1, std::vector<uint8_t>(32768, 9)};
+  EXPECT_EQ(Decode(EncodePng(widest)).width, 32768);
 }
 
 #else
 
+CORTADO_SKIP_WITHOUT_IMAGES(ImageCodecTest, CodecsAreAvailable)
+CORTADO_SKIP_WITHOUT_IMAGES(ImageCodecTest, PngRgbDecodesExactlyToPlanarBgr)
+CORTADO_SKIP_WITHOUT_IMAGES(ImageCodecTest, PureRedIsTheThirdPlane)
+CORTADO_SKIP_WITHOUT_IMAGES(ImageCodecTest, PngGrayOfEveryDepth)
+CORTADO_SKIP_WITHOUT_IMAGES(ImageCodecTest, Png16BitColorKeepsTheHighByte)
+CORTADO_SKIP_WITHOUT_IMAGES(ImageCodecTest, PngAlphaIsDroppedNotComposited)
+CORTADO_SKIP_WITHOUT_IMAGES(ImageCodecTest, PngPaletteExpandsToColor)
+CORTADO_SKIP_WITHOUT_IMAGES(ImageCodecTest, ColorToGrayIsBt601RoundedToNearest)
+CORTADO_SKIP_WITHOUT_IMAGES(ImageCodecTest, ChannelsOfEachColorMode)
+CORTADO_SKIP_WITHOUT_IMAGES(ImageCodecTest, JpegQuality100IsWithinASmallTolerance)
+CORTADO_SKIP_WITHOUT_IMAGES(ImageCodecTest, TruncatedCorruptAndForeignBytesAreErrorsNamingTheImage)
+CORTADO_SKIP_WITHOUT_IMAGES(ImageCodecTest, CmykAndHugeImagesAreRefused)
+
 TEST(ImageCodecTest, WithoutCodecsAnEncodedImageIsUnimplemented) {
+  EXPECT_FALSE(ImageCodecsAvailable());
   const uint8_t png[8] = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n'};
-  try {
-    DecodeImage(png, sizeof(png), ColorMode::kKeep, "image 'x'");
-    FAIL() << "no error";
-  } catch (const Error& e) {
-    EXPECT_EQ(e.code(), ErrorCode::kUnimplemented);
-  }
+  const auto [code, message] = Failure(png, sizeof(png));
+  EXPECT_EQ(code, ErrorCode::kUnimplemented);
+  EXPECT_EQ(message.rfind("image 'x': ", 0), 0u) << message;
+  EXPECT_NE(message.find("WITH_IMAGES=OFF"), std::string::npos) << message;
+  // Bytes that are no image are kParse in every build.
+  EXPECT_EQ(Failure(std::vector<uint8_t>{1, 2, 3}).first, ErrorCode::kParse);
 }
 
 #endif  // CORTADO_WITH_IMAGES
 
 TEST(ImageCodecTest, ResizeIsBilinearWithHalfPixelCentres) {
-  // 2 x 2 -> 4 x 4: source taps per axis (0, 0), (0, .25), (0, .75), (1, 0) (hand-computed from
-  // s = (d + 0.5) / 2 - 0.5, clamped at the edges).
-  DecodedImage small{1, 2, 2, {0, 100, 200, 40}};
-  const DecodedImage up = ResizeImage(small, 4, 4);
-  EXPECT_EQ(up.pixels, (std::vector<uint8_t>{0, 25, 75, 100,    //
-                                             50, 59, 76, 85,    //
-                                             150, 126, 79, 55,  //
-                                             200, 160, 80, 40}));
-  // 4 x 4 (v = 16 y + 4 x) -> 2 x 2: each output is the mean of a 2 x 2 block.
+  // Source coordinate s = (d + 0.5) * in / out - 0.5 per axis, clamped; taps floor(s) and
+  // floor(s) + 1, weights 1 - f and f. Values worked out by hand:
+  // 2 -> 4: s = -0.25 (clamped: 0), 0.25, 0.75, 1.25 (clamped: 1), so taps (0, f 0),
+  // (0, f .25), (0, f .75), (1, f 0). Image [0 100; 200 40]:
+  // row 0: 0, 25, 75, 100; row 3: 200, 160, 80, 40; row 1 = row 0 + .25 (row 3 - row 0):
+  // 50, 58.75, 76.25, 85; row 2 = row 0 + .75 (row 3 - row 0): 150, 126.25, 78.75, 55.
+  const DecodedImage small{1, 2, 2, {0, 100, 200, 40}};
+  EXPECT_EQ(ResizeImage(small, 4, 4).pixels, (std::vector<uint8_t>{0, 25, 75, 100,    //
+                                                                   50, 59, 76, 85,    //
+                                                                   150, 126, 79, 55,  //
+                                                                   200, 160, 80, 40}));
+  // 4 -> 2: s = 0.5, 2.5: each output is the mean of a 2 x 2 block of v = 16 y + 4 x:
+  // (0 + 4 + 16 + 20) / 4 = 10, (8 + 12 + 24 + 28) / 4 = 18, 42, 50.
   DecodedImage big{1, 4, 4, {}};
   for (int y = 0; y < 4; ++y) {
     for (int x = 0; x < 4; ++x) big.pixels.push_back(static_cast<uint8_t>(16 * y + 4 * x));
   }
   const DecodedImage down = ResizeImage(big, 2, 2);
+  EXPECT_EQ(down.height, 2);
+  EXPECT_EQ(down.width, 2);
   EXPECT_EQ(down.pixels, (std::vector<uint8_t>{10, 18, 42, 50}));
-  // Planes are resized independently.
-  DecodedImage two{2, 1, 1, {9, 200}};
-  EXPECT_EQ(ResizeImage(two, 2, 2).pixels, (std::vector<uint8_t>{9, 9, 9, 9, 200, 200, 200, 200}));
+  // 3 -> 2 (scale 1.5): s = 0.25, 1.75: [10 50 200] -> 10 + .25 * 40 = 20, 50 + .75 * 150 =
+  // 162.5, which rounds up to 163.
+  const DecodedImage row{1, 1, 3, {10, 50, 200}};
+  EXPECT_EQ(ResizeImage(row, 1, 2).pixels, (std::vector<uint8_t>{20, 163}));
+  // Planes are resized independently; one pixel fills the output.
+  const DecodedImage two{2, 1, 1, {9, 200}};
+  const DecodedImage filled = ResizeImage(two, 2, 3);
+  EXPECT_EQ(filled.channels, 2);
+  EXPECT_EQ(filled.pixels, (std::vector<uint8_t>{9, 9, 9, 9, 9, 9, 200, 200, 200, 200, 200, 200}));
+  // The same size is the identity.
+  EXPECT_EQ(ResizeImage(big, 4, 4).pixels, big.pixels);
+}
+
+TEST(ImageCodecTest, ResizeRefusesBadSizes) {
+  const DecodedImage small{1, 2, 2, {0, 100, 200, 40}};
+  EXPECT_THROW(ResizeImage(small, 0, 4), Error);
+  EXPECT_THROW(ResizeImage(small, 4, -1), Error);
+  const DecodedImage empty;
+  EXPECT_THROW(ResizeImage(empty, 2, 2), Error);
+  const DecodedImage short_pixels{3, 2, 2, {1, 2, 3}};
+  try {
+    ResizeImage(short_pixels, 2, 2);
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
+  }
 }
 
 }  // namespace
