@@ -268,4 +268,82 @@ class CaffeOnSparkCommandsSuite extends AnyFunSuite with PerTest {
         "the CPU"), said.head)
     }
   }
+
+  test("Caffe's LeNet as CaffeOnSpark ran it: its Data layers made MemoryData layers reading " +
+      "an LMDB (lenet_memory) or an ImageDataFrame (lenet_dataframe)") {
+    // Caffe's own files, beside the repository in CI; a user's fresh clone does not have them.
+    val models = Paths.get("").toAbsolutePath.getParent.getParent.resolve("shared")
+      .resolve("reference-models").resolve("lenet")
+    assume(Files.isDirectory(models), s"$models is absent: Caffe's reference LeNet is not beside " +
+      "this clone, so this test is skipped")
+    withTempDir("cortado-cos-lenet") { dir =>
+      val random = new Random(11)
+      def digits(n: Int): (Seq[Seq[Int]], Seq[Int]) = {
+        val labels = (0 until n).map(_ % 4)
+        (labels.map { k =>
+          (0 until 784).map { p =>
+            val quadrant = (p / 28 / 14) * 2 + (p % 28) / 14
+            math.max(0, math.min(255, (if (quadrant == k) 200 else 30) +
+              (20 * random.nextGaussian()).round.toInt))
+          }
+        }, labels)
+      }
+      val (trainImages, trainLabels) = digits(192)
+      val (testImages, testLabels) = digits(100)
+      val train = NativeLmdbSuite.lmdb(dir, "mnist_train_lmdb", 28, 28, trainImages, trainLabels)
+      val test = NativeLmdbSuite.lmdb(dir, "mnist_test_lmdb", 28, 28, testImages, testLabels)
+      def parquet(name: String, images: Seq[Seq[Int]], labels: Seq[Int]): String = {
+        val path = dir.resolve(name).toUri.toString
+        ss.createDataFrame(images.zip(labels).zipWithIndex.map { case ((img, label), i) =>
+          (f"$i%08d", label.toString, img.map(_.toByte).toArray)
+        }).toDF("id", "label", "data").write.parquet(path)
+        path
+      }
+      val trainDf = parquet("mnist_train_dataframe", trainImages, trainLabels)
+      val testDf = parquet("mnist_test_dataframe", testImages, testLabels)
+
+      // CaffeOnSpark's change to Caffe's net: each Data layer becomes a MemoryData layer with a
+      // source_class, its data_param a memory_data_param of the same source and batch size.
+      val dataLayer = ("""(?s)layer \{\s*name: "([^"]+)"\s*type: "Data"(.*?)""" +
+        """data_param \{(.*?)\}\s*\}""").r
+      def asCaffeOnSpark(sourceClass: String, sources: Map[String, String]): String =
+        dataLayer.replaceAllIn(
+          new String(Files.readAllBytes(models.resolve("lenet_train_test.prototxt")), "UTF-8"),
+          m => {
+            val phase = """phase: (TRAIN|TEST)""".r.findFirstMatchIn(m.group(2)).get.group(1)
+            val batch = """batch_size: (\d+)""".r.findFirstMatchIn(m.group(3)).get.group(1)
+            scala.util.matching.Regex.quoteReplacement(
+              s"""layer { name: "${m.group(1)}" type: "MemoryData"
+                |  source_class: "$sourceClass"${m.group(2)}memory_data_param {
+                |    source: "${sources(phase)}" batch_size: $batch channels: 1 height: 28
+                |    width: 28 share_in_parallel: false } }""".stripMargin)
+          })
+      val solverText = new String(Files.readAllBytes(models.resolve("lenet_solver.prototxt")),
+        "UTF-8")
+      Seq("memory" -> asCaffeOnSpark(LmdbSource.SourceClass,
+          Map("TRAIN" -> s"file:$train", "TEST" -> s"file:$test/")),
+        "dataframe" -> asCaffeOnSpark(ImageSource.DataFrameClass,
+          Map("TRAIN" -> trainDf, "TEST" -> testDf))).foreach { case (kind, net) =>
+        val conf = Files.createDirectories(dir.resolve(kind))
+        write(conf, s"lenet_${kind}_train_test.prototxt", net)
+        // Caffe's solver (solver_mode GPU, as CaffeOnSpark's DLDemo solver), shortened.
+        val solver = write(conf, s"lenet_${kind}_solver.prototxt", solverText
+          .replace("examples/mnist/lenet_train_test.prototxt", s"lenet_${kind}_train_test.prototxt")
+          .replace("test_iter: 100", "test_iter: 1").replace("test_interval: 500",
+            "test_interval: 20").replace("max_iter: 10000", "max_iter: 40")
+          .replace("display: 100", "display: 20").replace("snapshot: 5000", "snapshot: 20")
+          .replace("examples/mnist/lenet", "lenet"))
+        val output = uri(dir, s"${kind}_features")
+        val r = cos("-train", "-features", "accuracy,loss", "-label", "label", "-conf", solver,
+          "-clusterSize", "1", "-devices", "1", "-connection", "ethernet",
+          "-model", uri(dir, s"$kind/mnist_lenet.model"), "-output", output)
+        assert(r.code === 0, s"$kind: ${r.err}")
+        assert(r.out.contains("Tested 3 times during training; at iteration 40: "), r.out)
+        val rows = ss.read.json(output)
+        assert(rows.columns.toSeq === Seq("SampleID", "accuracy", "label", "loss"), kind)
+        assert(rows.count() === 100, kind)
+        assert(Files.exists(dir.resolve(s"$kind/lenet_iter_40.caffemodel")), kind)
+      }
+    }
+  }
 }
