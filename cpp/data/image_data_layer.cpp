@@ -5,6 +5,7 @@
 #include <cctype>
 #include <cstdint>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <numeric>
@@ -49,6 +50,12 @@ void ImageDataLayer::DataSetup(const std::vector<Tensor*>& top) {
                   Describe());
   }
 
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(source_, ec)) {
+    // (A device or a pipe could be read forever.)
+    CORTADO_THROW(kNotFound, "{}: cannot open the list file '{}': {}", Describe(), source_,
+                  std::filesystem::exists(source_, ec) ? "not a regular file" : "no such file");
+  }
   std::ifstream list(source_);
   if (!list) CORTADO_THROW(kNotFound, "{}: cannot open the list file '{}'", Describe(), source_);
   std::string text;
@@ -110,6 +117,11 @@ int64_t ImageDataLayer::LineAt(int64_t position) const {
 DecodedImage ImageDataLayer::Load(const Line& line) const {
   const std::string what =
       fmt::format("{}: image '{}' ({}:{})", Describe(), line.path, source_, line.number);
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(line.path, ec)) {
+    CORTADO_THROW(kNotFound, "{}: cannot open the file ({})", what,
+                  std::filesystem::exists(line.path, ec) ? "not a regular file" : "no such file");
+  }
   std::ifstream in(line.path, std::ios::binary);
   if (!in) CORTADO_THROW(kNotFound, "{}: cannot open the file", what);
   const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());

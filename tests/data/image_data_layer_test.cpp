@@ -159,6 +159,9 @@ TEST(ImageDataLayerTest, BadListsAndImagesNameTheFileAndLine) {
   EXPECT_NE(FailureOf(missing_list.get()).find("cannot open the list file '" + (dir / "nope.txt")),
             std::string::npos);
 
+  auto device = MakeLayer(&ctx, "/dev/zero", root, 1);
+  EXPECT_NE(FailureOf(device.get()).find("'/dev/zero': not a regular file"), std::string::npos);
+
   WriteText(dir / "bad.txt", "img0.png 1\n\nimg1.png\n");
   auto no_label = MakeLayer(&ctx, dir / "bad.txt", root, 1);
   EXPECT_NE(FailureOf(no_label.get()).find(dir / "bad.txt:3: 'img1.png' is not 'path label'"),
