@@ -56,7 +56,8 @@ private[spark] object TrainingTask {
         if (rank == 0) {
           if (devices.forall(_ < 0) &&
             NativeLib.solverInfo(conf.solverText, conf.solverSource).gpuRequested) {
-            channel.send(LogEvent("solver_mode is GPU, but the executor on " +
+            channel.send(LogEvent("solver_mode is GPU (Caffe's default when unset), but the " +
+              "executor on " +
               s"${java.net.InetAddress.getLocalHost.getHostName} has no CUDA device (or this " +
               "build has no CUDA): training on the CPU"))
           }

@@ -596,9 +596,11 @@ class TaskRetrySuite extends AnyFunSuite with LocalCluster {
       val texts = events.asScala.collect { case LogEvent(t) => t }.toSeq
       // Spark, not the driver's attempts, ran it again.
       assert(!texts.exists(_.startsWith("Training attempt")), texts)
-      val again = texts.filter(_.startsWith("Spark runs this training again (task attempt 1"))
-      assert(again.size === 1, texts)
-      val resumed = "\\(iteration (\\d+)\\)".r.findFirstMatchIn(again.head).get.group(1).toInt
+      // Attempt 1, or 2 when Spark placed attempt 1 on the other executor before it saw that
+      // one go too.
+      val again = texts.filter(_.startsWith("Spark runs this training again (task attempt "))
+      assert(again.nonEmpty && again.size <= 2, texts)
+      val resumed = "\\(iteration (\\d+)\\)".r.findFirstMatchIn(again.last).get.group(1).toInt
       assert(resumed >= killedAt - 2000 && resumed < 60000, (resumed, killedAt))
       assert(events.asScala.collect { case i: IterationEvent => i.iteration }.last === 60000)
       assert(Files.size(dir.resolve("m.caffemodel")) > 0)
