@@ -8,8 +8,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <fstream>
-#include <iterator>
 #include <string>
 #include <vector>
 
@@ -295,20 +293,6 @@ class TempFile {
   std::string path_;
 };
 
-std::string ReadWholeFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  if (!in.good() && !in.eof()) CORTADO_THROW(kIo, "cannot read {}", path);
-  return bytes;
-}
-
-void WriteWholeFile(const std::string& path, const std::string& bytes) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-  out.close();
-  if (!out) CORTADO_THROW(kIo, "cannot write {}", path);
-}
-
 }  // namespace
 
 extern "C" {
@@ -333,7 +317,7 @@ JNIEXPORT jbyteArray JNICALL Java_io_cortado_jni_NativeLib_snapshotToHdf5(
       jni::ParseBinaryProto(env, bytes, name, &proto);
       cortado::io::WriteNetParameterHdf5(proto, file.path());
     }
-    return jni::NewByteArray(env, ReadWholeFile(file.path()));
+    return jni::NewByteArray(env, cortado::io::ReadFile(file.path()));
   });
 }
 
@@ -347,7 +331,7 @@ JNIEXPORT jbyteArray JNICALL Java_io_cortado_jni_NativeLib_snapshotFromHdf5(JNIE
       CORTADO_THROW(kUnimplemented, "{}: reading an HDF5 snapshot needs a build with HDF5", name);
     }
     TempFile file(".h5");
-    WriteWholeFile(file.path(), jni::ToBytes(env, bytes, "bytes"));
+    cortado::io::WriteFileAtomic(file.path(), jni::ToBytes(env, bytes, "bytes"));
     try {
       if (state) {
         return jni::SerializeToByteArray(env, cortado::io::ReadSolverStateHdf5(file.path()));

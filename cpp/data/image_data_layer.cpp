@@ -7,11 +7,11 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
-#include <iterator>
 #include <numeric>
 #include <random>
 
 #include "core/logging.hpp"
+#include "io/proto_io.hpp"
 
 namespace cortado {
 
@@ -122,9 +122,7 @@ DecodedImage ImageDataLayer::Load(const Line& line) const {
     CORTADO_THROW(kNotFound, "{}: cannot open the file ({})", what,
                   std::filesystem::exists(line.path, ec) ? "not a regular file" : "no such file");
   }
-  std::ifstream in(line.path, std::ios::binary);
-  if (!in) CORTADO_THROW(kNotFound, "{}: cannot open the file", what);
-  const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const std::string bytes = WithContext(what, [&] { return io::ReadFile(line.path); });
   DecodedImage image = DecodeImage(bytes.data(), bytes.size(), color_, what);
   if (new_height_ > 0 && (image.height != new_height_ || image.width != new_width_)) {
     image = ResizeImage(image, new_height_, new_width_);

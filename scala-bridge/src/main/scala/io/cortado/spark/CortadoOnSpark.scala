@@ -14,7 +14,7 @@ import org.apache.spark.sql.types.{DoubleType, StringType, StructField, StructTy
 
 import io.cortado.{CortadoConfigException, CortadoException}
 import io.cortado.cli.Options
-import io.cortado.jni.NativeLib
+import io.cortado.jni.{NativeLib, SolverInfo}
 import io.cortado.storage.HadoopFiles
 
 /**
@@ -129,9 +129,13 @@ object CortadoOnSpark {
     }
     val hadoopConf = spark.sparkContext.hadoopConfiguration
     val cortado = new Cortado(spark)
+    // The solver, read once for what the command line decides from it.
+    lazy val solver = NativeLib.solverInfo(JobPlan.readText(o.conf, hadoopConf), o.conf)
     val config = {
       val c = Config.fromOptions(o)
-      if (o.train) c.copy(snapshotPrefix = snapshotsBesideModel(o.conf, o.model, hadoopConf)) else c
+      if (o.train) {
+        c.copy(snapshotPrefix = snapshotsBesideModel(o.conf, solver.snapshotPrefix, o.model))
+      } else c
     }
     // Both sources are checked before any work, so that a bad -test source fails before
     // a long training run rather than after it.
@@ -147,7 +151,7 @@ object CortadoOnSpark {
     }
 
     trainSource.foreach { source =>
-      validationSource(o, hadoopConf, err) match {
+      validationSource(o, solver, testSource, hadoopConf, err) match {
         case Some(validation) =>
           // As CaffeOnSpark's main: a solver that tests (test_interval and test_iter set)
           // trains with validation on the TEST net's data.
@@ -203,12 +207,11 @@ object CortadoOnSpark {
    * directory. Also used by io.cortado.caffeonspark.Config.
    *
    * @param solverFile the solver prototxt (-conf)
+   * @param given      its snapshot_prefix as written (empty when unset)
    * @param model      where the trained model goes (-model)
    */
-  private[cortado] def snapshotsBesideModel(solverFile: String, model: String,
-      conf: Configuration): String = {
-    val info = NativeLib.solverInfo(JobPlan.readText(solverFile, conf), solverFile)
-    val given = info.snapshotPrefix
+  private[cortado] def snapshotsBesideModel(solverFile: String, given: String,
+      model: String): String = {
     val dir = Option(new Path(model).getParent)
     val absolute = given.startsWith("/") || given.matches("^[A-Za-z][A-Za-z0-9+.-]*:.*")
     if (dir.isEmpty || absolute) ""
@@ -220,19 +223,26 @@ object CortadoOnSpark {
     }
   }
 
+  /** [[snapshotsBesideModel]] for the solver at `solverFile`, read with `conf`. */
+  private[cortado] def snapshotsBesideModel(solverFile: String, model: String,
+      conf: Configuration): String =
+    snapshotsBesideModel(solverFile,
+      NativeLib.solverInfo(JobPlan.readText(solverFile, conf), solverFile).snapshotPrefix, model)
+
   /** The id column of the features CortadoOnSpark writes, named as CaffeOnSpark names it. */
   val SampleIdColumn = "SampleID"
 
   /**
    * The TEST net's data source when the solver tests during training (test_interval and
-   * test_iter(0) greater than 0, CaffeOnSpark's rule for training with validation); None
-   * when it does not, or when the TEST net has no data source (said on `err`).
+   * test_iter(0) greater than 0, CaffeOnSpark's rule for training with validation): `known`
+   * when the command line already found it, else found now; None when the solver does not
+   * test, or when the TEST net has no data source (said on `err`).
    */
-  private def validationSource(o: Options, conf: Configuration, err: PrintStream)
-      : Option[DataSource] = {
-    val info = NativeLib.solverInfo(JobPlan.readText(o.conf, conf), o.conf)
+  private def validationSource(o: Options, info: SolverInfo, known: Option[DataSource],
+      conf: Configuration, err: PrintStream): Option[DataSource] = {
     val tests = info.testInterval > 0 && info.testIter.headOption.exists(_ > 0)
     if (!tests) None
+    else if (known.isDefined) known
     else {
       try Some(DataSource.of(o.conf, "TEST", conf))
       catch {

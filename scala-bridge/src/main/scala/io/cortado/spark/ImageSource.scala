@@ -54,17 +54,16 @@ final case class ImageSource(layer: String, source: String, sourceClass: String,
         encoded, data) =>
       val what = s"$owner: image '$id'"
       if (data == null) throw new CortadoConfigException(s"$what has no data")
-      val rawSize = (if (channels > 0) channels else c) * (if (height > 0) height else h) *
-        (if (width > 0) width else w)
+      // A raw image's shape: the record's, where it gives one, else the layer's.
+      val (ch, hh, ww) = (if (channels > 0) channels else c, if (height > 0) height else h,
+        if (width > 0) width else w)
       // Flagged encoded, or plainly a JPEG/PNG file that is not a raw image's size.
       val decode = encoded.getOrElse(encodedByDefault) ||
-        (data.length != rawSize && NativeImage.looksEncoded(data))
+        (data.length != ch * hh * ww && NativeImage.looksEncoded(data))
       val values =
         if (decode) {
           NativeImage.decode(data, c, h, w, images.resize, images.skipCorrupt, what)
         } else {
-          val (ch, hh, ww) = (if (channels > 0) channels else c, if (height > 0) height else h,
-            if (width > 0) width else w)
           if (data.length != ch * hh * ww) {
             throw new CortadoConfigException(s"$what: a raw image of $ch x $hh x $ww needs " +
               s"${ch * hh * ww} bytes, it has ${data.length}")

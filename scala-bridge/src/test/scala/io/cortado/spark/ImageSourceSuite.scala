@@ -22,6 +22,7 @@ import io.cortado.data.ImageFolder
  * them. The images are 16 x 16 and the nets take 8 x 8: `-resize`.
  */
 class ImageSourceSuite extends AnyFunSuite with PerTest {
+  import CortadoOnSparkSuite.Body
   import CortadoSuite.write
 
   /** A `size` x `size` color image: class 0 reddish, class 1 bluish, with noise. */
@@ -67,14 +68,6 @@ class ImageSourceSuite extends AnyFunSuite with PerTest {
         |  transform_param { scale: 0.00390625 } }
         |""".stripMargin
     }.mkString + Body
-
-  val Body: String =
-    """layer { name: "ip" type: "InnerProduct" bottom: "data" top: "ip"
-      |  inner_product_param { num_output: 2 weight_filler { type: "gaussian" std: 0.01 } } }
-      |layer { name: "loss" type: "SoftmaxWithLoss" bottom: "ip" bottom: "label" top: "loss" }
-      |layer { name: "accuracy" type: "Accuracy" bottom: "ip" bottom: "label" top: "accuracy"
-      |  include { phase: TEST } }
-      |""".stripMargin
 
   def solver(dir: Path, net: String): String =
     write(dir, s"solver_$net", s"""net: "$net"
