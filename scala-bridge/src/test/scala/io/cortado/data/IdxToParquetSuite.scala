@@ -34,23 +34,23 @@ class IdxToParquetSuite extends AnyFunSuite with PerTest {
   val Pixels: Seq[Int] = Seq(0, 1, 2, 3, 10, 20, 30, 40, 255, 254, 128, 7)
   val Labels: Seq[Int] = Seq(9, 0, 3)
 
-  test("parses gzipped and plain IDX files") {
-    val images = Idx.parse(idx(Seq(3, 2, 2), Pixels), "images")
-    assert(images.dims === Seq(3, 2, 2) && images.count === 3 && images.itemSize === 4)
-    assert(images.data.map(_ & 0xff).toSeq === Pixels)
-    val labels = Idx.parse(idx(Seq(3), Labels, gzip = false), "labels")
-    assert(labels.dims === Seq(3) && labels.itemSize === 1)
-  }
-
   test("bad IDX files fail naming the file") {
-    val e = intercept[CortadoIOException](Idx.parse(Array[Byte](1, 2, 3, 4, 5), "x.gz"))
-    assert(e.getMessage === "x.gz: not an IDX file: bad magic number")
-    val short = intercept[CortadoIOException](Idx.parse(idx(Seq(3, 2, 2), Pixels.take(11)), "y"))
-    assert(short.getMessage.contains("dimensions 3 x 2 x 2 need 12 bytes of data, the file has 11"))
-    val floats = idx(Seq(1), Seq(0), gzip = false)
-    floats(2) = 0x0d
-    assert(intercept[CortadoIOException](Idx.parse(floats, "z")).getMessage
-      .contains("data type 0x0d"))
+    withTempDir("cortado-idx") { dir =>
+      val conf = ss.sparkContext.hadoopConfiguration
+      def error(name: String, bytes: Array[Byte]): String = {
+        val path = file(dir, name, bytes)
+        intercept[CortadoIOException] {
+          Idx.readItems(path, conf, 0, Idx.readDims(path, conf).head)
+        }.getMessage.replace(path, name)
+      }
+      assert(error("x.gz", Array[Byte](1, 2, 3, 4, 5)) === "x.gz: not an IDX file: bad magic number")
+      assert(error("y", idx(Seq(3, 2, 2), Pixels.take(11))) === "y: truncated")
+      val floats = idx(Seq(1), Seq(0), gzip = false)
+      floats(2) = 0x0d
+      assert(error("z", floats).contains("z: not an IDX file: data type 0x0d"))
+      assert(intercept[CortadoIOException](Idx.readDims(dir.resolve("none").toString, conf))
+        .getMessage.endsWith("none does not exist"))
+    }
   }
 
   test("converts IDX files to Parquet rows (id, label, data) that a CoSData net reads") {
@@ -87,11 +87,46 @@ class IdxToParquetSuite extends AnyFunSuite with PerTest {
     }
   }
 
-  test("images and labels of different counts are refused") {
-    val e = intercept[CortadoIOException] {
-      IdxToParquet.toDataFrame(ss, Idx.parse(idx(Seq(3, 2, 2), Pixels), "i"),
-        Idx.parse(idx(Seq(2), Labels.take(2)), "l"))
+  test("images and labels of different counts are refused, naming both files") {
+    withTempDir("cortado-idx") { dir =>
+      val images = file(dir, "images.gz", idx(Seq(3, 2, 2), Pixels))
+      val labels = file(dir, "labels", idx(Seq(2), Labels.take(2), gzip = false))
+      val e = intercept[CortadoIOException](IdxToParquet.readDataFrame(ss, images, labels))
+      assert(e.getMessage === s"$images has 3 images but $labels has 2 labels: the files do " +
+        "not belong together")
     }
-    assert(e.getMessage.contains("3 images but 2 labels"))
+  }
+
+  test("each task reads its own slice of the files, gzipped or not") {
+    withTempDir("cortado-idx") { dir =>
+      val conf = ss.sparkContext.hadoopConfiguration
+      for ((name, gzip) <- Seq("images.gz" -> true, "images" -> false)) {
+        val path = file(dir, name, idx(Seq(3, 2, 2), Pixels, gzip))
+        assert(Idx.readDims(path, conf) === Seq(3, 2, 2))
+        assert(Idx.readItems(path, conf, 1, 2).map(_ & 0xff).toSeq === Pixels.slice(4, 12))
+        assert(Idx.readItems(path, conf, 3, 0).isEmpty)
+        val past = intercept[CortadoIOException](Idx.readItems(path, conf, 2, 2))
+        assert(past.getMessage === s"$path: items 2 to 4 asked, the file has 3")
+      }
+      // Three tasks of one row each give the rows of one task.
+      val images = file(dir, "i.gz", idx(Seq(3, 2, 2), Pixels))
+      val labels = file(dir, "l.gz", idx(Seq(3), Labels))
+      val df = IdxToParquet.readDataFrame(ss, images, labels, partitions = 3)
+      assert(df.rdd.getNumPartitions === 3)
+      assert(df.collect().map(r => (r.getLong(0), r.getInt(1))).sortBy(_._1).toSeq ===
+        Seq((0L, 9), (1L, 0), (2L, 3)))
+    }
+  }
+
+  test("a file cut short fails in the task, naming the file") {
+    withTempDir("cortado-idx") { dir =>
+      val whole = NativeLmdbSuite.idx(Seq(3, 2, 2), Pixels)
+      val images = file(dir, "cut", whole.take(whole.length - 3))
+      val labels = file(dir, "l", idx(Seq(3), Labels, gzip = false))
+      val e = intercept[Exception](IdxToParquet.readDataFrame(ss, images, labels).collect())
+      val messages = Iterator.iterate[Throwable](e)(_.getCause).takeWhile(_ != null)
+        .map(_.getMessage).mkString(" / ")
+      assert(messages.contains(s"$images: truncated"), messages)
+    }
   }
 }
