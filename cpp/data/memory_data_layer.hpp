@@ -8,7 +8,7 @@
 // With LayerParameter.source_class set (CaffeOnSpark: a JVM class supplies the data), the type
 // builds a FeedDataLayer instead (feed_data_layer.hpp), which the JVM fills through JNI.
 // CaffeOnSpark's memory_data_param.source and share_in_parallel are ignored here: the JVM reads
-// the source (an LMDB path with source_class "com.yahoo.ml.caffe.LMDB": see docs/spark.md).
+// the source (an LMDB path with source_class "com.yahoo.ml.caffe.LMDB": see docs/data.md).
 //
 // Differences from Caffe: no AddDatumVector / AddMatVector / set_batch_size; the tops receive a
 // copy of the batch instead of pointing into the caller's arrays.

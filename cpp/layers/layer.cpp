@@ -123,6 +123,14 @@ void Layer::ToProto(caffe::LayerParameter* proto, bool write_diff) const {
 }
 
 std::unique_ptr<Layer> CreateLayer(const caffe::LayerParameter& param, Context* ctx) {
+  if (param.type() == "Python") {
+    // Caffe runs these through an embedded interpreter; Cortado has none by design.
+    const caffe::PythonParameter& py = param.python_param();
+    CORTADO_THROW(kUnimplemented,
+                  "layer '{}' (Python): Cortado runs no Python layers (python_param module '{}', "
+                  "layer '{}'); replace it with a built-in layer type or an input fed from Spark",
+                  param.name(), py.module(), py.layer());
+  }
   try {
     return LayerRegistry::Get().Create(param.type(), "layer type", param, ctx);
   } catch (const Error& e) {

@@ -106,4 +106,21 @@ const int* ReduceLossGpu(Context& ctx, const GpuLossReduction& r) {
   return first_invalid;
 }
 
+int FirstInvalidIndex(Context& ctx, const int* first_invalid) {
+  int index = -1;
+  cudaStream_t stream = cuda::Stream(ctx);
+  CORTADO_CUDA_CHECK(
+      cudaMemcpyAsync(&index, first_invalid, sizeof(int), cudaMemcpyDeviceToHost, stream));
+  CORTADO_CUDA_CHECK(cudaStreamSynchronize(stream));
+  return index;
+}
+
+float ReadDeviceValue(Context& ctx, const float* value) {
+  float host = 0.0f;
+  cudaStream_t stream = cuda::Stream(ctx);
+  CORTADO_CUDA_CHECK(cudaMemcpyAsync(&host, value, sizeof(float), cudaMemcpyDeviceToHost, stream));
+  CORTADO_CUDA_CHECK(cudaStreamSynchronize(stream));
+  return host;
+}
+
 }  // namespace cortado

@@ -29,4 +29,9 @@ struct GpuLossReduction {
 // anything else uses the workspace.
 const int* ReduceLossGpu(Context& ctx, const GpuLossReduction& r);
 
+// Waits for the context's stream and reads ReduceLossGpu's first invalid index (-1 when none).
+int FirstInvalidIndex(Context& ctx, const int* first_invalid);
+// Reads one float of device memory (the label a layer's error names) on the context's stream.
+float ReadDeviceValue(Context& ctx, const float* value);
+
 }  // namespace cortado

@@ -82,18 +82,11 @@ void SoftmaxWithLossLayer::ForwardGpu(const std::vector<Tensor*>& bottom,
   r.normalizer = valid ? 1.0f : Normalizer(-1);
   r.top = top[0]->mutable_gpu_data();
   r.normalizer_out = normalizer_gpu_.mutable_gpu_data();
-  const int* first_invalid = ReduceLossGpu(*ctx_, r);
-  int invalid = -1;
-  CORTADO_CUDA_CHECK(
-      cudaMemcpyAsync(&invalid, first_invalid, sizeof(int), cudaMemcpyDeviceToHost, stream));
-  CORTADO_CUDA_CHECK(cudaStreamSynchronize(stream));
+  const int invalid = FirstInvalidIndex(*ctx_, ReduceLossGpu(*ctx_, r));
   if (invalid >= 0) {
-    float label = 0.0f;
-    CORTADO_CUDA_CHECK(
-        cudaMemcpyAsync(&label, labels + invalid, sizeof(float), cudaMemcpyDeviceToHost, stream));
-    CORTADO_CUDA_CHECK(cudaStreamSynchronize(stream));
     CORTADO_THROW(kInvalidArgument, "{}: label value {} at position {} is outside [0, {})",
-                  Describe(), static_cast<int>(label), invalid, classes_);
+                  Describe(), static_cast<int>(ReadDeviceValue(*ctx_, labels + invalid)), invalid,
+                  classes_);
   }
   if (top.size() == 2) {
     math::gpu::Copy(*ctx_, prob_.count(), prob_.gpu_data(), top[1]->mutable_gpu_data());

@@ -167,6 +167,7 @@ void Net::Init(const caffe::NetParameter& in_param) {
         fmt::format("{}: setting up {} with bottoms {}", name_.empty() ? "net" : name_,
                     DescribeLayer(layer_id), ShapesOf(bottom_vecs_[layer_id], bottom_names)),
         [&] { layer->Initialize(bottom_vecs_[layer_id], top_vecs_[layer_id]); });
+    RecordShapes(layer_id);
     // A top of more than the host memory tensors may hold is refused here, naming the layer,
     // rather than when it is first used: a shape the machine cannot hold is a setting to fix
     // (kInvalidArgument), not a failure to retry.
@@ -422,6 +423,15 @@ float Net::ForwardFromTo(int start, int end) {
   float loss = 0.0f;
   for (int i = start; i < end; ++i) {
     try {
+      const std::vector<Tensor*>& bottoms = bottom_vecs_[i];
+      const std::vector<std::vector<int>>& shaped = shaped_for_[i];
+      for (size_t b = 0; b < bottoms.size(); ++b) {
+        if (b >= shaped.size() || bottoms[b]->shape() != shaped[b]) {
+          layers_[i]->Reshape(bottoms, top_vecs_[i]);
+          RecordShapes(i);
+          break;
+        }
+      }
       loss += layers_[i]->Forward(bottom_vecs_[i], top_vecs_[i]);
     } catch (const Error& e) {
       throw Error(e.code(), fmt::format("forward of {}: {}", DescribeLayer(i), e.what()), e.file(),
@@ -484,7 +494,15 @@ float Net::ForwardBackward() {
 void Net::Reshape() {
   for (size_t i = 0; i < layers_.size(); ++i) {
     layers_[i]->Reshape(bottom_vecs_[i], top_vecs_[i]);
+    RecordShapes(static_cast<int>(i));
   }
+}
+
+void Net::RecordShapes(int layer_id) {
+  if (shaped_for_.size() <= static_cast<size_t>(layer_id)) shaped_for_.resize(layer_id + 1);
+  std::vector<std::vector<int>>& shapes = shaped_for_[layer_id];
+  shapes.clear();
+  for (const Tensor* bottom : bottom_vecs_[layer_id]) shapes.push_back(bottom->shape());
 }
 
 void Net::ClearParamDiffs() {

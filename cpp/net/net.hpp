@@ -223,6 +223,11 @@ class Net {
   std::map<std::string, int> blob_index_;
   std::vector<bool> blob_need_backward_;
   std::vector<std::vector<Tensor*>> bottom_vecs_;
+  // The bottoms' shapes each layer was last shaped for. Forward reshapes a layer whose bottoms
+  // have changed shape since (a Filter's output, a feed of another batch size), as Caffe, which
+  // reshapes every layer at every Forward, would.
+  std::vector<std::vector<std::vector<int>>> shaped_for_;
+  void RecordShapes(int layer_id);
   std::vector<std::vector<int>> bottom_ids_;
   std::vector<std::vector<bool>> bottom_need_backward_;
   std::vector<std::vector<Tensor*>> top_vecs_;

@@ -53,5 +53,22 @@ TEST(LayerRegistryTest, UnknownTypeNamesLayerAndKnownTypes) {
   }
 }
 
+TEST(LayerRegistryTest, PythonLayerIsRefusedNamingItsModule) {
+  Context ctx;
+  try {
+    CreateLayer(
+        testing::LayerParam("name: 'loss' type: 'Python' "
+                            "python_param { module: 'pyloss' layer: 'EuclideanLossLayer' }"),
+        &ctx);
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("'loss'"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("no Python layers"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("pyloss"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("EuclideanLossLayer"), std::string::npos) << msg;
+  }
+}
+
 }  // namespace
 }  // namespace cortado

@@ -3,6 +3,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <vector>
 
 #include "io/proto_io.hpp"
@@ -91,6 +92,41 @@ TEST(NetTest, InputOnlyNetExposesBlobs) {
   EXPECT_EQ(net.output_blobs().size(), 2u);
   EXPECT_THROW(net.blob_by_name("z"), Error);
   EXPECT_FLOAT_EQ(net.Forward(), 0.0f);
+}
+
+// A layer whose bottoms changed shape since it was last shaped is reshaped by Forward, as
+// Caffe reshapes every layer at every Forward: here the input, then a Filter's output.
+TEST(NetTest, ForwardReshapesLayersWhoseBottomsChanged) {
+  Context ctx;
+  auto param = NetParam(R"(
+    layer { name: "in" type: "Input" top: "x" top: "keep"
+            input_param { shape { dim: 4 dim: 3 } shape { dim: 4 } } }
+    layer { name: "filter" type: "Filter" bottom: "x" bottom: "keep" top: "kept" }
+    layer { name: "ip" type: "InnerProduct" bottom: "kept" top: "out"
+            inner_product_param { num_output: 2 weight_filler { type: "constant" value: 1 } } }
+  )");
+  Net net(param, &ctx);
+  Tensor* x = net.blob_by_name("x");
+  Tensor* keep = net.blob_by_name("keep");
+  for (int i = 0; i < x->count(); ++i) x->mutable_cpu_data()[i] = static_cast<float>(i);
+  const float keep_two[] = {0, 1, 0, 1};
+  std::copy_n(keep_two, 4, keep->mutable_cpu_data());
+  net.Forward();
+  const Tensor* out = net.blob_by_name("out");
+  ASSERT_EQ(out->shape(), (std::vector<int>{2, 2}));
+  // Rows 1 and 3 summed by the all-ones weights: 3+4+5 and 9+10+11.
+  EXPECT_FLOAT_EQ(out->cpu_data()[0], 12.0f);
+  EXPECT_FLOAT_EQ(out->cpu_data()[2], 30.0f);
+
+  // Three rows in, one kept, no Net::Reshape() call in between.
+  x->Reshape({3, 3});
+  keep->Reshape({3});
+  for (int i = 0; i < x->count(); ++i) x->mutable_cpu_data()[i] = 1.0f;
+  const float keep_one[] = {0, 0, 1};
+  std::copy_n(keep_one, 3, keep->mutable_cpu_data());
+  net.Forward();
+  ASSERT_EQ(out->shape(), (std::vector<int>{1, 2}));
+  EXPECT_FLOAT_EQ(out->cpu_data()[0], 3.0f);
 }
 
 // Input -> ip1 (frozen) -> ReLU -> ip2 -> loss: only ip2 and the loss run backward.
