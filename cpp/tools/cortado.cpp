@@ -63,6 +63,9 @@ int main(int argc, char** argv) {
   }
   try {
     return it->second(argc, argv);
+  } catch (const cortado::tools::HelpRequested& help) {
+    std::printf("usage: cortado %s [flags]\n%s", argv[1], help.what());
+    return 0;
   } catch (const cortado::Error& e) {
     std::fprintf(stderr, "cortado %s: error: %s\n", argv[1], e.what());
     return 1;

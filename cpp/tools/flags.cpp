@@ -18,6 +18,7 @@ Flags::Flags(int argc, char** argv, int first, const std::vector<FlagSpec>& spec
       CORTADO_THROW(kInvalidArgument, "unexpected argument '{}'\n{}", arg, Usage(specs));
     }
     arg = arg.substr(arg[1] == '-' ? 2 : 1);
+    if ((arg == "help" || arg == "h") && !values_.count(arg)) throw HelpRequested(Usage(specs));
     std::string name = arg;
     std::string value;
     bool has_value = false;

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <map>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -16,9 +17,17 @@ struct FlagSpec {
   std::string help;
 };
 
+// Thrown by Flags for `--help` (`-help`, `-h`): what() is the command's flag list, which the
+// tool prints to stdout before it exits with 0.
+class HelpRequested : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
 class Flags {
  public:
-  // Parses argv[first..argc); throws kInvalidArgument for an unknown flag or a stray argument.
+  // Parses argv[first..argc); throws kInvalidArgument for an unknown flag or a stray argument,
+  // HelpRequested for --help.
   Flags(int argc, char** argv, int first, const std::vector<FlagSpec>& specs);
 
   const std::string& Get(const std::string& name) const;

@@ -227,5 +227,20 @@ layer { name: 'loss' type: 'EuclideanLoss' bottom: 'y' bottom: 't' top: 'loss' }
   EXPECT_TRUE(on.Contains("Optimization Done")) << on.output;
 }
 
+// `cortado <command> --help` (and -help, -h) lists the command's flags on stdout, exit 0.
+TEST(CliHelpTest, EachCommandListsItsFlags) {
+  for (const char* command : {"train", "test", "time", "device_query", "convert_idx"}) {
+    for (const char* flag : {"--help", "-help", "-h"}) {
+      const CliResult r = RunCli({command, flag});
+      EXPECT_EQ(r.exit_code, 0) << command << " " << flag << ": " << r.output;
+      EXPECT_TRUE(r.Contains(std::string("usage: cortado ") + command)) << r.output;
+      EXPECT_TRUE(r.Contains("flags:")) << r.output;
+      EXPECT_FALSE(r.Contains("unknown flag")) << r.output;
+    }
+  }
+  const CliResult train = RunCli({"train", "--help"});
+  EXPECT_TRUE(train.Contains("--solver")) << train.output;
+}
+
 }  // namespace
 }  // namespace cortado
