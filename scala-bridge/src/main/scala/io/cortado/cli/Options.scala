@@ -32,7 +32,8 @@ import scala.util.Try
  * @param comm          -comm tcp|ucx|mpi|nccl: the backend, overriding -connection
  * @param maxAttempts   -maxAttempts: training jobs before giving up (each resumes from the newest
  *                      snapshot)
- * @param persistent    -persistent: cache the training data on the executors' local disks
+ * @param persistent    -persistent: accepted for CaffeOnSpark's command lines; no effect (the
+ *                      tasks keep their data in memory)
  * @param resize        -resize: resize input images to the data layer's shape
  * @param skipCorrupt   -skipCorrupt: leave out rows whose image cannot be decoded (each named in
  *                      the executor's log) rather than fail
@@ -101,7 +102,7 @@ object Options {
       |                       device check), mpi (OpenMPI) or nccl (overrides -connection)
       |  -maxAttempts N       training jobs before giving up, each after a failure resuming
       |                       from the newest snapshot (default 3)
-      |  -persistent          cache the training data on the executors' local disks
+      |  -persistent          accepted, no effect: the tasks keep their data in memory
       |  -resize              resize input images to the data layer's height and width
       |  -skipCorrupt         leave out rows whose image cannot be decoded (logged) rather
       |                       than fail
