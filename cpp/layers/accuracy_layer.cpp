@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "layers/class_axis.hpp"
+
 namespace cortado {
 
 void AccuracyLayer::Setup(const std::vector<Tensor*>& /*bottom*/,
@@ -18,17 +20,12 @@ void AccuracyLayer::Setup(const std::vector<Tensor*>& /*bottom*/,
 }
 
 void AccuracyLayer::Reshape(const std::vector<Tensor*>& bottom, const std::vector<Tensor*>& top) {
-  const int axis = bottom[0]->CanonicalAxisIndex(param_.accuracy_param().axis());
-  outer_num_ = bottom[0]->count(0, axis);
-  classes_ = bottom[0]->shape(axis);
-  inner_num_ = bottom[0]->count(axis + 1);
-  if (outer_num_ * inner_num_ != bottom[1]->count()) {
-    CORTADO_THROW(kInvalidArgument,
-                  "{}: the number of labels must match the number of predictions: scores {} with "
-                  "the class axis {} need {} labels, got labels {}",
-                  Describe(), bottom[0]->ShapeString(), axis, outer_num_ * inner_num_,
-                  bottom[1]->ShapeString());
-  }
+  const ClassAxis split =
+      SplitAtClassAxis(Describe(), *bottom[0], *bottom[1], param_.accuracy_param().axis(),
+                       /*same_first_axis=*/false);
+  outer_num_ = split.outer;
+  classes_ = split.classes;
+  inner_num_ = split.inner;
   if (top_k_ > classes_) {
     CORTADO_THROW(kInvalidArgument,
                   "{}: top_k ({}) must not exceed the number of classes ({}, scores {})",

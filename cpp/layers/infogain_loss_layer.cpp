@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "io/proto_io.hpp"
+#include "layers/class_axis.hpp"
 #include "layers/loss_normalizer.hpp"
 #include "math/math.hpp"
 
@@ -67,24 +68,13 @@ void InfogainLossLayer::Setup(const std::vector<Tensor*>& bottom, const std::vec
 
 void InfogainLossLayer::Reshape(const std::vector<Tensor*>& bottom,
                                 const std::vector<Tensor*>& top) {
-  if (bottom[0]->num_axes() < 1 || bottom[1]->num_axes() < 1 ||
-      bottom[0]->shape(0) != bottom[1]->shape(0)) {
-    CORTADO_THROW(kInvalidArgument,
-                  "{}: scores ({}) and labels ({}) must have the same first dimension", Describe(),
-                  bottom[0]->ShapeString(), bottom[1]->ShapeString());
-  }
+  const ClassAxis split =
+      SplitAtClassAxis(Describe(), *bottom[0], *bottom[1], param_.infogain_loss_param().axis(),
+                       /*same_first_axis=*/true);
   softmax_->Reshape({bottom[0]}, {&prob_});
-  const int axis = bottom[0]->CanonicalAxisIndex(param_.infogain_loss_param().axis());
-  outer_num_ = bottom[0]->count(0, axis);
-  num_labels_ = bottom[0]->shape(axis);
-  inner_num_ = bottom[0]->count(axis + 1);
-  if (outer_num_ * inner_num_ != bottom[1]->count()) {
-    CORTADO_THROW(kInvalidArgument,
-                  "{}: the number of labels must match the number of predictions: scores {} with "
-                  "the class axis {} need {} labels, got labels {}",
-                  Describe(), bottom[0]->ShapeString(), axis, outer_num_ * inner_num_,
-                  bottom[1]->ShapeString());
-  }
+  outer_num_ = split.outer;
+  num_labels_ = split.classes;
+  inner_num_ = split.inner;
   const Tensor& h = Infogain(bottom);
   if (static_cast<int64_t>(h.count()) !=
       static_cast<int64_t>(num_labels_) * static_cast<int64_t>(num_labels_)) {

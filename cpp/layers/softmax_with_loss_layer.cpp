@@ -5,6 +5,7 @@
 #include <cfloat>
 #include <cmath>
 
+#include "layers/class_axis.hpp"
 #include "layers/loss_normalizer.hpp"
 #include "math/math.hpp"
 
@@ -41,24 +42,12 @@ void SoftmaxWithLossLayer::Setup(const std::vector<Tensor*>& bottom,
 
 void SoftmaxWithLossLayer::Reshape(const std::vector<Tensor*>& bottom,
                                    const std::vector<Tensor*>& top) {
-  if (bottom[0]->num_axes() < 1 || bottom[1]->num_axes() < 1 ||
-      bottom[0]->shape(0) != bottom[1]->shape(0)) {
-    CORTADO_THROW(kInvalidArgument,
-                  "{}: scores ({}) and labels ({}) must have the same first dimension", Describe(),
-                  bottom[0]->ShapeString(), bottom[1]->ShapeString());
-  }
+  const ClassAxis split = SplitAtClassAxis(Describe(), *bottom[0], *bottom[1],
+                                           param_.softmax_param().axis(), /*same_first_axis=*/true);
   softmax_->Reshape({bottom[0]}, {&prob_});
-  const int axis = bottom[0]->CanonicalAxisIndex(param_.softmax_param().axis());
-  outer_num_ = bottom[0]->count(0, axis);
-  classes_ = bottom[0]->shape(axis);
-  inner_num_ = bottom[0]->count(axis + 1);
-  if (outer_num_ * inner_num_ != bottom[1]->count()) {
-    CORTADO_THROW(kInvalidArgument,
-                  "{}: the number of labels must match the number of predictions: scores {} with "
-                  "the class axis {} need {} labels, got labels {}",
-                  Describe(), bottom[0]->ShapeString(), axis, outer_num_ * inner_num_,
-                  bottom[1]->ShapeString());
-  }
+  outer_num_ = split.outer;
+  classes_ = split.classes;
+  inner_num_ = split.inner;
   top[0]->Reshape(std::vector<int>{});
   if (top.size() >= 2) top[1]->ReshapeLike(*bottom[0]);
 }
