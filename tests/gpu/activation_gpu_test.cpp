@@ -21,25 +21,6 @@ std::function<void(int, Tensor*)> FillRange(float lo, float hi) {
   return [lo, hi](int i, Tensor* t) { FillUniform(t, lo, hi, 7 + i); };
 }
 
-// Runs CheckGpuMatchesCpu with a separate top and in place.
-void CheckBothWays(const std::string& text, const std::vector<int>& shape,
-                   GpuCheckOptions options = {}) {
-  for (bool in_place : {false, true}) {
-    SCOPED_TRACE(in_place ? "in place" : "separate top");
-    options.in_place = in_place;
-    CheckGpuMatchesCpu(LayerParam(text), {shape}, options);
-  }
-}
-
-// Gradient check of the layer on a GPU context.
-void GpuGradientCheck(const std::string& text, Tensor* bottom,
-                      const GradientCheckOptions& options = {}) {
-  Context ctx(Device::Cuda(0), 1);
-  auto layer = CreateLayer(LayerParam(text), &ctx);
-  Tensor top;
-  GradientChecker(options).Check(layer.get(), {bottom}, {&top});
-}
-
 TEST(ReLUGpuTest, MatchesCpu) {
   CORTADO_REQUIRE_GPU();
   CheckGpuMatchesCpu(LayerParam("type: 'ReLU'"), {{2, 3, 4, 5}});

@@ -16,25 +16,6 @@
 namespace cortado::testing {
 namespace {
 
-// Runs CheckGpuMatchesCpu with a separate top and in place.
-void CheckBothWays(const std::string& text, const std::vector<int>& shape,
-                   GpuCheckOptions options = {}) {
-  for (bool in_place : {false, true}) {
-    SCOPED_TRACE(in_place ? "in place" : "separate top");
-    options.in_place = in_place;
-    CheckGpuMatchesCpu(LayerParam(text), {shape}, options);
-  }
-}
-
-// Gradient check of a one-bottom layer on a GPU context.
-void GpuGradientCheck(const std::string& text, Tensor* bottom,
-                      const GradientCheckOptions& options = {}) {
-  Context ctx(Device::Cuda(0), 1);
-  auto layer = CreateLayer(LayerParam(text), &ctx);
-  Tensor top;
-  GradientChecker(options).Check(layer.get(), {bottom}, {&top});
-}
-
 GpuCheckOptions Gaussian(float stddev) {
   GpuCheckOptions options;
   options.fill_bottom = [stddev](int i, Tensor* t) { FillGaussian(t, 0.0f, stddev, 11 + i); };

@@ -21,6 +21,7 @@
 #include "core/context.hpp"
 #include "core/tensor.hpp"
 #include "layers/layer.hpp"
+#include "support/gradient_checker.hpp"
 
 namespace cortado::testing {
 
@@ -152,6 +153,25 @@ inline void CheckGpuMatchesCpu(const caffe::LayerParameter& param,
                         cpu_layer->blobs()[i]->count(), options.tolerance,
                         param.type() + ": param data " + std::to_string(i));
   }
+}
+
+// Runs CheckGpuMatchesCpu on a one-bottom layer with a separate top and in place.
+inline void CheckBothWays(const std::string& text, const std::vector<int>& shape,
+                          GpuCheckOptions options = {}) {
+  for (bool in_place : {false, true}) {
+    SCOPED_TRACE(in_place ? "in place" : "separate top");
+    options.in_place = in_place;
+    CheckGpuMatchesCpu(LayerParam(text), {shape}, options);
+  }
+}
+
+// Gradient check of a one-bottom layer on a GPU context.
+inline void GpuGradientCheck(const std::string& text, Tensor* bottom,
+                             const GradientCheckOptions& options = {}) {
+  Context ctx(Device::Cuda(0), 1);
+  auto layer = CreateLayer(LayerParam(text), &ctx);
+  Tensor top;
+  GradientChecker(options).Check(layer.get(), {bottom}, {&top});
 }
 
 }  // namespace cortado::testing
