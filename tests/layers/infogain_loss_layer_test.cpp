@@ -2,15 +2,14 @@
 #include "layers/infogain_loss_layer.hpp"
 
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
-#include <filesystem>
 #include <functional>
 #include <random>
 #include <string>
 
+#include "data/data_test_util.hpp"
 #include "io/proto_io.hpp"
 #include "layers/in_place_check.hpp"
 #include "support/gradient_checker.hpp"
@@ -161,25 +160,8 @@ TEST(InfogainLossLayerTest, IdentityMatrixIsSoftmaxWithLoss) {
   for (int i = 0; i < x.count(); ++i) EXPECT_NEAR(x.cpu_diff()[i], x2.cpu_diff()[i], 1e-6f) << i;
 }
 
-class TempDir {
- public:
-  TempDir() {
-    std::string tmpl = ::testing::TempDir() + "infogain_XXXXXX";
-    path_ = mkdtemp(tmpl.data()) != nullptr ? tmpl : "";
-  }
-  ~TempDir() {
-    std::error_code ignored;
-    if (!path_.empty()) std::filesystem::remove_all(path_, ignored);
-  }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
-
 TEST(InfogainLossLayerTest, MatrixFromSourceFile) {
-  TempDir dir;
-  ASSERT_FALSE(dir.path().empty());
+  testing::TempDir dir;
   HandCase c;
   caffe::BlobProto proto;
   c.h.ToProto(&proto);
