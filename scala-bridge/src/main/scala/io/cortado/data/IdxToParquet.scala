@@ -118,7 +118,11 @@ object IdxToParquet {
    * through the driver and files larger than its memory convert.
    */
   def readDataFrame(spark: SparkSession, images: String, labels: String,
-      partitions: Int = 0): DataFrame = {
+      partitions: Int = 0): DataFrame = read(spark, images, labels, partitions)._1
+
+  /** readDataFrame's DataFrame and its row count, from the headers the driver reads. */
+  private def read(spark: SparkSession, images: String, labels: String,
+      partitions: Int): (DataFrame, Long) = {
     val sc = spark.sparkContext
     val imageDims = Idx.readDims(images, sc.hadoopConfiguration)
     val labelDims = Idx.readDims(labels, sc.hadoopConfiguration)
@@ -127,7 +131,8 @@ object IdxToParquet {
         s"${labelDims.head} labels: the files do not belong together")
     }
     if (labelDims.tail.product != 1) {
-      throw new CortadoIOException(s"$labels: labels have ${labelDims.tail.product} values each, not 1")
+      throw new CortadoIOException(
+        s"$labels: labels have ${labelDims.tail.product} values each, not 1")
     }
     val count = imageDims.head
     val size = imageDims.tail.product
@@ -144,13 +149,14 @@ object IdxToParquet {
           (i + 1) * size))
       }
     }
-    spark.createDataFrame(rows, Schema)
+    (spark.createDataFrame(rows, Schema), count.toLong)
   }
 
   /** Converts the two IDX files, in the tasks, to Parquet at `output`; returns the row count. */
   def convert(spark: SparkSession, images: String, labels: String, output: String): Long = {
-    readDataFrame(spark, images, labels).write.parquet(output)
-    Idx.readDims(images, spark.sparkContext.hadoopConfiguration).head.toLong
+    val (df, count) = read(spark, images, labels, partitions = 0)
+    df.write.parquet(output)
+    count
   }
 
   def main(args: Array[String]): Unit = {
