@@ -26,6 +26,8 @@ int TimeCommand(int argc, char** argv);
 int DeviceQueryCommand(int argc, char** argv);
 // cortado convert_idx --images=F --labels=F --out=DIR [--shuffle] [--backend=lmdb] [--overwrite]
 int ConvertIdxCommand(int argc, char** argv);
+// cortado plot LOG [--output=PNG] [--width=1200 --height=900] [--smooth=N]
+int PlotCommand(int argc, char** argv);
 
 // Helpers shared by the commands.
 // "a,b,,c" -> {"a", "b", "c"}.

@@ -5,6 +5,7 @@
 //   cortado time --model=NET.prototxt --iterations=N
 //   cortado device_query
 //   cortado convert_idx --images=F --labels=F --out=DIR
+//   cortado plot LOG [--output=PNG]
 #include <cstdio>
 #include <cstring>
 #include <exception>
@@ -40,6 +41,7 @@ const char kUsage[] =
     "  time          time a net's forward and backward passes, per layer\n"
     "  device_query  show the CPU, CUDA and RDMA devices this build can use\n"
     "  convert_idx   convert IDX (MNIST-format) images and labels into an LMDB of Datum\n"
+    "  plot          draw the training curves of a training log as a PNG\n"
     "Run 'cortado <command> --help' for a command's flags.\n";
 
 }  // namespace
@@ -51,6 +53,7 @@ int main(int argc, char** argv) {
       {"time", cortado::tools::TimeCommand},
       {"device_query", cortado::tools::DeviceQueryCommand},
       {"convert_idx", cortado::tools::ConvertIdxCommand},
+      {"plot", cortado::tools::PlotCommand},
   };
   if (argc < 2 || std::strcmp(argv[1], "--help") == 0 || std::strcmp(argv[1], "-h") == 0) {
     std::fputs(kUsage, argc < 2 ? stderr : stdout);
