@@ -23,6 +23,7 @@
 #include "layers/layer.hpp"
 #include "parallel/session_info.hpp"
 #include "parallel/trainer.hpp"
+#include "plot/training_plot.hpp"
 #include "proto/caffe.pb.h"
 #include "solvers/solver.hpp"
 
@@ -264,6 +265,54 @@ JNIEXPORT jobjectArray JNICALL Java_io_cortado_jni_NativeLib_blobNames(JNIEnv* e
   });
 }
 
+JNIEXPORT jobjectArray JNICALL Java_io_cortado_jni_NativeLib_layers(JNIEnv* env, jclass,
+                                                                    jstring prototxt,
+                                                                    jstring source, jint phase) {
+  return jni::Guard(env, jobjectArray{nullptr}, [&] {
+    std::string name;
+    const caffe::NetParameter net = jni::PhaseNet(env, prototxt, source, phase, &name);
+    // One line per layer: name, type, the count of bottoms, the bottoms, the count of tops, the
+    // tops, separated by tabs (which layer and blob names do not hold).
+    std::vector<std::string> lines;
+    lines.reserve(static_cast<size_t>(net.layer_size()));
+    for (const auto& layer : net.layer()) {
+      lines.push_back(fmt::format("{}\t{}\t{}", layer.name(), layer.type(), layer.bottom_size()));
+      for (const auto& bottom : layer.bottom()) lines.back() += "\t" + bottom;
+      lines.back() += fmt::format("\t{}", layer.top_size());
+      for (const auto& top : layer.top()) lines.back() += "\t" + top;
+    }
+    return jni::NewStringArray(env, lines);
+  });
+}
+
+JNIEXPORT jstring JNICALL Java_io_cortado_jni_NativeLib_mergeSolver(JNIEnv* env, jclass,
+                                                                    jstring prototxt,
+                                                                    jstring source,
+                                                                    jstring overrides,
+                                                                    jstring overrides_source) {
+  return jni::Guard(env, jstring{nullptr}, [&] {
+    const std::string name = jni::ToStdString(env, source, "source");
+    caffe::SolverParameter param = jni::ParseSolver(env, prototxt, name);
+    caffe::SolverParameter changes;
+    cortado::io::ReadProtoFromTextString(jni::ToStdString(env, overrides, "overrides"),
+                                         jni::ToStdString(env, overrides_source, "overridesSource"),
+                                         &changes);
+    // A repeated field given in the overrides replaces the solver's list (MergeFrom would
+    // append to it: `stepvalue: 100` would add a step, not set the steps).
+    std::vector<const google::protobuf::FieldDescriptor*> fields;
+    changes.GetReflection()->ListFields(changes, &fields);
+    for (const auto* field : fields) {
+      if (field->is_repeated()) param.GetReflection()->ClearField(&param, field);
+    }
+    param.MergeFrom(changes);
+    std::string text;
+    if (!google::protobuf::TextFormat::PrintToString(param, &text)) {
+      CORTADO_THROW(kInternal, "{}: cannot print the solver", name);
+    }
+    return jni::NewString(env, text);
+  });
+}
+
 }  // extern "C"
 
 namespace {
@@ -346,6 +395,23 @@ JNIEXPORT jbyteArray JNICALL Java_io_cortado_jni_NativeLib_snapshotFromHdf5(JNIE
       }
       throw cortado::Error(e.code(), message, e.file(), e.line());
     }
+  });
+}
+
+}  // extern "C"
+
+extern "C" {
+
+JNIEXPORT jbyteArray JNICALL Java_io_cortado_jni_NativeLib_plotLog(JNIEnv* env, jclass,
+                                                                   jstring log_text, jstring source,
+                                                                   jint width, jint height) {
+  return jni::Guard(env, jbyteArray{nullptr}, [&] {
+    cortado::plot::PlotOptions options;
+    options.width = width;
+    options.height = height;
+    return jni::NewByteArray(
+        env, cortado::plot::PlotTrainingLog(jni::ToStdString(env, log_text, "logText"),
+                                            jni::ToStdString(env, source, "source"), options));
   });
 }
 

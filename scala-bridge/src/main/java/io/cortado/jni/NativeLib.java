@@ -45,12 +45,6 @@ public final class NativeLib {
   public static native SolverInfo solverInfo(String prototxt, String source);
 
   /**
-   * Caffe's snapshot_prefix rule for the solver at {@code solverFile}: an empty {@code prefix}
-   * becomes the solver file's path without extension; a prefix ending in "/" or naming a
-   * directory ({@code prefixIsDirectory}, which the caller checks on its file system) gets the
-   * solver file's name without extension appended; any other prefix is kept.
-   */
-  /**
    * A snapshot file's bytes (binary proto, as the trainer gives them) in Caffe's HDF5 format
    * ({@code snapshot_format: HDF5}): a model ({@code .caffemodel.h5}), or with {@code state} a
    * solver state ({@code .solverstate.h5}), whose {@code learned_net} becomes {@code learnedNet}
@@ -64,6 +58,12 @@ public final class NativeLib {
   /** The reverse of {@link #snapshotToHdf5}: an HDF5 model or state as binary proto bytes. */
   public static native byte[] snapshotFromHdf5(byte[] bytes, boolean state, String source);
 
+  /**
+   * Caffe's snapshot_prefix rule for the solver at {@code solverFile}: an empty {@code prefix}
+   * becomes the solver file's path without extension; a prefix ending in "/" or naming a
+   * directory ({@code prefixIsDirectory}, which the caller checks on its file system) gets the
+   * solver file's name without extension appended; any other prefix is kept.
+   */
   public static native String snapshotPrefix(
       String solverFile, String prefix, boolean prefixIsDirectory);
 
@@ -83,9 +83,40 @@ public final class NativeLib {
   public static native String[] blobNames(String prototxt, String source, int phase);
 
   /**
+   * The layers of the {@code phase} net, in order, one line each: name, type, the number of
+   * bottoms, the bottoms, the number of tops, the tops, separated by tabs.
+   */
+  public static native String[] layers(String prototxt, String source, int phase);
+
+  /**
+   * The solver prototxt {@code prototxt} with the fields set in {@code overrides} (solver
+   * prototxt text, named {@code overridesSource} in messages) replacing its own: a singular
+   * field takes the override's value, a repeated field the override's list. Both are parsed
+   * and upgraded as Caffe does; the result is solver prototxt text.
+   *
+   * @throws io.cortado.CortadoConfigException naming the source, line and column of a bad field
+   */
+  public static native String mergeSolver(
+      String prototxt, String source, String overrides, String overridesSource);
+
+  /**
    * The active RDMA ports of this host (InfiniBand or RoCE, as libibverbs lists them), one line
    * each: device:port, link layer and rate ("mlx5_0:1 InfiniBand 100 Gb/s"). Empty when there is
    * none, or when libibverbs is missing.
    */
   public static native String[] rdmaDevices();
+
+  /**
+   * The training curves of a training log as a PNG image of {@code width} x {@code height}
+   * pixels (1200 x 900 is the `cortado plot` default): training loss against iteration and
+   * against wall time, learning rate, and the test nets' outputs. {@code logText} is the text of
+   * a log as Caffe's {@code caffe train}, {@code cortado train} or the Spark API write it;
+   * {@code source} names it in messages.
+   *
+   * @return the PNG file's bytes
+   * @throws io.cortado.CortadoConfigException when the text has no training iterations, or the
+   *     size is outside 200 x 150 to 16384 x 16384
+   * @throws io.cortado.CortadoException when the build has no PNG support
+   */
+  public static native byte[] plotLog(String logText, String source, int width, int height);
 }

@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 package io.cortado.data
 
+import org.apache.spark.ml.linalg.{SQLDataTypes, Vector => MLVector}
+import org.apache.spark.mllib.linalg.{Vector => OldVector, VectorUDT => OldVectorUDT}
 import org.apache.spark.sql.Row
 import org.apache.spark.sql.types._
 
@@ -32,8 +34,9 @@ final case class ImageOptions(resize: Boolean = false, skipCorrupt: Boolean = fa
 
 /**
  * Turns DataFrame rows into feed samples (one `Array[Float]` per top, as [[BatchFeeder]] takes
- * them). Supported columns: arrays of float, double, int, long, short or byte (exactly the
- * sample's size), numeric scalars (samples of one value), strings holding a number (a label
+ * them). Supported columns: arrays of float, double, int, long, short or byte, and Spark ML
+ * vectors (dense or sparse; `org.apache.spark.ml.linalg` or the older `mllib.linalg`), exactly
+ * the sample's size; numeric scalars (samples of one value), strings holding a number (a label
  * such as "7"), and binary: raw uint8 pixels in the top's C x H x W order (one byte per value),
  * or a JPEG or PNG file, decoded natively into the top's channels (1: gray, 3: BGR color) and,
  * with `images.resize`, resized to its height and width. The schema is checked when the
@@ -111,6 +114,17 @@ final class RowConverter private (specs: Seq[TopSpec], kinds: Seq[DataType],
           j += 1
         }
         values
+      case vector if RowConverter.isVector(vector) => (row, index) =>
+        val values = if (row.isNullAt(column)) null else row.get(column) match {
+          case v: MLVector => v.toArray
+          case v: OldVector => v.toArray
+          case other => fail(spec, kind, s"row $index holds a ${other.getClass.getName}")
+        }
+        checked(row, index, if (values == null) -1 else values.length)
+        val out = new Array[Float](n)
+        var j = 0
+        while (j < n) { out(j) = values(j).toFloat; j += 1 }
+        out
       case _: NumericType => (row, index) =>
         if (row.isNullAt(column)) fail(spec, kind, s"row $index is null")
         Array(row.getAs[Number](column).floatValue)
@@ -139,16 +153,21 @@ object RowConverter {
       }
       field.dataType match {
         case BinaryType | ArrayType(_: NumericType, _) =>
+        case vector if isVector(vector) =>
         case _: NumericType | StringType =>
           if (spec.size != 1) fail(spec, field.dataType, "it holds one value per row")
         case other =>
-          fail(spec, other, "supported are arrays of numbers, numbers, strings holding a " +
-            "number, and binary (uint8 pixels, or a JPEG or PNG image)")
+          fail(spec, other, "supported are arrays of numbers, Spark ML vectors, numbers, " +
+            "strings holding a number, and binary (uint8 pixels, or a JPEG or PNG image)")
       }
       field.dataType
     }
     new RowConverter(specs, kinds, images)
   }
+
+  /** Spark ML's vector type, or the older mllib one. */
+  private[cortado] def isVector(kind: DataType): Boolean =
+    kind == SQLDataTypes.VectorType || kind.isInstanceOf[OldVectorUDT]
 
   private def fail(spec: TopSpec, kind: DataType, what: String): Nothing =
     throw new CortadoConfigException(

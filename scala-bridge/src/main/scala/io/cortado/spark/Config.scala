@@ -61,6 +61,9 @@ import io.cortado.cli.Options
  * @param skipCorruptImages rows whose JPEG or PNG image cannot be decoded are left out, each
  *                   named in the executor's log (-skipCorrupt); else such a row fails the job,
  *                   naming it
+ * @param solverOverrides solver prototxt text whose fields replace the solver file's own
+ *                   (`"base_lr: 0.01 max_iter: 500"`; a repeated field such as `stepvalue`
+ *                   replaces the whole list); empty: the solver file as it is
  */
 final case class Config(
     solverFile: String,
@@ -80,7 +83,8 @@ final case class Config(
     commTimeoutSeconds: Double = 120,
     maxAttempts: Int = 3,
     resizeImages: Boolean = false,
-    skipCorruptImages: Boolean = false) {
+    skipCorruptImages: Boolean = false,
+    solverOverrides: String = "") {
 
   /** The image settings as the row converters and image sources take them. */
   def imageOptions: io.cortado.data.ImageOptions =

@@ -20,7 +20,7 @@ import io.cortado.storage.{HadoopFiles, SerializableConfiguration, Snapshots}
  * @param feedLayer the feed layer qualified by phase ("TRAIN/data")
  * @param batchSize the feed layer's batch size
  */
-private[spark] final case class NetConf(
+private[cortado] final case class NetConf(
     solverText: String,
     solverSource: String,
     netText: String,
@@ -29,7 +29,7 @@ private[spark] final case class NetConf(
     batchSize: Int)
 
 /** The TEST net's feed layer during training ("TEST/data") and how validation rows fill it. */
-private[spark] final case class Validation(
+private[cortado] final case class Validation(
     feedLayer: String,
     specs: Seq[TopSpec],
     converter: RowConverter)
@@ -40,7 +40,7 @@ private[spark] final case class Validation(
  * Only `netConf`, the converters and the validation travel to the task (SolverInfo does not
  * serialise).
  */
-private[spark] final case class Plan(
+private[cortado] final case class Plan(
     netConf: NetConf,
     specs: Seq[TopSpec],
     converter: RowConverter,
@@ -50,7 +50,7 @@ private[spark] final case class Plan(
     validation: Option[Validation])
 
 /** The snapshot a training run starts from: weights alone (fine-tuning), or weights and state. */
-private[spark] final case class Resume(weights: Option[Array[Byte]], state: Option[Array[Byte]])
+private[cortado] final case class Resume(weights: Option[Array[Byte]], state: Option[Array[Byte]])
 
 /**
  * Where the training task stores the snapshots the session takes, and with which Hadoop
@@ -62,7 +62,7 @@ private[spark] final case class Resume(weights: Option[Array[Byte]], state: Opti
  *                 keeps the solver's
  * @param hdf5     the solver's snapshot_format: HDF5 (Caffe's HDF5 files), else binary protos
  */
-private[spark] final case class SnapshotPlan(
+private[cortado] final case class SnapshotPlan(
     prefix: Option[String],
     interval: Int,
     hadoopConf: SerializableConfiguration,
@@ -75,7 +75,7 @@ private[spark] final case class SnapshotPlan(
  * the prototxt comes from [[io.cortado.jni.NativeLib]]; what stays here is path handling on
  * Hadoop file systems (the net file next to the solver, the snapshot prefix, resuming).
  */
-private[spark] object JobPlan {
+private[cortado] object JobPlan {
 
   private val log = LoggerFactory.getLogger(classOf[Cortado])
 
@@ -86,7 +86,7 @@ private[spark] object JobPlan {
    */
   def make(config: Config, phase: Int, schema: StructType, validationSchema: Option[StructType],
       hadoopConf: Configuration): Plan = {
-    val solverText = readText(config.solverFile, hadoopConf)
+    val solverText = solverTextOf(config, hadoopConf)
     val info = NativeLib.solverInfo(solverText, config.solverFile)
     val (netText, netSource) = netOf(config.solverFile, info, hadoopConf)
     NativeLib.validateNet(netText, netSource)
@@ -114,6 +114,14 @@ private[spark] object JobPlan {
     val conf = NetConf(solverText, config.solverFile, netText, netSource,
       s"${phaseName(phase)}/${feed.name}", feed.batchSize)
     Plan(conf, specs, RowConverter(schema, specs, images), outputs, blobNames, info, validation)
+  }
+
+  /** The solver file's text with Config.solverOverrides applied (see [[Config]]). */
+  def solverTextOf(config: Config, hadoopConf: Configuration): String = {
+    val text = readText(config.solverFile, hadoopConf)
+    if (config.solverOverrides.trim.isEmpty) text
+    else NativeLib.mergeSolver(text, config.solverFile, config.solverOverrides,
+      s"the solver overrides of ${config.solverFile}")
   }
 
   def phaseName(phase: Int): String = if (phase == NativeNet.TRAIN) "TRAIN" else "TEST"

@@ -1,0 +1,268 @@
+// SPDX-License-Identifier: Apache-2.0
+package io.cortado.ml
+
+import java.nio.file.{Files, Path}
+import java.text.SimpleDateFormat
+import java.util.Date
+
+import scala.collection.mutable.ArrayBuffer
+
+import org.apache.spark.ml.Estimator
+import org.apache.spark.ml.param._
+import org.apache.spark.ml.util.{DefaultParamsReadable, DefaultParamsWritable, Identifiable}
+import org.apache.spark.sql.{Column, Dataset}
+import org.apache.spark.sql.functions.col
+import org.apache.spark.sql.types.{BooleanType, StructType}
+
+import io.cortado.CortadoConfigException
+import io.cortado.jni.{DataLayerInfo, NativeLib, NativeNet}
+import io.cortado.spark.{Config, Cortado, JobPlan, ProgressListener, TrainingEvent}
+import io.cortado.storage.HadoopFiles
+
+/**
+ * Trains a Cortado (Caffe) net as a Spark ML Estimator: `fit` trains as
+ * [[io.cortado.spark.Cortado.train]] does, on one worker or `workers` workers exchanging
+ * gradients, and returns a [[CortadoClassificationModel]]. It works in a `Pipeline` after
+ * Spark's feature stages (`VectorAssembler`'s vector column is read as the sample,
+ * `StringIndexer`'s index as the label) and under `CrossValidator`/`TrainValidationSplit` with
+ * param grids (over `baseLr` and `maxIter`, say).
+ *
+ * The solver prototxt (`solver`, a Hadoop path) names the net; the net's TRAIN phase needs a
+ * feed layer (CoSData, or MemoryData with source_class) whose top `featuresTop` (default: its
+ * first) is filled from `featuresCol` and whose top `labelTop` (default: the other of two) from
+ * `labelCol`, whatever the columns are called in the net. Samples must have the top's size
+ * (a 784-vector for a 1 x 28 x 28 top).
+ *
+ * {{{
+ * val classifier = new CortadoClassifier().setSolver("hdfs:///models/lenet_solver.prototxt")
+ *   .setFeaturesCol("features").setLabelCol("label").setMaxIter(2000)
+ * val model = new Pipeline().setStages(Array(indexer, assembler, classifier)).fit(train)
+ * model.transform(test).select("prediction", "probability")
+ * }}}
+ */
+class CortadoClassifier(override val uid: String)
+    extends Estimator[CortadoClassificationModel] with CortadoModelParams
+    with DefaultParamsWritable {
+
+  def this() = this(Identifiable.randomUID("cortado"))
+
+  final val solver: Param[String] = new Param[String](this, "solver",
+    "the solver prototxt (a Hadoop path); its `net` names the net prototxt")
+
+  final val solverOverrides: Param[String] = new Param[String](this, "solverOverrides",
+    "solver prototxt text whose fields replace the solver file's (\"weight_decay: 0.001\")")
+
+  final val baseLr: DoubleParam = new DoubleParam(this, "baseLr",
+    "the solver's base_lr, in place of the file's", ParamValidators.gt(0.0))
+
+  final val maxIter: IntParam = new IntParam(this, "maxIter",
+    "the solver's max_iter, in place of the file's", ParamValidators.gt(0))
+
+  final val workers: IntParam = new IntParam(this, "workers",
+    "Spark tasks that train together (a barrier stage), each on its part of the data; 0: one " +
+      "per executor when Spark's configuration fixes their number, else 1",
+    ParamValidators.gtEq(0))
+
+  final val devices: IntParam = new IntParam(this, "devices",
+    "devices per worker (GPUs when the solver asks for one, else CPU replicas)",
+    ParamValidators.gtEq(1))
+
+  final val connection: Param[String] = new Param[String](this, "connection",
+    "how workers exchange gradients: \"ethernet\" (TCP) or \"infiniband\" (UCX over RDMA)")
+
+  final val weights: Param[String] = new Param[String](this, "weights",
+    "a .caffemodel to start from (fine-tuning); empty: the net's fillers")
+
+  final val snapshotPrefix: Param[String] = new Param[String](this, "snapshotPrefix",
+    "where snapshots go (a Hadoop path prefix); empty: the solver's snapshot_prefix")
+
+  final val snapshotInterval: IntParam = new IntParam(this, "snapshotInterval",
+    "iterations between snapshots; -1: the solver's `snapshot`; 0: none",
+    ParamValidators.gtEq(-1))
+
+  final val resumeLatest: BooleanParam = new BooleanParam(this, "resumeLatest",
+    "resume from the newest complete snapshot under the snapshot prefix, if there is one")
+
+  final val modelPath: Param[String] = new Param[String](this, "modelPath",
+    "where fit also writes the trained .caffemodel (a Hadoop path); empty: nowhere")
+
+  final val validationIndicatorCol: Param[String] = new Param[String](this,
+    "validationIndicatorCol", "a boolean column: rows where it is true are not trained on but " +
+      "tested during training, as Caffe tests its TEST net every test_interval iterations " +
+      "(the solver sets test_interval and test_iter); the passes go to the training log and " +
+      "curves; empty: no testing during training")
+
+  setDefault(validationIndicatorCol -> "")
+  setDefault(solverOverrides -> "", workers -> 1, devices -> 1, connection -> "",
+    weights -> "", snapshotPrefix -> "", snapshotInterval -> 0, resumeLatest -> false,
+    modelPath -> "")
+
+  def setSolver(value: String): this.type = set(solver, value)
+  def setSolverOverrides(value: String): this.type = set(solverOverrides, value)
+  def setBaseLr(value: Double): this.type = set(baseLr, value)
+  def setMaxIter(value: Int): this.type = set(maxIter, value)
+  def setWorkers(value: Int): this.type = set(workers, value)
+  def setDevices(value: Int): this.type = set(devices, value)
+  def setConnection(value: String): this.type = set(connection, value)
+  def setWeights(value: String): this.type = set(weights, value)
+  def setSnapshotPrefix(value: String): this.type = set(snapshotPrefix, value)
+  def setSnapshotInterval(value: Int): this.type = set(snapshotInterval, value)
+  def setResumeLatest(value: Boolean): this.type = set(resumeLatest, value)
+  def setModelPath(value: String): this.type = set(modelPath, value)
+  def setValidationIndicatorCol(value: String): this.type = set(validationIndicatorCol, value)
+  def setFeaturesCol(value: String): this.type = set(featuresCol, value)
+  def setLabelCol(value: String): this.type = set(labelCol, value)
+  def setPredictionCol(value: String): this.type = set(predictionCol, value)
+  def setProbabilityCol(value: String): this.type = set(probabilityCol, value)
+  def setRawPredictionCol(value: String): this.type = set(rawPredictionCol, value)
+  def setFeaturesTop(value: String): this.type = set(featuresTop, value)
+  def setLabelTop(value: String): this.type = set(labelTop, value)
+  def setScoresBlob(value: String): this.type = set(scoresBlob, value)
+  def setOutputBlobs(value: Array[String]): this.type = set(outputBlobs, value)
+
+  def getSolver: String = $(solver)
+  def getSolverOverrides: String = $(solverOverrides)
+  def getBaseLr: Double = $(baseLr)
+  def getMaxIter: Int = $(maxIter)
+  def getWorkers: Int = $(workers)
+
+  override def transformSchema(schema: StructType): StructType = {
+    checkInputColumn(schema, $(featuresCol), "features")
+    checkInputColumn(schema, $(labelCol), "label")
+    if ($(validationIndicatorCol).nonEmpty) {
+      val field = schema.fields.find(_.name == $(validationIndicatorCol)).getOrElse {
+        throw new CortadoConfigException(s"validation indicator column " +
+          s"'${$(validationIndicatorCol)}' is missing (the data has: " +
+          s"${schema.fieldNames.mkString(", ")})")
+      }
+      if (field.dataType != BooleanType) {
+        throw new CortadoConfigException(s"validation indicator column '${field.name}' is " +
+          s"${field.dataType.simpleString}, not boolean")
+      }
+    }
+    CortadoModelParams.outputSchema(this, schema)
+  }
+
+  /** Config.solverOverrides: `solverOverrides` with baseLr and maxIter when set. */
+  private def overrides: String = {
+    val text = $(solverOverrides)
+    def given(field: String, param: Param[_]): Seq[String] = get(param).toSeq.map { value =>
+      if (s"(^|[\\s{])$field\\s*:".r.findFirstIn(text).isDefined) {
+        throw new CortadoConfigException(s"$field is set twice: by the ${param.name} param " +
+          s"and in solverOverrides ($text)")
+      }
+      s"$field: $value"
+    }
+    (text +: (given("base_lr", baseLr) ++ given("max_iter", maxIter))).filter(_.trim.nonEmpty)
+      .mkString("\n")
+  }
+
+  override def fit(dataset: Dataset[_]): CortadoClassificationModel = {
+    if (!isDefined(solver)) {
+      throw new CortadoConfigException("CortadoClassifier: the solver param is not set")
+    }
+    transformSchema(dataset.schema, logging = true)
+    val spark = dataset.sparkSession
+    val hadoopConf = spark.sparkContext.hadoopConfiguration
+    val scratch: Option[Path] =
+      if ($(modelPath).isEmpty) Some(Files.createTempDirectory("cortado-fit")) else None
+    val target = scratch.map(_.resolve("model.caffemodel").toUri.toString).getOrElse($(modelPath))
+    val config = CortadoClassifier.config($(solver), target, $(weights), $(devices),
+      $(snapshotPrefix), $(snapshotInterval), $(resumeLatest), $(workers), $(connection),
+      overrides)
+    val solverText = JobPlan.solverTextOf(config, hadoopConf)
+    val info = NativeLib.solverInfo(solverText, config.solverFile)
+    val (netText, netSource) = JobPlan.netOf(config.solverFile, info, hadoopConf)
+    NativeLib.validateNet(netText, netSource)
+
+    // The feed layers' columns: the features and labels go in under the names they read.
+    val trainColumns = feedColumns(netText, netSource, NativeNet.TRAIN)
+    val indicator = $(validationIndicatorCol)
+
+    val log = ArrayBuffer.empty[String]
+    val listener = new ProgressListener {
+      private val format = new SimpleDateFormat("MMdd HH:mm:ss.SSS")
+      private val pid = ProcessHandle.current().pid()
+      def onProgress(event: TrainingEvent): Unit = log.synchronized {
+        // glog's prefix, as Caffe's log has it, so that `cortado plot` finds the times.
+        val prefix = s"I${format.format(new Date())}000 $pid cortado_ml] "
+        event.logLines.foreach(line => log += prefix + line)
+      }
+    }
+    val cortado = new Cortado(spark)
+    cortado.addProgressListener(listener)
+    val trained =
+      try {
+        if (indicator.isEmpty) cortado.train(dataset.toDF.select(trainColumns: _*), config)
+        else {
+          val flag = col(s"`$indicator`")
+          val validation = dataset.toDF.filter(flag)
+            .select(feedColumns(netText, netSource, NativeNet.TEST): _*)
+          cortado.trainWithValidation(dataset.toDF.filter(!flag).select(trainColumns: _*),
+            validation, config)
+        }
+        HadoopFiles.readBytes(target, hadoopConf)
+      } finally scratch.foreach(CortadoClassifier.deleteTree)
+    val model = new CortadoClassificationModel(uid, netText, netSource, trained,
+      log.synchronized(log.toList))
+    copyValues(model.setParent(this))
+  }
+
+  /**
+   * The `phase` net's feed tops as columns: featuresCol and labelCol renamed to the columns
+   * its featuresTop and labelTop read.
+   */
+  private def feedColumns(netText: String, netSource: String, phase: Int): Seq[Column] = {
+    val feed = CortadoClassifier.feed(netText, netSource, phase)
+    val tops = feed.tops.toSeq
+    val features = if ($(featuresTop).nonEmpty) $(featuresTop) else tops.head
+    val label = if ($(labelTop).nonEmpty) Some($(labelTop))
+      else if (tops.length == 2) tops.find(_ != features) else None
+    (Seq(features) ++ label).foreach { t =>
+      if (!tops.contains(t)) {
+        throw new CortadoConfigException(s"$netSource: '$t' is not a top of feed layer " +
+          s"'${feed.name}' (its tops: ${tops.mkString(", ")})")
+      }
+    }
+    tops.indices.map { i =>
+      val from =
+        if (tops(i) == features) $(featuresCol)
+        else if (label.contains(tops(i))) $(labelCol)
+        else throw new CortadoConfigException(s"$netSource: feed layer '${feed.name}' has tops " +
+          s"${tops.mkString(", ")}; fit fills featuresTop '$features'" +
+          label.map(l => s" and labelTop '$l'").getOrElse("") + s", not '${tops(i)}'")
+      col(s"`$from`").as(feed.columns(i))
+    }
+  }
+
+  override def copy(extra: ParamMap): CortadoClassifier = defaultCopy(extra)
+}
+
+object CortadoClassifier extends DefaultParamsReadable[CortadoClassifier] {
+
+  override def load(path: String): CortadoClassifier = super.load(path)
+
+  private def config(solverFile: String, target: String, initial: String, perWorker: Int,
+      prefix: String, interval: Int, resume: Boolean, count: Int, link: String,
+      overrideText: String): Config =
+    Config(solverFile, model = target, weights = initial, devices = perWorker,
+      snapshotPrefix = prefix, snapshotInterval = interval, resumeLatest = resume,
+      clusterSize = count, connection = link, solverOverrides = overrideText)
+
+  /** The `phase` net's one feed layer. */
+  private def feed(netText: String, netSource: String, phase: Int): DataLayerInfo = {
+    val feeds = NativeLib.dataLayers(netText, netSource, phase).toSeq.filter(_.feed)
+    if (feeds.size != 1) {
+      throw new CortadoConfigException(s"$netSource: the ${JobPlan.phaseName(phase)} net " +
+        "needs exactly one CoSData " +
+        s"(or MemoryData with source_class) layer to read a DataFrame, found ${feeds.size}")
+    }
+    feeds.head
+  }
+
+  private def deleteTree(dir: Path): Unit = {
+    val files = Files.walk(dir)
+    try files.sorted(java.util.Comparator.reverseOrder[Path]()).forEach(p => Files.deleteIfExists(p))
+    finally files.close()
+  }
+}

@@ -1,0 +1,243 @@
+// SPDX-License-Identifier: Apache-2.0
+package io.cortado.ml
+
+import java.nio.charset.StandardCharsets
+import java.security.MessageDigest
+
+import org.apache.spark.{TaskContext, TaskKilledException}
+import org.apache.spark.ml.linalg.Vectors
+import org.apache.spark.sql.Row
+import org.apache.spark.sql.types.StructType
+
+import io.cortado.CortadoConfigException
+import io.cortado.data.{RowConverter, TopSpec}
+import io.cortado.jni.{NativeLib, NativeNet}
+
+/**
+ * A trained net as transform ships it to the executors: the net prototxt (its TEST phase runs),
+ * the .caffemodel bytes (named `weightsName` in messages) and the device (-1: the CPU).
+ */
+private[ml] final case class ModelData(netText: String, netSource: String, weights: Array[Byte],
+    weightsName: String, device: Int) {
+
+  /** What identifies the net an executor builds from this: a digest of text, weights, device. */
+  lazy val key: String = {
+    val digest = MessageDigest.getInstance("SHA-256")
+    digest.update(netText.getBytes(StandardCharsets.UTF_8))
+    digest.update(weights)
+    digest.update(device.toString.getBytes(StandardCharsets.UTF_8))
+    digest.digest().map(b => f"${b & 0xff}%02x").mkString
+  }
+}
+
+/**
+ * How rows reach the TEST net and what comes out: through the feed layer `feedLayer` ("TEST/data",
+ * batches of `batchSize`, each top reading its spec's column), or else by setting the Input blob
+ * `inputBlob` from `featuresColumn`; then the class scores `scores` and the further `blobs` are read.
+ */
+private[ml] final case class InferencePlan(
+    feedLayer: Option[String],
+    batchSize: Int,
+    specs: Seq[TopSpec],
+    inputBlob: String,
+    featuresColumn: String,
+    scores: String,
+    blobs: Seq[String]) {
+
+  /** The blobs read after each forward. */
+  def keep: Seq[String] = (scores +: blobs).distinct
+}
+
+/** One layer of a net as [[NativeLib.layers]] describes it. */
+private[ml] final case class LayerSummary(name: String, kind: String, bottoms: Seq[String],
+    tops: Seq[String])
+
+private[ml] object LayerSummary {
+
+  def all(netText: String, netSource: String, phase: Int): Seq[LayerSummary] =
+    NativeLib.layers(netText, netSource, phase).toSeq.map { line =>
+      val f = line.split("\t", -1)
+      val nb = f(2).toInt
+      val nt = f(3 + nb).toInt
+      LayerSummary(f(0), f(1), f.slice(3, 3 + nb).toSeq, f.slice(4 + nb, 4 + nb + nt).toSeq)
+    }
+}
+
+private[ml] object InferencePlan {
+
+  /** Layer types whose first bottom is the class scores. */
+  private val ScoreReaders = Set("SoftmaxWithLoss", "Softmax", "Accuracy")
+
+  /**
+   * The plan for `model`'s TEST net: the features fill `featuresTop` (empty: the feed layer's
+   * first top, or the first Input), the labels `labelTop` (empty: a feed layer's other top when
+   * it has two) from `labelColumn`; the scores are `scoresBlob` (empty: the first bottom of the
+   * first SoftmaxWithLoss, Softmax or Accuracy layer, else the last layer's top). Throws
+   * CortadoConfigException naming the net and what is wrong.
+   */
+  def make(model: ModelData, featuresColumn: String, labelColumn: String, featuresTop: String,
+      labelTop: String, scoresBlob: String, blobs: Seq[String]): InferencePlan = {
+    val source = model.netSource
+    val text = model.netText
+    val layers = LayerSummary.all(text, source, NativeNet.TEST)
+    val blobNames = NativeLib.blobNames(text, source, NativeNet.TEST).toSeq
+    val feeds = NativeLib.dataLayers(text, source, NativeNet.TEST).toSeq.filter(_.feed)
+    if (feeds.size > 1) {
+      throw new CortadoConfigException(s"$source: the TEST net has ${feeds.size} feed layers " +
+        s"(${feeds.map(_.name).mkString(", ")}); transform fills one")
+    }
+    val scores =
+      if (scoresBlob.nonEmpty) scoresBlob
+      else layers.find(l => ScoreReaders(l.kind) && l.bottoms.nonEmpty).map(_.bottoms.head)
+        .orElse(layers.lastOption.filter(_.tops.nonEmpty).map(_.tops.head))
+        .getOrElse(throw new CortadoConfigException(s"$source: the TEST net has no layers"))
+    (scores +: blobs).foreach { b =>
+      if (!blobNames.contains(b)) {
+        throw new CortadoConfigException(s"$source: the TEST net has no blob '$b' (it has: " +
+          s"${blobNames.mkString(", ")})")
+      }
+    }
+    feeds.headOption match {
+      case Some(feed) =>
+        val tops = feed.tops.toSeq
+        def pick(given: String, what: String, default: => Option[String]): Option[String] =
+          if (given.nonEmpty) {
+            if (!tops.contains(given)) {
+              throw new CortadoConfigException(s"$source: $what '$given' is not a top of feed " +
+                s"layer '${feed.name}' (its tops: ${tops.mkString(", ")})")
+            }
+            Some(given)
+          } else default
+        val features = pick(featuresTop, "featuresTop", tops.headOption).get
+        val label = pick(labelTop, "labelTop",
+          if (tops.length == 2) tops.find(_ != features) else None)
+        val specs = tops.indices.map { i =>
+          val column =
+            if (tops(i) == features) featuresColumn
+            else if (label.contains(tops(i))) labelColumn
+            else throw new CortadoConfigException(s"$source: feed layer '${feed.name}' has " +
+              s"tops ${tops.mkString(", ")}; transform fills featuresTop '$features'" +
+              label.map(l => s" and labelTop '$l'").getOrElse("") + s", not '${tops(i)}'")
+          TopSpec(feed.name, tops(i), column, feed.sampleShapes(i).toSeq)
+        }
+        InferencePlan(Some(s"TEST/${feed.name}"), feed.batchSize, specs, "", featuresColumn,
+          scores, blobs)
+      case None =>
+        val inputs = layers.filter(_.kind == "Input").flatMap(_.tops)
+        if (inputs.isEmpty) {
+          throw new CortadoConfigException(s"$source: the TEST net has neither a feed layer " +
+            "(CoSData, or MemoryData with source_class) nor Input layers (a deploy net's " +
+            "`input`): nothing to fill with the features")
+        }
+        val input = if (featuresTop.nonEmpty) featuresTop else inputs.head
+        if (!inputs.contains(input)) {
+          throw new CortadoConfigException(s"$source: featuresTop '$input' is not an input of " +
+            s"the net (its inputs: ${inputs.mkString(", ")})")
+        }
+        if (inputs.length > 1) {
+          throw new CortadoConfigException(s"$source: the net has ${inputs.length} inputs " +
+            s"(${inputs.mkString(", ")}); transform fills one")
+        }
+        InferencePlan(None, 0, Seq.empty, input, featuresColumn, scores, blobs)
+    }
+  }
+}
+
+/** What a partition of transform computes: per row, the scores and blobs of its sample. */
+private[ml] object Inference {
+
+  /**
+   * The rows of `rows` (of `schema`), each followed by: the scores as a vector (with
+   * `raw`), their softmax as a vector (with `probability`), the argmax as a double (with
+   * `prediction`), then each of `plan.blobs` as a vector: the row's sample of a blob whose
+   * first axis is the batch, or the whole blob (an aggregate) repeated on each row.
+   */
+  def run(model: ModelData, plan: InferencePlan, schema: StructType, rows: Iterator[Row],
+      raw: Boolean, probability: Boolean, prediction: Boolean): Iterator[Row] = {
+    if (!rows.hasNext) return Iterator.empty
+    val key = s"${model.key}|${plan.hashCode}"
+    val net = NetPool.borrow(key, model, plan)
+    var done = false
+    def giveBack(failed: Boolean): Unit = if (!done) {
+      done = true
+      if (failed) net.dispose() else NetPool.giveBack(key, net)
+    }
+    val context = Option(TaskContext.get())
+    context.foreach { c =>
+      c.addTaskFailureListener((_: TaskContext, _: Throwable) => giveBack(failed = true))
+      c.addTaskCompletionListener[Unit]((_: TaskContext) => giveBack(failed = false))
+    }
+    val indices = net.specs.map(s => fieldIndex(schema, s.column))
+    val converter = RowConverter(StructType(indices.map(schema(_))), net.specs)
+    var index = -1L
+    val out = rows.grouped(net.batchSize).flatMap { group =>
+      // A cancelled job stops between batches.
+      if (context.exists(_.isInterrupted())) throw new TaskKilledException("cancelled")
+      val samples = group.map { row =>
+        index += 1
+        converter(Row.fromSeq(indices.map(row.get)), index)
+      }
+      try net.forward(samples)
+      catch { case e: Throwable => giveBack(failed = true); throw e }
+      val n = group.length
+      val (scoreShape, scoreValues) = net.blob(plan.scores)
+      if (scoreShape.headOption.getOrElse(0) != (if (plan.feedLayer.isDefined) net.batchSize else n)) {
+        throw new CortadoConfigException(s"${model.netSource}: the scores blob '${plan.scores}' " +
+          s"has shape ${scoreShape.mkString(" ")}, not one row per sample: set scoresBlob")
+      }
+      val classes = scoreValues.length / scoreShape.head
+      val extra = plan.blobs.map(net.blob)
+      group.indices.map { i =>
+        val scores = java.util.Arrays.copyOfRange(scoreValues, i * classes, (i + 1) * classes)
+        val columns = Seq.newBuilder[Any]
+        if (raw) columns += Vectors.dense(scores.map(_.toDouble))
+        if (probability) columns += Vectors.dense(softmax(scores))
+        if (prediction) columns += argmax(scores).toDouble
+        extra.foreach { case (shape, values) =>
+          val perRow = shape.headOption.contains(scoreShape.head)
+          val slice =
+            if (perRow) {
+              val size = values.length / shape.head
+              java.util.Arrays.copyOfRange(values, i * size, (i + 1) * size)
+            } else values
+          columns += Vectors.dense(slice.map(_.toDouble))
+        }
+        Row.fromSeq(group(i).toSeq ++ columns.result())
+      }
+    }
+    new Iterator[Row] {
+      def hasNext: Boolean = {
+        val more = out.hasNext
+        if (!more && context.isEmpty) giveBack(failed = false)
+        more
+      }
+      def next(): Row = out.next()
+    }
+  }
+
+  private def fieldIndex(schema: StructType, column: String): Int =
+    schema.fieldNames.indexOf(column) match {
+      case -1 => throw new CortadoConfigException(s"column '$column' is missing (the data has: " +
+        s"${schema.fieldNames.mkString(", ")})")
+      case i => i
+    }
+
+  /** The softmax of `scores` (shifted by their maximum, so that it cannot overflow). */
+  def softmax(scores: Array[Float]): Array[Double] = {
+    val max = scores.max.toDouble
+    val e = scores.map(s => math.exp(s - max))
+    val sum = e.sum
+    e.map(_ / sum)
+  }
+
+  /** The index of the largest score (the first, on ties). */
+  def argmax(scores: Array[Float]): Int = {
+    var best = 0
+    var i = 1
+    while (i < scores.length) {
+      if (scores(i) > scores(best)) best = i
+      i += 1
+    }
+    best
+  }
+}
