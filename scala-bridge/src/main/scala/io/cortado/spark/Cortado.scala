@@ -115,15 +115,20 @@ final class Cortado(@transient val spark: SparkSession) {
       case (Some(df), Some(t)) => Some(selectColumns(df, t.specs, None).rdd)
       case _ => None
     }
-    val listening = listeners.asScala.toList
     if (config.maxAttempts < 1) {
       throw new CortadoConfigException(
         s"Config.maxAttempts must be at least 1, not ${config.maxAttempts}")
     }
+    val solverName = config.solverFile.substring(config.solverFile.lastIndexOf('/') + 1)
+    // The Spark UI's record of this run (see CortadoUi) comes first, so that a listener that
+    // looks at the UI finds there the event it is handed.
+    val run = CortadoUi.runs(spark.sparkContext).map(_.start(solverName, plan.info.maxIter))
+    val listening = run.toList ++ listeners.asScala.toList
 
     // One attempt: a Spark job of one task per worker, resuming from `from`.
     def attempt(number: Int, from: Resume, lastIteration: AtomicInteger): TrainingTask.Result = {
       val workers = Workers.plan(config, spark.sparkContext)
+      run.foreach(_.attemptStarted(number, workers.count))
       val data = TaskData.trainingPartitions(trainRows, validationRows, workers.count)
       // One task per worker: more would train independent models.
       require(data.getNumPartitions == workers.count,
@@ -145,30 +150,45 @@ final class Cortado(@transient val spark: SparkSession) {
         }
         deliver(listening)(event)
       }
-      val server = Progress.Server.start(spark.sparkContext.getConf, tracking)
+      // The Spark UI names the training job after the solver; the caller's description is back
+      // afterwards.
+      val sc = spark.sparkContext
+      val description = sc.getLocalProperty(JobDescription)
+      sc.setJobDescription(s"Cortado training: $solverName, ${workers.count} worker" +
+        (if (workers.count == 1) "" else "s"))
       try {
-        val address = server.address
-        val task = (rows: Iterator[(Int, Row)]) => Iterator.single(
-          TrainingTask.run(conf, converter, testing, from, snapshots, address, workers, rows))
-        val results =
-          if (workers.count > 1) data.barrier().mapPartitions(task).collect()
-          else data.mapPartitions(task).collect()
-        results.head
-      } finally server.close()
+        val server = Progress.Server.start(sc.getConf, tracking)
+        try {
+          val address = server.address
+          val task = (rows: Iterator[(Int, Row)]) => Iterator.single(
+            TrainingTask.run(conf, converter, testing, from, snapshots, address, workers, rows))
+          val results =
+            if (workers.count > 1) data.barrier().mapPartitions(task).collect()
+            else data.mapPartitions(task).collect()
+          results.head
+        } finally server.close()
+      } finally sc.setLocalProperty(JobDescription, description)
     }
 
     val tell: String => Unit = text => listening.foreach { l =>
       try l.onProgress(LogEvent(text))
       catch { case NonFatal(e) => log.warn(s"a progress listener failed: $e") }
     }
-    val result = Attempts.run(config.maxAttempts, resume, snapshots, tell)(attempt)
-    if (result.unsent.nonEmpty) {
-      log.warn(s"${result.unsent.size} training log events did not reach the driver while " +
-        "the task ran; here they are")
+    try {
+      val result = Attempts.run(config.maxAttempts, resume, snapshots, tell)(attempt)
+      if (result.unsent.nonEmpty) {
+        log.warn(s"${result.unsent.size} training log events did not reach the driver while " +
+          "the task ran; here they are")
+      }
+      result.unsent.foreach(deliver(listening))
+      HadoopFiles.writeBytesAtomic(config.model, result.model, hadoopConf)
+      run.foreach(_.finished())
+      (config.model, result.tests)
+    } catch {
+      case NonFatal(e) =>
+        run.foreach(_.failed(e.toString))
+        throw e
     }
-    result.unsent.foreach(deliver(listening))
-    HadoopFiles.writeBytesAtomic(config.model, result.model, hadoopConf)
-    (config.model, result.tests)
   }
 
   /** Logs an event in Caffe's format and hands it to the listeners. */
@@ -267,4 +287,7 @@ final class Cortado(@transient val spark: SparkSession) {
 object Cortado {
 
   private val log = LoggerFactory.getLogger(classOf[Cortado])
+
+  /** The local property behind SparkContext.setJobDescription. */
+  private val JobDescription = "spark.job.description"
 }
