@@ -1,12 +1,12 @@
 # SPDX-License-Identifier: Apache-2.0
 # Sourced by bench/spark/run.sh and bench/spark/workers.sh, from the repository root, with
-# `iters` set: the built tool and jar, spark-submit, the Fashion-MNIST data both paths read, the
+# `iters` set: the built tool and jar (CORTADO_JAR, else scala-bridge/target/cortado-*.jar), spark-submit, the Fashion-MNIST data both paths read, the
 # solver both paths train with, and the reading of time per iteration from a training log.
 build_dir=${BUILD_DIR:-build}
 dataset=${FASHION_MNIST_DIR:-/usr/share/datasets/fashion-mnist}
 cortado=$build_dir/cpp/tools/cortado
 jars=(scala-bridge/target/cortado-*.jar)
-jar=${jars[0]}
+jar=${CORTADO_JAR:-${jars[0]}}
 for f in "$cortado" "$jar"; do
   [[ -f $f ]] || { echo "$f not found: build first (examples/spark-fashion-mnist/run.sh)" >&2; exit 1; }
 done

@@ -118,8 +118,8 @@ class CortadoClassificationModel private[ml] (
       throw new CortadoConfigException(s"model $uid has no training log: it was not trained " +
         "by CortadoClassifier")
     }
-    NativeLib.plotLog(trainingLog.mkString("\n") + "\n", s"the training log of $uid", width,
-      height)
+    val name = s"${new java.io.File(netSource).getName} ($uid)"
+    NativeLib.plotLog(trainingLog.mkString("\n") + "\n", name, width, height)
   }
 
   /** Writes [[trainingCurves]] to a Hadoop path (a temporary name, then renamed). */

@@ -270,6 +270,61 @@ class CortadoClassifierSuite extends AnyFunSuite with PerTest {
     }
   }
 
+  test("the Java call path PySpark takes through py4j: reflection on public methods") {
+    withSolver { (dir, solver) =>
+      def call(target: AnyRef, name: String, args: AnyRef*): AnyRef = {
+        val cls = target match {
+          case c: Class[_] => c
+          case o => o.getClass
+        }
+        val method = cls.getMethods.find { m =>
+          m.getName == name && m.getParameterCount == args.length &&
+            m.getParameterTypes.zip(args).forall { case (t, a) =>
+              a == null || boxed(t).isInstance(a)
+            }
+        }.getOrElse(fail(s"no public $name(${args.map(_.getClass.getSimpleName).mkString(", ")})" +
+          s" on ${cls.getName}"))
+        method.invoke(if (target.isInstanceOf[Class[_]]) null else target, args: _*)
+      }
+      val classifierClass = Class.forName("io.cortado.ml.CortadoClassifier")
+      var classifier = classifierClass.getConstructor().newInstance().asInstanceOf[AnyRef]
+      classifier = call(classifier, "setSolver", solver)
+      classifier = call(classifier, "setMaxIter", Int.box(40))
+      classifier = call(classifier, "setBaseLr", Double.box(0.05))
+      val train = vectors(90, seed = 13)
+      val model = call(classifier, "fit", train)
+      val out = call(model, "transform", train).asInstanceOf[DataFrame]
+      assert(out.columns.contains("prediction"))
+      val path = dir.resolve("py4j-model").toString
+      call(call(call(model, "write"), "overwrite"), "save", path)
+      val modelClass = Class.forName("io.cortado.ml.CortadoClassificationModel")
+      val loaded = call(modelClass, "load", path)
+      assert(loaded.getClass === modelClass)
+      Files.write(dir.resolve("w.caffemodel"), modelClass.getMethod("weights").invoke(loaded)
+        .asInstanceOf[Array[Byte]])
+      val fromCaffe = call(modelClass, "fromCaffe", write(dir, "deploy.prototxt", Deploy),
+        dir.resolve("w.caffemodel").toString)
+      assert(fromCaffe.getClass === modelClass)
+      val png = call(model, "trainingCurves", Int.box(400), Int.box(300)).asInstanceOf[Array[Byte]]
+      assert(png.length > 100 && png(1) == 'P'.toByte)
+      val configClass = Class.forName("io.cortado.spark.Config")
+      val config = call(configClass, "apply", solver, dir.resolve("c.caffemodel").toString, "", "",
+        Int.box(1), "id", "", Int.box(-1), Boolean.box(false), Int.box(0), "", "", "",
+        Double.box(120.0), Double.box(120.0), Int.box(3), Boolean.box(false),
+        Boolean.box(false), "max_iter: 5")
+      assert(call(config, "solverOverrides") === "max_iter: 5")
+    }
+  }
+
+  /** The boxed class of a primitive parameter type (py4j passes boxed values). */
+  private def boxed(t: Class[_]): Class[_] = t match {
+    case java.lang.Integer.TYPE => classOf[java.lang.Integer]
+    case java.lang.Double.TYPE => classOf[java.lang.Double]
+    case java.lang.Boolean.TYPE => classOf[java.lang.Boolean]
+    case java.lang.Long.TYPE => classOf[java.lang.Long]
+    case other => other
+  }
+
   test("the training curves of a fitted model are a PNG") {
     withSolver { (_, solver) =>
       val model = new CortadoClassifier().setSolver(solver).setMaxIter(60)
