@@ -297,6 +297,15 @@ JNIEXPORT jstring JNICALL Java_io_cortado_jni_NativeLib_mergeSolver(JNIEnv* env,
     cortado::io::ReadProtoFromTextString(jni::ToStdString(env, overrides, "overrides"),
                                          jni::ToStdString(env, overrides_source, "overridesSource"),
                                          &changes);
+    // A net given in the overrides, however given, replaces the solver's (which names its net
+    // in one of four fields).
+    if (changes.has_net() || changes.has_net_param() || changes.has_train_net() ||
+        changes.has_train_net_param()) {
+      param.clear_net();
+      param.clear_net_param();
+      param.clear_train_net();
+      param.clear_train_net_param();
+    }
     // A repeated field given in the overrides replaces the solver's list (MergeFrom would
     // append to it: `stepvalue: 100` would add a step, not set the steps).
     std::vector<const google::protobuf::FieldDescriptor*> fields;

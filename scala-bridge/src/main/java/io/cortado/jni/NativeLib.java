@@ -91,7 +91,8 @@ public final class NativeLib {
   /**
    * The solver prototxt {@code prototxt} with the fields set in {@code overrides} (solver
    * prototxt text, named {@code overridesSource} in messages) replacing its own: a singular
-   * field takes the override's value, a repeated field the override's list. Both are parsed
+   * field takes the override's value, a repeated field the override's list, and a net (net,
+   * net_param, train_net or train_net_param) replaces the solver's, however given. Both are parsed
    * and upgraded as Caffe does; the result is solver prototxt text.
    *
    * @throws io.cortado.CortadoConfigException naming the source, line and column of a bad field

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 package io.cortado.ml
 
+import java.nio.charset.StandardCharsets
 import java.nio.file.{Files, Path}
 import java.text.SimpleDateFormat
 import java.util.Date
@@ -49,6 +50,13 @@ class CortadoClassifier(override val uid: String)
   final val solver: Param[String] = new Param[String](this, "solver",
     "the solver prototxt (a Hadoop path); its `net` names the net prototxt")
 
+  final val solverText: Param[String] = new Param[String](this, "solverText",
+    "the solver prototxt as text, in place of the solver file; a relative `net` in it is " +
+      "relative to the working directory")
+
+  final val netText: Param[String] = new Param[String](this, "netText",
+    "the net prototxt as text, in place of the net the solver names")
+
   final val solverOverrides: Param[String] = new Param[String](this, "solverOverrides",
     "solver prototxt text whose fields replace the solver file's (\"weight_decay: 0.001\")")
 
@@ -93,11 +101,14 @@ class CortadoClassifier(override val uid: String)
       "curves; empty: no testing during training")
 
   setDefault(validationIndicatorCol -> "")
+  setDefault(solverText -> "", netText -> "")
   setDefault(solverOverrides -> "", workers -> 1, devices -> 1, connection -> "",
     weights -> "", snapshotPrefix -> "", snapshotInterval -> 0, resumeLatest -> false,
     modelPath -> "")
 
   def setSolver(value: String): this.type = set(solver, value)
+  def setSolverText(value: String): this.type = set(solverText, value)
+  def setNetText(value: String): this.type = set(netText, value)
   def setSolverOverrides(value: String): this.type = set(solverOverrides, value)
   def setBaseLr(value: Double): this.type = set(baseLr, value)
   def setMaxIter(value: Int): this.type = set(maxIter, value)
@@ -143,8 +154,8 @@ class CortadoClassifier(override val uid: String)
     CortadoModelParams.outputSchema(this, schema)
   }
 
-  /** Config.solverOverrides: `solverOverrides` with baseLr and maxIter when set. */
-  private def overrides: String = {
+  /** Config.solverOverrides: `solverOverrides` with baseLr and maxIter when set, and `net`. */
+  private def overrides(net: Option[String]): String = {
     val text = $(solverOverrides)
     def given(field: String, param: Param[_]): Seq[String] = get(param).toSeq.map { value =>
       if (s"(^|[\\s{])$field\\s*:".r.findFirstIn(text).isDefined) {
@@ -153,30 +164,51 @@ class CortadoClassifier(override val uid: String)
       }
       s"$field: $value"
     }
-    (text +: (given("base_lr", baseLr) ++ given("max_iter", maxIter))).filter(_.trim.nonEmpty)
-      .mkString("\n")
+    val netLine = net.toSeq.map { path =>
+      if ("(^|[\\s{])(train_)?net(_param)?\\s*[:{]".r.findFirstIn(text).isDefined) {
+        throw new CortadoConfigException(s"the net is set twice: by the netText param and in " +
+          s"solverOverrides ($text)")
+      }
+      "net: \"" + path.replace("\\", "\\\\").replace("\"", "\\\"") + "\""
+    }
+    (text +: (given("base_lr", baseLr) ++ given("max_iter", maxIter) ++ netLine))
+      .filter(_.trim.nonEmpty).mkString("\n")
   }
 
   override def fit(dataset: Dataset[_]): CortadoClassificationModel = {
-    if (!isDefined(solver)) {
-      throw new CortadoConfigException("CortadoClassifier: the solver param is not set")
+    if (isDefined(solver) == $(solverText).nonEmpty) {
+      throw new CortadoConfigException("CortadoClassifier: set either the solver param (a " +
+        "file) or solverText, not " + (if (isDefined(solver)) "both" else "neither"))
     }
     transformSchema(dataset.schema, logging = true)
     val spark = dataset.sparkSession
     val hadoopConf = spark.sparkContext.hadoopConfiguration
-    val scratch: Option[Path] =
-      if ($(modelPath).isEmpty) Some(Files.createTempDirectory("cortado-fit")) else None
-    val target = scratch.map(_.resolve("model.caffemodel").toUri.toString).getOrElse($(modelPath))
-    val config = CortadoClassifier.config($(solver), target, $(weights), $(devices),
+    // The model, and the solver and net given as text, in a local folder of the driver, which
+    // reads them (tasks get the texts).
+    val scratch = Files.createTempDirectory("cortado-fit")
+    def scratchFile(name: String, text: String): String = {
+      val file = scratch.resolve(name)
+      Files.write(file, text.getBytes(StandardCharsets.UTF_8))
+      file.toUri.toString
+    }
+    val target =
+      if ($(modelPath).nonEmpty) $(modelPath) else scratch.resolve("model.caffemodel").toUri.toString
+    val solverFile =
+      if (isDefined(solver)) $(solver) else scratchFile("solverText.prototxt", $(solverText))
+    val net = if ($(netText).nonEmpty) Some(scratchFile("netText.prototxt", $(netText))) else None
+    val config = CortadoClassifier.config(solverFile, target, $(weights), $(devices),
       $(snapshotPrefix), $(snapshotInterval), $(resumeLatest), $(workers), $(connection),
-      overrides)
-    val solverText = JobPlan.solverTextOf(config, hadoopConf)
-    val info = NativeLib.solverInfo(solverText, config.solverFile)
-    val (netText, netSource) = JobPlan.netOf(config.solverFile, info, hadoopConf)
-    NativeLib.validateNet(netText, netSource)
+      overrides(net))
+    val solverProto = JobPlan.solverTextOf(config, hadoopConf)
+    val info = NativeLib.solverInfo(solverProto, config.solverFile)
+    val (netProto, netSource) = JobPlan.netOf(config.solverFile, info, hadoopConf) match {
+      case (text, source) if net.contains(source) => (text, "netText")
+      case other => other
+    }
+    NativeLib.validateNet(netProto, netSource)
 
     // The feed layers' columns: the features and labels go in under the names they read.
-    val trainColumns = feedColumns(netText, netSource, NativeNet.TRAIN)
+    val trainColumns = feedColumns(netProto, netSource, NativeNet.TRAIN)
     val indicator = $(validationIndicatorCol)
 
     val log = ArrayBuffer.empty[String]
@@ -197,13 +229,13 @@ class CortadoClassifier(override val uid: String)
         else {
           val flag = col(s"`$indicator`")
           val validation = dataset.toDF.filter(flag)
-            .select(feedColumns(netText, netSource, NativeNet.TEST): _*)
+            .select(feedColumns(netProto, netSource, NativeNet.TEST): _*)
           cortado.trainWithValidation(dataset.toDF.filter(!flag).select(trainColumns: _*),
             validation, config)
         }
         HadoopFiles.readBytes(target, hadoopConf)
-      } finally scratch.foreach(CortadoClassifier.deleteTree)
-    val model = new CortadoClassificationModel(uid, netText, netSource, trained,
+      } finally CortadoClassifier.deleteTree(scratch)
+    val model = new CortadoClassificationModel(uid, netProto, netSource, trained,
       log.synchronized(log.toList))
     copyValues(model.setParent(this))
   }

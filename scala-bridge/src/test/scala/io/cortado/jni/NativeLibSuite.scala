@@ -56,4 +56,31 @@ class NativeLibSuite extends AnyFunSuite {
     }
     assert(e.getMessage.contains("prototxt is null"), e.getMessage)
   }
+
+  test("mergeSolver: fields replace the solver's, lists whole, a net however given") {
+    val solver = "base_lr: 0.1\nmomentum: 0.9\nstepvalue: 10\nstepvalue: 20\n" +
+      "net_param { name: \"embedded\" layer { name: \"d\" type: \"Input\" top: \"d\" " +
+      "input_param { shape { dim: 1 } } } }\n"
+    val merged = NativeLib.mergeSolver(solver, "s.prototxt",
+      "base_lr: 0.2 stepvalue: 5 net: \"other.prototxt\"", "overrides")
+    val info = NativeLib.solverInfo(merged, "merged")
+    assert(info.netFile === "other.prototxt" && info.netText.isEmpty)
+    assert("""base_lr: 0\.2\b""".r.findFirstIn(merged).isDefined, merged)
+    assert("""stepvalue: \d+""".r.findAllIn(merged).toList === List("stepvalue: 5"), merged)
+    assert(merged.contains("momentum: 0.9"), merged)
+    assert(!merged.contains("embedded"), merged)
+    val error = intercept[CortadoConfigException](
+      NativeLib.mergeSolver(solver, "s.prototxt", "base_lr: 0.2\nbogus: 1", "overrides"))
+    assert(error.getMessage.contains("overrides:2"), error.getMessage)
+  }
+
+  test("layers lists each layer's name, type, bottoms and tops") {
+    val net = "layer { name: \"d\" type: \"Input\" top: \"x\" input_param { shape { dim: 2 " +
+      "dim: 3 } } }\nlayer { name: \"ip\" type: \"InnerProduct\" bottom: \"x\" top: \"y\" " +
+      "inner_product_param { num_output: 4 } }\n" +
+      "layer { name: \"t\" type: \"Silence\" bottom: \"y\" include { phase: TRAIN } }\n"
+    assert(NativeLib.layers(net, "n", NativeNet.TEST).toSeq ===
+      Seq("d\tInput\t0\t1\tx", "ip\tInnerProduct\t1\tx\t1\ty"))
+    assert(NativeLib.layers(net, "n", NativeNet.TRAIN).last === "t\tSilence\t1\ty\t0")
+  }
 }

@@ -325,6 +325,40 @@ class CortadoClassifierSuite extends AnyFunSuite with PerTest {
     case other => other
   }
 
+  test("the solver and the net may be given as text, and the classifier saves and loads") {
+    withSolver { (dir, solver) =>
+      // The file's net has 8 hidden units; netText's has 5, and it is the one trained.
+      val five = Net.replace("num_output: 8", "num_output: 5")
+      val solverText = Solver.replace("net: \"net.prototxt\"\n", "")
+      val classifier = new CortadoClassifier().setSolverText(solverText).setNetText(five)
+        .setMaxIter(150).setFeaturesCol("features")
+      val model = classifier.fit(vectors(300, seed = 14))
+      assert(model.netText === five)
+      assert(model.netSource === "netText")
+      assert(accuracy(model.transform(vectors(60, seed = 15))) > 0.95)
+      // netText replaces the net the solver file names.
+      val fromFile = new CortadoClassifier().setSolver(solver).setNetText(five).setMaxIter(10)
+        .fit(vectors(30, seed = 16))
+      assert(fromFile.netText === five)
+      def message(body: => Any): String = intercept[CortadoConfigException](body).getMessage
+      assert(message(new CortadoClassifier().setSolver(solver).setSolverText(solverText)
+        .fit(vectors(30, seed = 16))).contains("not both"))
+      assert(message(new CortadoClassifier().fit(vectors(30, seed = 16))).contains("neither"))
+      assert(message(new CortadoClassifier().setSolver(solver).setNetText(five)
+        .setSolverOverrides("net: \"other.prototxt\"").fit(vectors(30, seed = 16)))
+        .contains("the net is set twice"))
+
+      val path = dir.resolve("classifier").toString
+      classifier.setBaseLr(0.02).setValidationIndicatorCol("held").write.save(path)
+      val loaded = CortadoClassifier.load(path)
+      assert(loaded.uid === classifier.uid)
+      assert(loaded.getMaxIter === 150 && loaded.getBaseLr === 0.02)
+      assert(loaded.getOrDefault(loaded.netText) === five)
+      assert(loaded.getOrDefault(loaded.validationIndicatorCol) === "held")
+      assert(!loaded.isDefined(loaded.solver))
+    }
+  }
+
   test("the training curves of a fitted model are a PNG") {
     withSolver { (_, solver) =>
       val model = new CortadoClassifier().setSolver(solver).setMaxIter(60)
