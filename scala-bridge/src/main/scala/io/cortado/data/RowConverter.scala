@@ -48,13 +48,13 @@ final case class ImageOptions(resize: Boolean = false, skipCorrupt: Boolean = fa
  * further columns are ignored.
  */
 final class RowConverter private (specs: Seq[TopSpec], kinds: Seq[DataType],
-    images: ImageOptions) extends Serializable {
+    images: ImageOptions, columns: Seq[Int]) extends Serializable {
 
   /** The number of leading columns read: one per spec. */
   val width: Int = specs.length
 
   private val converters: Array[(Row, Long) => Array[Float]] =
-    specs.indices.map(i => converter(specs(i), kinds(i), i)).toArray
+    specs.indices.map(i => converter(specs(i), kinds(i), columns(i))).toArray
 
   /**
    * The samples of `row` (`index` numbers the row in messages); null when the row holds a
@@ -144,8 +144,20 @@ object RowConverter {
    * while the top needs more than one value.
    */
   def apply(schema: StructType, specs: Seq[TopSpec],
-      images: ImageOptions = ImageOptions()): RowConverter = {
-    val kinds = specs.map { spec =>
+      images: ImageOptions = ImageOptions()): RowConverter =
+    new RowConverter(specs, kinds(schema, specs), images, specs.indices)
+
+  /**
+   * A converter for rows of `schema` as they are: each spec reads its column where `schema` has
+   * it (rather than the specs' columns first, in order). Checks as [[apply]].
+   */
+  def inPlace(schema: StructType, specs: Seq[TopSpec],
+      images: ImageOptions = ImageOptions()): RowConverter =
+    new RowConverter(specs, kinds(schema, specs), images,
+      specs.map(spec => schema.fieldNames.indexOf(spec.column)))
+
+  private def kinds(schema: StructType, specs: Seq[TopSpec]): Seq[DataType] = {
+    specs.map { spec =>
       val field = schema.fields.find(_.name == spec.column).getOrElse {
         throw new CortadoConfigException(
           s"${spec.describe}, read from column '${spec.column}', which the DataFrame lacks " +
@@ -162,7 +174,6 @@ object RowConverter {
       }
       field.dataType
     }
-    new RowConverter(specs, kinds, images)
   }
 
   /** Spark ML's vector type, or the older mllib one. */

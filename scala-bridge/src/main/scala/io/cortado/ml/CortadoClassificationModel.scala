@@ -12,7 +12,7 @@ import org.apache.spark.ml.Model
 
 import org.apache.spark.ml.param.{IntParam, Param, ParamMap, ParamPair, Params}
 import org.apache.spark.ml.util.{Identifiable, MLReadable, MLReader, MLWritable, MLWriter}
-import org.apache.spark.sql.{DataFrame, Dataset, SparkSession}
+import org.apache.spark.sql.{DataFrame, Dataset, Encoders, Row, SparkSession}
 import org.apache.spark.sql.functions.lit
 import org.apache.spark.sql.types.StructType
 
@@ -97,11 +97,12 @@ class CortadoClassificationModel private[ml] (
     val schema = input.schema
     val (raw, prob, pred) = ($(rawPredictionCol).nonEmpty, $(probabilityCol).nonEmpty,
       $(predictionCol).nonEmpty)
-    val rows = input.rdd.mapPartitions { rows =>
-      Inference.run(shipped.value, p, schema, rows, raw, prob, pred)
-    }
     val added = outSchema.fields.drop(dataset.schema.length)
-    val result = spark.createDataFrame(rows, StructType(schema.fields ++ added))
+    // Through Dataset.mapPartitions and a row encoder: Spark converts rows with generated code
+    // (RDD[Row] and createDataFrame would convert each field through interpreted converters).
+    val result = input.mapPartitions { (rows: Iterator[Row]) =>
+      Inference.run(shipped.value, p, schema, rows, raw, prob, pred)
+    }(Encoders.row(StructType(schema.fields ++ added)))
     if (hasLabel) result else result.drop(zeros)
   }
 

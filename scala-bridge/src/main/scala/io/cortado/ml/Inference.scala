@@ -7,6 +7,7 @@ import java.security.MessageDigest
 import org.apache.spark.{TaskContext, TaskKilledException}
 import org.apache.spark.ml.linalg.Vectors
 import org.apache.spark.sql.Row
+import org.apache.spark.sql.catalyst.expressions.GenericRow
 import org.apache.spark.sql.types.StructType
 
 import io.cortado.CortadoConfigException
@@ -167,15 +168,17 @@ private[ml] object Inference {
       c.addTaskFailureListener((_: TaskContext, _: Throwable) => giveBack(failed = true))
       c.addTaskCompletionListener[Unit]((_: TaskContext) => giveBack(failed = false))
     }
-    val indices = net.specs.map(s => fieldIndex(schema, s.column))
-    val converter = RowConverter(StructType(indices.map(schema(_))), net.specs)
+    net.specs.foreach(s => fieldIndex(schema, s.column))
+    val converter = RowConverter.inPlace(schema, net.specs)
+    val width = schema.length
+    val outputs = Seq(raw, probability, prediction).count(identity) + plan.blobs.length
     var index = -1L
     val out = rows.grouped(net.batchSize).flatMap { group =>
       // A cancelled job stops between batches.
       if (context.exists(_.isInterrupted())) throw new TaskKilledException("cancelled")
       val samples = group.map { row =>
         index += 1
-        converter(Row.fromSeq(indices.map(row.get)), index)
+        converter(row, index)
       }
       try net.forward(samples)
       catch { case e: Throwable => giveBack(failed = true); throw e }
@@ -189,10 +192,14 @@ private[ml] object Inference {
       val extra = plan.blobs.map(net.blob)
       group.indices.map { i =>
         val scores = java.util.Arrays.copyOfRange(scoreValues, i * classes, (i + 1) * classes)
-        val columns = Seq.newBuilder[Any]
-        if (raw) columns += Vectors.dense(scores.map(_.toDouble))
-        if (probability) columns += Vectors.dense(softmax(scores))
-        if (prediction) columns += argmax(scores).toDouble
+        val row = group(i)
+        val columns = new Array[Any](width + outputs)
+        var c = 0
+        while (c < width) { columns(c) = row.get(c); c += 1 }
+        def add(value: Any): Unit = { columns(c) = value; c += 1 }
+        if (raw) add(Vectors.dense(scores.map(_.toDouble)))
+        if (probability) add(Vectors.dense(softmax(scores)))
+        if (prediction) add(argmax(scores).toDouble)
         extra.foreach { case (shape, values) =>
           val perRow = shape.headOption.contains(scoreShape.head)
           val slice =
@@ -200,9 +207,9 @@ private[ml] object Inference {
               val size = values.length / shape.head
               java.util.Arrays.copyOfRange(values, i * size, (i + 1) * size)
             } else values
-          columns += Vectors.dense(slice.map(_.toDouble))
+          add(Vectors.dense(slice.map(_.toDouble)))
         }
-        Row.fromSeq(group(i).toSeq ++ columns.result())
+        new GenericRow(columns)
       }
     }
     new Iterator[Row] {
@@ -224,9 +231,11 @@ private[ml] object Inference {
 
   /** The softmax of `scores` (shifted by their maximum, so that it cannot overflow). */
   def softmax(scores: Array[Float]): Array[Double] = {
-    val max = scores.max.toDouble
-    val e = scores.map(s => math.exp(s - max))
-    val sum = e.sum
+    var max = Float.NegativeInfinity
+    scores.foreach(s => if (s > max) max = s)
+    val e = scores.map(s => math.exp((s - max).toDouble))
+    var sum = 0.0
+    e.foreach(sum += _)
     e.map(_ / sum)
   }
 
