@@ -23,6 +23,11 @@ private[ml] final class LoadedNet private (handle: Long, feed: Long, val batchSi
 
   private val feeder = if (feed != 0) Some(new BatchFeeder(feed, plan.feedLayer.get)) else None
 
+  // Direct buffers kept for the net's life: the input batch, and each blob read.
+  private lazy val input = ByteBuffer.allocateDirect(4 * specs.head.size * batchSize)
+    .order(ByteOrder.nativeOrder())
+  private val outputs = scala.collection.mutable.HashMap.empty[String, ByteBuffer]
+
   /**
    * Runs forward on `samples` (at most batchSize): a feed layer takes a whole batch, so the last
    * one is padded with copies of its last sample; an input blob is reshaped to their number.
@@ -32,13 +37,10 @@ private[ml] final class LoadedNet private (handle: Long, feed: Long, val batchSi
       case Some(f) =>
         f.feed((samples ++ Seq.fill(batchSize - samples.length)(samples.last)).iterator)
       case None =>
-        val size = specs.head.size
-        val buffer = ByteBuffer.allocateDirect(4 * size * samples.length)
-          .order(ByteOrder.nativeOrder())
-        val floats = buffer.asFloatBuffer()
+        val floats = input.asFloatBuffer()
         samples.foreach(s => floats.put(s(0)))
         NativeNet.setBlobData(handle, plan.inputBlob, (samples.length +: specs.head.shape).toArray,
-          buffer)
+          input)
     }
     NativeNet.forward(handle)
   }
@@ -47,7 +49,11 @@ private[ml] final class LoadedNet private (handle: Long, feed: Long, val batchSi
   def blob(name: String): (Array[Int], Array[Float]) = {
     val shape = NativeNet.blobShape(handle, name)
     val count = shape.product
-    val buffer = ByteBuffer.allocateDirect(4 * count).order(ByteOrder.nativeOrder())
+    var buffer = outputs.getOrElse(name, null)
+    if (buffer == null || buffer.capacity < 4 * count) {
+      buffer = ByteBuffer.allocateDirect(4 * count).order(ByteOrder.nativeOrder())
+      outputs(name) = buffer
+    }
     NativeNet.copyBlobData(handle, name, buffer)
     val values = new Array[Float](count)
     buffer.asFloatBuffer().get(values)
