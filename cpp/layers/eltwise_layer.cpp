@@ -2,10 +2,17 @@
 #include "layers/eltwise_layer.hpp"
 
 #include <algorithm>
+#include <vector>
 
 #include "math/math.hpp"
 
 namespace cortado {
+namespace {
+
+// Element counts below which the loops run on one thread.
+constexpr int kParallelThreshold = 1 << 15;
+
+}  // namespace
 
 void EltwiseLayer::Setup(const std::vector<Tensor*>& bottom, const std::vector<Tensor*>& top) {
   // In place, the forward pass would overwrite a bottom it still reads, and the backward pass
@@ -66,9 +73,24 @@ void EltwiseLayer::ForwardCpu(const std::vector<Tensor*>& bottom, const std::vec
       for (int b = 2; b < num_bottom; ++b) math::Mul(n, out, bottom[b]->cpu_data(), out);
       break;
     case caffe::EltwiseParameter::SUM:
+      if (num_bottom == 2) {  // a residual connection: one pass
+        const float* a = bottom[0]->cpu_data();
+        const float* c = bottom[1]->cpu_data();
+        const float ca = coeffs_[0];
+        const float cc = coeffs_[1];
+        const float slope = relu_slope_;
+        const bool relu = relu_;
+#pragma omp parallel for if (n > kParallelThreshold) schedule(static)
+        for (int i = 0; i < n; ++i) {
+          const float v = ca * a[i] + cc * c[i];
+          out[i] = relu ? std::max(v, 0.0f) + slope * std::min(v, 0.0f) : v;
+        }
+        break;
+      }
       math::Set(n, 0.0f, out);
       for (int b = 0; b < num_bottom; ++b) math::Axpy(n, coeffs_[b], bottom[b]->cpu_data(), out);
       if (relu_) {  // as relu_layer.cpp computes it
+#pragma omp parallel for if (n > kParallelThreshold) schedule(static)
         for (int i = 0; i < n; ++i) {
           out[i] = std::max(out[i], 0.0f) + relu_slope_ * std::min(out[i], 0.0f);
         }
@@ -108,6 +130,39 @@ void EltwiseLayer::BackwardCpu(const std::vector<Tensor*>& top,
   const float* top_diff = top[0]->cpu_diff();
   const float* top_data = top[0]->cpu_data();
   const int num_bottom = static_cast<int>(bottom.size());
+  if (op_ == caffe::EltwiseParameter::SUM && relu_) {
+    // One pass: the ReLU's gradient, from the sign of its (in-place) output, scaled into the
+    // diff of every bottom that wants one.
+    std::vector<float*> diffs;
+    std::vector<float> coeffs;
+    for (int b = 0; b < num_bottom; ++b) {
+      if (!propagate_down[b]) continue;
+      diffs.push_back(bottom[b]->mutable_cpu_diff());
+      coeffs.push_back(coeffs_[b]);
+    }
+    const float slope = relu_slope_;
+    if (diffs.size() == 2) {  // a residual connection
+      float* d0 = diffs[0];
+      float* d1 = diffs[1];
+      const float c0 = coeffs[0];
+      const float c1 = coeffs[1];
+#pragma omp parallel for if (n > kParallelThreshold) schedule(static)
+      for (int i = 0; i < n; ++i) {
+        const float g = top_data[i] > 0.0f ? top_diff[i] : top_diff[i] * slope;
+        d0[i] = c0 * g;
+        d1[i] = c1 * g;
+      }
+      return;
+    }
+    const int m = static_cast<int>(diffs.size());
+#pragma omp parallel for if (n > kParallelThreshold) schedule(static)
+    for (int i = 0; i < n; ++i) {
+      const float g = top_data[i] > 0.0f ? top_diff[i] : top_diff[i] * slope;
+      for (int k = 0; k < m; ++k)
+        diffs[static_cast<size_t>(k)][i] = coeffs[static_cast<size_t>(k)] * g;
+    }
+    return;
+  }
   for (int b = 0; b < num_bottom; ++b) {
     if (!propagate_down[b]) continue;
     float* diff = bottom[b]->mutable_cpu_diff();
