@@ -16,7 +16,7 @@ import org.apache.spark.sql.functions.col
 import org.apache.spark.sql.types.{BooleanType, StructType}
 
 import io.cortado.CortadoConfigException
-import io.cortado.jni.{DataLayerInfo, NativeLib, NativeNet}
+import io.cortado.jni.{NativeLib, NativeNet}
 import io.cortado.spark.{Config, Cortado, JobPlan, ProgressListener, TrainingEvent}
 import io.cortado.storage.HadoopFiles
 
@@ -245,26 +245,10 @@ class CortadoClassifier(override val uid: String)
    * its featuresTop and labelTop read.
    */
   private def feedColumns(netText: String, netSource: String, phase: Int): Seq[Column] = {
-    val feed = CortadoClassifier.feed(netText, netSource, phase)
-    val tops = feed.tops.toSeq
-    val features = if ($(featuresTop).nonEmpty) $(featuresTop) else tops.head
-    val label = if ($(labelTop).nonEmpty) Some($(labelTop))
-      else if (tops.length == 2) tops.find(_ != features) else None
-    (Seq(features) ++ label).foreach { t =>
-      if (!tops.contains(t)) {
-        throw new CortadoConfigException(s"$netSource: '$t' is not a top of feed layer " +
-          s"'${feed.name}' (its tops: ${tops.mkString(", ")})")
-      }
-    }
-    tops.indices.map { i =>
-      val from =
-        if (tops(i) == features) $(featuresCol)
-        else if (label.contains(tops(i))) $(labelCol)
-        else throw new CortadoConfigException(s"$netSource: feed layer '${feed.name}' has tops " +
-          s"${tops.mkString(", ")}; fit fills featuresTop '$features'" +
-          label.map(l => s" and labelTop '$l'").getOrElse("") + s", not '${tops(i)}'")
-      col(s"`$from`").as(feed.columns(i))
-    }
+    val feed = JobPlan.feedLayer(netText, netSource, phase)
+    val from = FeedTops.columns(feed, netSource, "fit", $(featuresTop), $(labelTop),
+      $(featuresCol), $(labelCol))
+    from.indices.map(i => col(s"`${from(i)}`").as(feed.columns(i)))
   }
 
   override def copy(extra: ParamMap): CortadoClassifier = defaultCopy(extra)
@@ -280,17 +264,6 @@ object CortadoClassifier extends DefaultParamsReadable[CortadoClassifier] {
     Config(solverFile, model = target, weights = initial, devices = perWorker,
       snapshotPrefix = prefix, snapshotInterval = interval, resumeLatest = resume,
       clusterSize = count, connection = link, solverOverrides = overrideText)
-
-  /** The `phase` net's one feed layer. */
-  private def feed(netText: String, netSource: String, phase: Int): DataLayerInfo = {
-    val feeds = NativeLib.dataLayers(netText, netSource, phase).toSeq.filter(_.feed)
-    if (feeds.size != 1) {
-      throw new CortadoConfigException(s"$netSource: the ${JobPlan.phaseName(phase)} net " +
-        "needs exactly one CoSData " +
-        s"(or MemoryData with source_class) layer to read a DataFrame, found ${feeds.size}")
-    }
-    feeds.head
-  }
 
   private def deleteTree(dir: Path): Unit = {
     val files = Files.walk(dir)

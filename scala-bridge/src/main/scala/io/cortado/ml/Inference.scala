@@ -12,7 +12,7 @@ import org.apache.spark.sql.types.StructType
 
 import io.cortado.CortadoConfigException
 import io.cortado.data.{RowConverter, TopSpec}
-import io.cortado.jni.{NativeLib, NativeNet}
+import io.cortado.jni.{DataLayerInfo, NativeLib, NativeNet}
 
 /**
  * A trained net as transform ships it to the executors: the net prototxt (its TEST phase runs),
@@ -47,6 +47,38 @@ private[ml] final case class InferencePlan(
 
   /** The blobs read after each forward. */
   def keep: Seq[String] = (scores +: blobs).distinct
+}
+
+/** Which DataFrame column each top of a feed layer reads, for fit and for transform. */
+private[ml] object FeedTops {
+
+  /**
+   * The column each top of `feed` reads, in top order: `featuresTop` (empty: the first top)
+   * reads `featuresColumn`, `labelTop` (empty: the other top, when there are exactly two) reads
+   * `labelColumn`. Throws, naming `source`, for a named top the layer lacks, or a top neither
+   * fills (`verb` says who fills them: "fit", "transform").
+   */
+  def columns(feed: DataLayerInfo, source: String, verb: String, featuresTop: String,
+      labelTop: String, featuresColumn: String, labelColumn: String): Seq[String] = {
+    val tops = feed.tops.toSeq
+    def pick(given: String, what: String, default: => Option[String]): Option[String] =
+      if (given.nonEmpty) {
+        if (!tops.contains(given)) {
+          throw new CortadoConfigException(s"$source: $what '$given' is not a top of feed " +
+            s"layer '${feed.name}' (its tops: ${tops.mkString(", ")})")
+        }
+        Some(given)
+      } else default
+    val features = pick(featuresTop, "featuresTop", tops.headOption).get
+    val label = pick(labelTop, "labelTop", if (tops.length == 2) tops.find(_ != features) else None)
+    tops.map { top =>
+      if (top == features) featuresColumn
+      else if (label.contains(top)) labelColumn
+      else throw new CortadoConfigException(s"$source: feed layer '${feed.name}' has tops " +
+        s"${tops.mkString(", ")}; $verb fills featuresTop '$features'" +
+        label.map(l => s" and labelTop '$l'").getOrElse("") + s", not '$top'")
+    }
+  }
 }
 
 /** One layer of a net as [[NativeLib.layers]] describes it. */
@@ -100,26 +132,10 @@ private[ml] object InferencePlan {
     }
     feeds.headOption match {
       case Some(feed) =>
-        val tops = feed.tops.toSeq
-        def pick(given: String, what: String, default: => Option[String]): Option[String] =
-          if (given.nonEmpty) {
-            if (!tops.contains(given)) {
-              throw new CortadoConfigException(s"$source: $what '$given' is not a top of feed " +
-                s"layer '${feed.name}' (its tops: ${tops.mkString(", ")})")
-            }
-            Some(given)
-          } else default
-        val features = pick(featuresTop, "featuresTop", tops.headOption).get
-        val label = pick(labelTop, "labelTop",
-          if (tops.length == 2) tops.find(_ != features) else None)
-        val specs = tops.indices.map { i =>
-          val column =
-            if (tops(i) == features) featuresColumn
-            else if (label.contains(tops(i))) labelColumn
-            else throw new CortadoConfigException(s"$source: feed layer '${feed.name}' has " +
-              s"tops ${tops.mkString(", ")}; transform fills featuresTop '$features'" +
-              label.map(l => s" and labelTop '$l'").getOrElse("") + s", not '${tops(i)}'")
-          TopSpec(feed.name, tops(i), column, feed.sampleShapes(i).toSeq)
+        val columns = FeedTops.columns(feed, source, "transform", featuresTop, labelTop,
+          featuresColumn, labelColumn)
+        val specs = feed.tops.indices.map { i =>
+          TopSpec(feed.name, feed.tops(i), columns(i), feed.sampleShapes(i).toSeq)
         }
         InferencePlan(Some(s"TEST/${feed.name}"), feed.batchSize, specs, "", featuresColumn,
           scores, blobs)

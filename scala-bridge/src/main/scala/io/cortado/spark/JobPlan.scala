@@ -164,7 +164,7 @@ private[cortado] object JobPlan {
   }
 
   /** The one feed layer of the `phase` net (CoSData, or MemoryData with source_class). */
-  private def feedLayer(netText: String, netSource: String, phase: Int): DataLayerInfo = {
+  def feedLayer(netText: String, netSource: String, phase: Int): DataLayerInfo = {
     val name = phaseName(phase)
     val feeds = NativeLib.dataLayers(netText, netSource, phase).toSeq.filter(_.feed)
     if (feeds.size != 1) {
