@@ -62,6 +62,13 @@ void Context::Seed(int64_t seed) {
 #endif
 }
 
+void Context::set_allow_tf32(bool allow) {
+  allow_tf32_ = allow;
+#if CORTADO_WITH_CUDA
+  if (cuda_) cuda_->SetAllowTf32(allow);
+#endif
+}
+
 cuda::Resources& Context::cuda() {
 #if CORTADO_WITH_CUDA
   if (!device_.is_cuda()) {
@@ -70,6 +77,7 @@ cuda::Resources& Context::cuda() {
   if (!cuda_) {
     cuda_ = std::make_unique<cuda::Resources>(device_.id);
     cuda_->SeedRandom(static_cast<uint64_t>(seed_));
+    cuda_->SetAllowTf32(allow_tf32_);
   }
   return *cuda_;
 #else

@@ -60,6 +60,13 @@ class Context {
   // Waits until the work queued on this context's stream is done; a no-op on the CPU.
   void Synchronize();
 
+  // Whether CUDA matrix products and convolutions may run on TF32 tensor cores (the solver's
+  // `precision: TF32`); false by default: strict float32, as Caffe and the CPU compute. Set it
+  // before building nets, since convolutions choose their algorithms when their layers are set
+  // up. The CPU ignores it.
+  void set_allow_tf32(bool allow);
+  bool allow_tf32() const { return allow_tf32_; }
+
   // Threads for CPU math (OpenMP and BLAS); defaults to the cores this process may use.
   static int NumThreads();
   static void SetNumThreads(int threads);
@@ -71,6 +78,7 @@ class Context {
   Device device_;
   Rng rng_;
   int64_t seed_ = 0;
+  bool allow_tf32_ = false;
   std::unique_ptr<cuda::Resources> cuda_;
 };
 

@@ -183,6 +183,15 @@ Resources::~Resources() {
   }
 }
 
+void Resources::SetAllowTf32(bool allow) {
+#if CORTADO_WITH_CUBLAS
+  CORTADO_CUBLAS_CHECK(
+      cublasSetMathMode(cublas, allow ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH));
+#else
+  (void)allow;  // our own GEMM kernels compute in float32 only
+#endif
+}
+
 void* Resources::Workspace(size_t bytes) {
   if (bytes <= workspace_bytes_) return workspace_;
   if (workspace_ != nullptr) {

@@ -81,6 +81,9 @@ struct Resources {
   // Scratch device memory of at least `bytes` (grown, never shrunk); shared by the layers of
   // one context, so only one layer may use it at a time (layers run one after another).
   void* Workspace(size_t bytes);
+  // Lets cuBLAS's float32 products run on TF32 tensor cores, or keeps them strict float32 (the
+  // default). Context::set_allow_tf32 calls it.
+  void SetAllowTf32(bool allow);
   // A small device buffer (kReduceSlots floats) for the partial sums of reductions, and a
   // pinned host float their result comes back through.
   static constexpr int kReduceSlots = 1024;

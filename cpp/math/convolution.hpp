@@ -54,7 +54,8 @@ std::unique_ptr<ConvolutionPlan> MakeFastConvolution(const ConvolutionShape& sha
 // The same on the GPU of `ctx` (cuDNN; device pointers, work queued on the context's stream),
 // or nullptr in a build without cuDNN. The plan picks each pass's algorithm once, by timing
 // cuDNN's candidates within the workspace limit (CORTADO_CUDNN_WORKSPACE_MB, default 1024), and
-// runs in strict float32 (no TF32), as Caffe and the CPU path compute.
+// runs in strict float32, as Caffe and the CPU path compute, unless the context allows TF32
+// (Context::allow_tf32).
 std::unique_ptr<ConvolutionPlan> MakeGpuConvolution(Context& ctx, const ConvolutionShape& shape);
 
 }  // namespace cortado::math

@@ -104,6 +104,16 @@ Solver::Solver(const caffe::SolverParameter& param, Context* ctx, const NetOptio
     base_seed_ =
         static_cast<int64_t>(SplitMix64(static_cast<uint64_t>(now) ^ std::random_device{}()) >> 1);
   }
+  // Before the nets are built: their convolutions choose algorithms for this precision.
+  ctx_->set_allow_tf32(param_.precision() == caffe::SolverParameter::TF32);
+  if (param_.precision() == caffe::SolverParameter::TF32) {
+    if (ctx_->device().is_cuda()) {
+      CORTADO_LOG_INFO("Precision: TF32 (convolutions and matrix products on {}'s tensor cores)",
+                       ctx_->device().ToString());
+    } else {
+      CORTADO_LOG_INFO("Precision: TF32 changes nothing on the CPU, which computes in float32");
+    }
+  }
   InitTrainNet();
   InitTestNets();
   AddHistorySet();

@@ -56,4 +56,10 @@ std::vector<int> ParseGpuFlag(const std::string& value) {
 
 Device FirstGpu(const std::string& value) { return Device::Cuda(ParseGpuFlag(value).front()); }
 
+caffe::SolverParameter::Precision ParsePrecisionFlag(const std::string& value) {
+  if (value == "float32") return caffe::SolverParameter::FLOAT32;
+  if (value == "tf32") return caffe::SolverParameter::TF32;
+  CORTADO_THROW(kInvalidArgument, "--precision takes float32 or tf32; got '{}'", value);
+}
+
 }  // namespace cortado::tools

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "core/context.hpp"
+#include "proto/caffe.pb.h"
 
 namespace cortado::tools {
 
@@ -21,5 +22,13 @@ std::vector<int> ParseGpuList(const std::string& value, int device_count, bool c
 std::vector<int> ParseGpuFlag(const std::string& value);
 // The device of `test` and `time`: the first GPU of a --gpu value.
 Device FirstGpu(const std::string& value);
+
+// The --precision flag of `train`, `test` and `time`: float32 (strict, the default) or tf32
+// (tensor cores on CUDA devices that have them; see SolverParameter.precision). Throws
+// kInvalidArgument, naming --precision and the values it takes, for anything else.
+caffe::SolverParameter::Precision ParsePrecisionFlag(const std::string& value);
+inline constexpr const char* kPrecisionHelp =
+    "float32 (strict, as Caffe) or tf32 (TF32 tensor cores for convolutions and matrix products "
+    "on GPUs that have them)";
 
 }  // namespace cortado::tools

@@ -41,6 +41,7 @@ int TimeCommand(int argc, char** argv) {
       {"stage", "", "comma-separated net stages"},
       {"threads", "0", "CPU threads (0: all cores this process may use)"},
       {"gpu", "", "run on a GPU: 0, 0,1 or all (the first one listed is used)"},
+      {"precision", "float32", kPrecisionHelp},
   };
   Flags flags(argc, argv, 2, specs);
   if (flags.Get("model").empty()) {
@@ -52,6 +53,7 @@ int TimeCommand(int argc, char** argv) {
   }
   if (flags.GetInt("threads") > 0) Context::SetNumThreads(flags.GetInt("threads"));
   Context ctx(flags.IsSet("gpu") ? FirstGpu(flags.Get("gpu")) : Device::Cpu());
+  ctx.set_allow_tf32(ParsePrecisionFlag(flags.Get("precision")) == caffe::SolverParameter::TF32);
   ctx.MakeCurrent();
   if (ctx.device().is_cuda()) CORTADO_LOG_INFO("Use GPU with device ID {}", ctx.device().id);
   Net net(flags.Get("model"), ParsePhase(flags.Get("phase")), &ctx, flags.GetInt("level"),

@@ -110,6 +110,7 @@ int TrainCommand(int argc, char** argv) {
       {"gpu", "",
        "GPUs to train on, one replica each: 0, 0,1 or all (overrides solver_mode; a GPU listed "
        "twice runs two replicas)"},
+      {"precision", "", "float32 or tf32: overrides the solver's precision"},
   };
   for (const FlagSpec& spec : CommFlagSpecs()) specs.push_back(spec);
   Flags flags(argc, argv, 2, specs);
@@ -136,6 +137,8 @@ int TrainCommand(int argc, char** argv) {
     }
     param.set_max_iter(iterations);
   }
+
+  if (flags.IsSet("precision")) param.set_precision(ParsePrecisionFlag(flags.Get("precision")));
 
   std::vector<Device> devices;
   if (flags.IsSet("gpu")) {

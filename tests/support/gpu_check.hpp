@@ -45,6 +45,8 @@ struct GpuCheckOptions {
   // Skip the backward pass (layers without one, such as Accuracy).
   bool forward_only = false;
   int64_t seed = 1701;
+  // Let the GPU side use TF32 tensor cores (Context::set_allow_tf32).
+  bool allow_tf32 = false;
 };
 
 namespace detail {
@@ -69,6 +71,7 @@ inline void CheckGpuMatchesCpu(const caffe::LayerParameter& param,
                                const GpuCheckOptions& options = {}) {
   Context cpu(Device::Cpu(), options.seed);
   Context gpu(Device::Cuda(0), options.seed);
+  gpu.set_allow_tf32(options.allow_tf32);
   const int num_bottoms = static_cast<int>(bottom_shapes.size());
   std::vector<std::unique_ptr<Tensor>> cpu_bottom_store, gpu_bottom_store;
   std::vector<Tensor*> cpu_bottom, gpu_bottom;

@@ -14,6 +14,7 @@
 #include "cli_runner.hpp"
 #include "core/config.hpp"
 #include "core/error.hpp"
+#include "solvers/solver.hpp"
 #include "solvers/tiny_problem.hpp"
 #include "support/gpu_check.hpp"
 
@@ -74,6 +75,21 @@ TEST(GpuFlagTest, ABuildWithoutCudaRefusesTheFlag) {
   const std::string message = ParseError("0", 0, /*cuda_build=*/false);
   EXPECT_TRUE(Contains(message, "--gpu=0")) << message;
   EXPECT_TRUE(Contains(message, "no CUDA support")) << message;
+}
+
+TEST(PrecisionFlagTest, TakesFloat32AndTf32AndNamesTheFlagOtherwise) {
+  EXPECT_EQ(tools::ParsePrecisionFlag("float32"), caffe::SolverParameter::FLOAT32);
+  EXPECT_EQ(tools::ParsePrecisionFlag("tf32"), caffe::SolverParameter::TF32);
+  for (const std::string value : {"", "fp16", "TF32", "float16", "bf16"}) {
+    try {
+      tools::ParsePrecisionFlag(value);
+      ADD_FAILURE() << "--precision=" << value << " parsed";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
+      EXPECT_TRUE(Contains(e.what(), "--precision takes float32 or tf32; got '" + value + "'"))
+          << e.what();
+    }
+  }
 }
 
 // ---- through the CLI ------------------------------------------------------------------------
@@ -160,6 +176,41 @@ TEST(GpuFlagTest, TestAndTimeRunOnTheFirstListedGpu) {
   ASSERT_EQ(timed.exit_code, 0) << timed.output;
   EXPECT_TRUE(timed.Contains("Use GPU with device ID 0")) << timed.output;
   EXPECT_TRUE(timed.Contains("Average Forward-Backward")) << timed.output;
+}
+
+TEST(PrecisionFlagTest, TrainTestAndTimeTakeTheFlag) {
+  TempDir dir;
+  const std::string solver = WriteSolver(dir);
+  const CliResult bad =
+      RunCli({"time", "--model=" + (dir / "net.prototxt"), "--iterations=1", "--precision=half"});
+  EXPECT_EQ(bad.exit_code, 1) << bad.output;
+  EXPECT_TRUE(bad.Contains("--precision takes float32 or tf32; got 'half'")) << bad.output;
+  // On the CPU TF32 changes nothing but is accepted, and the log says where it applies.
+  const CliResult trained = RunCli({"train", "--solver=" + solver, "--precision=tf32"});
+  ASSERT_EQ(trained.exit_code, 0) << trained.output;
+  EXPECT_TRUE(
+      trained.Contains("Precision: TF32 changes nothing on the CPU, which computes in float32"))
+      << trained.output;
+  const CliResult timed =
+      RunCli({"time", "--model=" + (dir / "net.prototxt"), "--iterations=1", "--precision=tf32"});
+  EXPECT_EQ(timed.exit_code, 0) << timed.output;
+  const CliResult tested = RunCli({"test", "--model=" + (dir / "net.prototxt"),
+                                   "--weights=" + (dir / "snap_iter_4.caffemodel"),
+                                   "--iterations=1", "--precision=float32"});
+  EXPECT_EQ(tested.exit_code, 0) << tested.output;
+}
+
+TEST(PrecisionFlagTest, TheSolverSetsItsContextBeforeBuildingTheNets) {
+  TempDir dir;
+  WriteSolver(dir);
+  caffe::SolverParameter param = ReadSolverFile(dir / "solver.prototxt");
+  for (const auto precision : {caffe::SolverParameter::TF32, caffe::SolverParameter::FLOAT32}) {
+    param.set_precision(precision);
+    Context ctx(Device::Cpu(), 1);
+    ctx.set_allow_tf32(precision != caffe::SolverParameter::TF32);
+    auto solver = CreateSolver(param, &ctx);
+    EXPECT_EQ(ctx.allow_tf32(), precision == caffe::SolverParameter::TF32);
+  }
 }
 
 }  // namespace

@@ -3,14 +3,23 @@
 //
 // Each pass (forward, data gradient, filter gradient) picks its algorithm by timing cuDNN's
 // candidates on scratch tensors of the layer's shape and keeping the fastest whose workspace fits
-// the limit, in strict float32 (FMA math: no TF32). By default the candidates are those of
-// cuDNN's cudnnFind*AlgorithmEx search. CORTADO_CUDNN_API=graph times the engine configurations
-// of cuDNN's graph API instead (heuristics mode A, then the fallback list), leaving out engines
-// that compute in reduced precision; on an H100 that matched the legacy search on ResNet-50 and
-// lost a third on CaffeNet, whose best algorithms (FFT, Winograd) the heuristics do not rank
-// high (bench/RESULTS.md). A graph plan assumes 16-byte aligned pointers (every tensor Cortado
-// allocates is); a call with others runs the legacy algorithm. Plans are cached per context and
-// shape, so the repeated shapes of a deep net are searched once.
+// the limit, in strict float32 (FMA math), or with TF32 tensor cores allowed where the context
+// allows them (Context::allow_tf32, the solver's `precision: TF32`). By default the candidates are
+// those of cuDNN's cudnnFind*AlgorithmEx search. CORTADO_CUDNN_API=graph times the engine
+// configurations of cuDNN's graph API instead (heuristics mode A, then the fallback list), leaving
+// out engines in a precision not allowed (tensor cores without TF32, float16 inputs); on an H100
+// that matched the legacy search on ResNet-50 and lost a third on CaffeNet, whose best algorithms
+// (FFT, Winograd) the heuristics do not rank high (bench/RESULTS.md). A graph plan assumes 16-byte
+// aligned pointers (every tensor Cortado allocates is); a call with others runs the legacy
+// algorithm. Plans are cached per context and shape and math, so the repeated shapes of a deep net
+// are searched once.
+//
+// The search times the candidates in a scratch workspace of its own, freed when the search ends:
+// CORTADO_CUDNN_SEARCH_SCALE (default 8) times the bytes of the layer's input, output and
+// filters, at least 8 MiB and at most CORTADO_CUDNN_WORKSPACE_MB (default 1024), so a small net
+// does not set aside a gigabyte. A scale of 0 searches every shape with the whole limit. The
+// passes then share the context's workspace, as large as the largest algorithm chosen needs.
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
@@ -31,6 +40,17 @@ size_t WorkspaceLimit() {
   const char* env = std::getenv("CORTADO_CUDNN_WORKSPACE_MB");
   const long mb = env != nullptr ? std::strtol(env, nullptr, 10) : 1024;
   return static_cast<size_t>(mb > 0 ? mb : 0) << 20;
+}
+
+// The search's scratch workspace for a layer whose input, output and filters take
+// `tensor_bytes` (see the file comment).
+size_t SearchWorkspace(size_t tensor_bytes) {
+  const size_t limit = WorkspaceLimit();
+  const char* env = std::getenv("CORTADO_CUDNN_SEARCH_SCALE");
+  const long scale = env != nullptr ? std::strtol(env, nullptr, 10) : 8;
+  if (scale <= 0) return limit;
+  constexpr size_t kFloor = size_t{8} << 20;
+  return std::min(limit, std::max(kFloor, static_cast<size_t>(scale) * tensor_bytes));
 }
 
 // How many engine configurations each pass times at most (CORTADO_CUDNN_CANDIDATES, default
@@ -248,9 +268,10 @@ std::vector<Descriptor> EngineConfigs(const Descriptor& graph, cudnnBackendHeurM
   return configs;
 }
 
-// The global index of a configuration's engine, or -1 when the engine computes in reduced
-// precision (tensor cores, down-converted inputs or reductions) and must not be used.
-int64_t StrictFloatEngine(const Descriptor& config) {
+// The global index of a configuration's engine, or -1 when the engine computes in a precision
+// not allowed: tensor cores (TF32 on float32 data) unless `tf32`, and never down-converted
+// inputs or reduced-precision reductions.
+int64_t AllowedEngine(const Descriptor& config, bool tf32) {
   Descriptor engine(CUDNN_BACKEND_ENGINE_DESCRIPTOR);
   int64_t n = 0;
   cudnnBackendDescriptor_t raw = engine.get();
@@ -261,7 +282,7 @@ int64_t StrictFloatEngine(const Descriptor& config) {
                                                CUDNN_TYPE_NUMERICAL_NOTE,
                                                CUDNN_NUMERICAL_NOTE_TYPE_COUNT, &n, notes));
   for (int64_t i = 0; i < n; ++i) {
-    if (notes[i] == CUDNN_NUMERICAL_NOTE_TENSOR_CORE ||
+    if ((notes[i] == CUDNN_NUMERICAL_NOTE_TENSOR_CORE && !tf32) ||
         notes[i] == CUDNN_NUMERICAL_NOTE_DOWN_CONVERT_INPUTS ||
         notes[i] == CUDNN_NUMERICAL_NOTE_REDUCED_PRECISION_REDUCTION) {
       return -1;
@@ -289,7 +310,7 @@ void Execute(cudnnHandle_t handle, const Descriptor& plan, void* x, void* w, voi
 // nullptr when none runs within the workspace limit.
 std::shared_ptr<GraphPass> SearchGraphPass(cudnnHandle_t handle, cudaStream_t stream,
                                            const ConvolutionShape& s, Pass pass, float* x, float* w,
-                                           float* y, void* workspace, size_t limit) {
+                                           float* y, void* workspace, size_t limit, bool tf32) {
   const size_t max_candidates = MaxCandidates();
   constexpr int kRuns = 3;
   auto spec = std::make_shared<GraphPass>();
@@ -300,7 +321,7 @@ std::shared_ptr<GraphPass> SearchGraphPass(cudnnHandle_t handle, cudaStream_t st
   for (cudnnBackendHeurMode_t mode : {CUDNN_HEUR_MODE_A, CUDNN_HEUR_MODE_FALLBACK}) {
     for (Descriptor& config : EngineConfigs(*graph, mode)) {
       if (candidates.size() >= max_candidates) break;
-      const int64_t engine = StrictFloatEngine(config);
+      const int64_t engine = AllowedEngine(config, tf32);
       if (engine < 0) continue;
       // The fallback list repeats engines heuristics already proposed, with default knobs.
       bool seen = false;
@@ -416,7 +437,9 @@ class CudnnConvolution final : public ConvolutionPlan {
                                                         s.stride_w, s.dilation_h, s.dilation_w,
                                                         CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
     CORTADO_CUDNN_CHECK(cudnnSetConvolutionGroupCount(conv_, s.group));
-    CORTADO_CUDNN_CHECK(cudnnSetConvolutionMathType(conv_, CUDNN_FMA_MATH));
+    // DEFAULT math lets cuDNN use TF32 tensor cores on float32 data; FMA math forbids them.
+    CORTADO_CUDNN_CHECK(
+        cudnnSetConvolutionMathType(conv_, ctx.allow_tf32() ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH));
     plans_ = FindPlans(UseGraphApi());
   }
 
@@ -493,15 +516,17 @@ class CudnnConvolution final : public ConvolutionPlan {
   // The plans of this shape in this context: found in the context's cache, else searched.
   std::shared_ptr<const Plans> FindPlans(bool graph) {
     auto& cache = cuda::Get(ctx_).plans;
-    const std::string key = ShapeKey(shape_) + (graph ? " graph" : " legacy");
+    const std::string key =
+        ShapeKey(shape_) + (graph ? " graph" : " legacy") + (ctx_.allow_tf32() ? " tf32" : "");
     if (auto it = cache.find(key); it != cache.end()) {
       return std::static_pointer_cast<const Plans>(it->second);
     }
     auto plans = std::make_shared<Plans>();
     Search(*plans, graph);
     cache.emplace(key, plans);
-    CORTADO_LOG_DEBUG("convolution {}x{}x{}x{} -> {}: {}", shape_.num, shape_.channels,
-                      shape_.height, shape_.width, shape_.num_output, Describe(*plans));
+    CORTADO_LOG_DEBUG("convolution {}x{}x{}x{} -> {}{}: {}", shape_.num, shape_.channels,
+                      shape_.height, shape_.width, shape_.num_output,
+                      ctx_.allow_tf32() ? " (TF32 allowed)" : "", Describe(*plans));
     return plans;
   }
 
@@ -516,13 +541,14 @@ class CudnnConvolution final : public ConvolutionPlan {
   // fastest whose workspace fits the limit. A pass the graph API finds nothing for keeps the
   // legacy algorithm, searched when first run.
   void Search(Plans& plans, bool graph) {
-    const size_t limit = WorkspaceLimit();
     const ConvolutionShape& s = shape_;
     const size_t src_count = static_cast<size_t>(s.num) * s.channels * s.height * s.width;
     const size_t dst_count =
         static_cast<size_t>(s.num) * s.num_output * s.output_h() * s.output_w();
     const size_t filter_count =
         static_cast<size_t>(s.num_output) * (s.channels / s.group) * s.kernel_h * s.kernel_w;
+    const size_t limit = SearchWorkspace((src_count + dst_count + filter_count) * sizeof(float));
+    const bool tf32 = ctx_.allow_tf32();
     cudaStream_t stream = cuda::Get(ctx_).stream;
     Scratch src(src_count * sizeof(float)), dst(dst_count * sizeof(float)),
         filter(filter_count * sizeof(float));
@@ -530,17 +556,20 @@ class CudnnConvolution final : public ConvolutionPlan {
     CORTADO_CUDA_CHECK(cudaMemsetAsync(src.get(), 0x3c, src_count * sizeof(float), stream));
     CORTADO_CUDA_CHECK(cudaMemsetAsync(dst.get(), 0x3c, dst_count * sizeof(float), stream));
     CORTADO_CUDA_CHECK(cudaMemsetAsync(filter.get(), 0x3c, filter_count * sizeof(float), stream));
+    CORTADO_LOG_DEBUG("convolution {}x{}x{}x{} -> {}: searching with {:.1f} MiB of workspace",
+                      s.num, s.channels, s.height, s.width, s.num_output,
+                      static_cast<double>(limit) / (1 << 20));
     Scratch search_space(limit);
     void* workspace = search_space.get();
 
     if (graph) {
       plans.graph = true;
       plans.forward = SearchGraphPass(handle_, stream, s, Pass::kForward, src.get(), filter.get(),
-                                      dst.get(), workspace, limit);
+                                      dst.get(), workspace, limit, tf32);
       plans.data = SearchGraphPass(handle_, stream, s, Pass::kData, src.get(), filter.get(),
-                                   dst.get(), workspace, limit);
+                                   dst.get(), workspace, limit, tf32);
       plans.filter = SearchGraphPass(handle_, stream, s, Pass::kFilter, src.get(), filter.get(),
-                                     dst.get(), workspace, limit);
+                                     dst.get(), workspace, limit, tf32);
       CORTADO_CUDA_CHECK(cudaStreamSynchronize(stream));
       return;
     }
