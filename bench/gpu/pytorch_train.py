@@ -1,10 +1,15 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: Apache-2.0
-"""The peer of cortado_gpu_bench: the same nets, batch sizes and SGD step in PyTorch, float32
-with TF32 off (Cortado computes in strict float32), cuDNN autotuning on (Cortado times cuDNN's
-candidates too). Prints one line per net in cortado_gpu_bench's format.
+"""The peer of cortado_gpu_bench: the same nets, batch sizes and SGD step in PyTorch, cuDNN
+autotuning on (Cortado times cuDNN's candidates too). Prints one line per net in
+cortado_gpu_bench's format, the mode last.
 
-    python3 bench/gpu/pytorch_train.py [lenet|cifar10_quick|caffenet|resnet50 ...]
+    python3 bench/gpu/pytorch_train.py [--mode=float32|tf32|amp] [--batch=N] [NET ...]
+
+Modes: float32 (TF32 off, as Cortado computes by default), tf32 (TF32 on for convolutions and
+matrix products, as Cortado's `precision: TF32`), amp (automatic mixed precision: autocast to
+float16 with a GradScaler, the model and data in channels_last). NETs: lenet, cifar10_quick,
+caffenet, resnet50 (default: all); --batch overrides each net's batch size.
 """
 import sys
 import time
@@ -12,8 +17,6 @@ import time
 import torch
 import torch.nn as nn
 
-torch.backends.cuda.matmul.allow_tf32 = False
-torch.backends.cudnn.allow_tf32 = False
 torch.backends.cudnn.benchmark = True
 
 
@@ -58,21 +61,33 @@ NETS = {"lenet": lenet, "cifar10_quick": cifar10_quick, "caffenet": caffenet,
         "resnet50": resnet50}
 
 
-def run(name, iterations=50, warmup=10):
+def run(name, mode="float32", batch=None, iterations=50, warmup=10):
+    tf32 = mode == "tf32"
+    torch.backends.cuda.matmul.allow_tf32 = tf32
+    torch.backends.cudnn.allow_tf32 = tf32
+    amp = mode == "amp"
     model, shape = NETS[name]()
+    if batch:
+        shape = (batch,) + shape[1:]
     model = model.cuda().train()
     classes = 1000 if name in ("caffenet", "resnet50") else 10
     data = torch.rand(shape, device="cuda")
+    if amp:
+        model = model.to(memory_format=torch.channels_last)
+        data = data.contiguous(memory_format=torch.channels_last)
     label = (torch.arange(shape[0], device="cuda") % 10).long()
     assert label.max() < classes
     opt = torch.optim.SGD(model.parameters(), lr=0.001, momentum=0.9, weight_decay=5e-4)
     loss_fn = nn.CrossEntropyLoss()
+    scaler = torch.amp.GradScaler("cuda", enabled=amp)
 
     def step():
         opt.zero_grad(set_to_none=False)
-        loss = loss_fn(model(data), label)
-        loss.backward()
-        opt.step()
+        with torch.autocast("cuda", dtype=torch.float16, enabled=amp):
+            loss = loss_fn(model(data), label)
+        scaler.scale(loss).backward()
+        scaler.step(opt)
+        scaler.update()
         return loss
 
     for _ in range(warmup):
@@ -87,9 +102,18 @@ def run(name, iterations=50, warmup=10):
     peak = torch.cuda.max_memory_allocated() / 2**20
     print(f"pytorch-{name} batch {shape[0]} ms/iter {1000 * seconds / iterations:.3f} "
           f"images/s {shape[0] * iterations / seconds:.1f} peak_MiB {peak:.1f} "
-          f"loss {loss.item():g}", flush=True)
+          f"loss {loss.item():g} run_peak_MiB - {mode}", flush=True)
 
 
 if __name__ == "__main__":
-    for net in sys.argv[1:] or list(NETS):
-        run(net)
+    mode, batch, nets = "float32", None, []
+    for arg in sys.argv[1:]:
+        if arg.startswith("--mode="):
+            mode = arg.split("=", 1)[1]
+            assert mode in ("float32", "tf32", "amp"), mode
+        elif arg.startswith("--batch="):
+            batch = int(arg.split("=", 1)[1])
+        else:
+            nets.append(arg)
+    for net in nets or list(NETS):
+        run(net, mode, batch)

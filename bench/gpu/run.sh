@@ -1,33 +1,107 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: Apache-2.0
-# GPU training throughput, Cortado beside PyTorch on the same GPU in the same run, then ResNet-50
-# with each of three settings changed (see below). Run from the repository root on a machine with
-# a GPU, PyTorch (with torchvision) and a CUDA build:
+# GPU training throughput and memory, Cortado beside PyTorch on the same GPU in the same run. Run
+# from the repository root on a machine with a GPU, PyTorch (with torchvision) and a CUDA build:
 #   bash bench/gpu/run.sh [path/to/cortado_gpu_bench]
+# SECTIONS (default "float32 tf32 amp search") picks the tables; "variants" adds ResNet-50 with
+# the fusions, the shared buffers or the legacy cuDNN search turned off, Cortado alone.
+#  - float32: both in strict float32 (Cortado's default; TF32 off in PyTorch), four nets.
+#  - tf32: Cortado's `precision: TF32` beside PyTorch with TF32 on, CaffeNet and ResNet-50.
+#  - amp: PyTorch's automatic mixed precision (float16 autocast, GradScaler, channels_last) on
+#    ResNet-50 at batch 128 and CaffeNet at batch 256, beside Cortado in float32 and TF32.
+#  - search: Cortado with each convolution's cuDNN algorithm search given the whole 1 GiB limit
+#    (CORTADO_CUDNN_SEARCH_SCALE=0) instead of a scratch sized to the layer.
+# Peak memory: the most each allocated during the timed iterations, after the warm-up (PyTorch's
+# torch.cuda.max_memory_allocated after reset_peak_memory_stats; Cortado's own counter, reset the
+# same way); Cortado's run_peak_MiB also covers the warm-up with its cuDNN search.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 bench=${1:-build/bench/cortado_gpu_bench}
+sections=${SECTIONS:-float32 tf32 amp search}
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
-printf '%-16s %6s %12s %12s %8s %12s %12s\n' net batch cortado_img/s pytorch_img/s ratio \
-  cortado_MiB pytorch_MiB
-for net in lenet cifar10_quick caffenet resnet50; do
-  ours=$("$bench" "bench/models/${net}_train.prototxt" 50 10)
-  theirs=$(python3 bench/gpu/pytorch_train.py "$net")
+
+# bench/models/<net>_train.prototxt, with batch $2 when given (a copy in $work).
+model() {
+  local path=bench/models/$1_train.prototxt
+  if [[ -n ${2:-} ]]; then
+    # The first dim of the data and label shapes is the batch.
+    python3 - "$path" "$2" >"$work/$1_$2.prototxt" <<'PY'
+import re, sys
+text = open(sys.argv[1]).read()
+print(re.sub(r"shape \{ dim: \d+", "shape { dim: " + sys.argv[2], text))
+PY
+    path=$work/$1_$2.prototxt
+  fi
+  echo "$path"
+}
+
+header() {
+  echo
+  echo "== $1"
+  printf '%-26s %6s %12s %12s %8s %10s %12s %12s\n' net batch cortado_img/s pytorch_img/s ratio \
+    cortado_MiB cortado_run_MiB pytorch_MiB
+}
+
+# One row: label, Cortado's line, PyTorch's line (or "-").
+row() {
+  local label=$1 ours=$2 theirs=$3
   echo "# $ours" >&2
   echo "# $theirs" >&2
-  read -r _ _ batch _ _ _ our_rate _ our_mem _ <<<"$ours"
-  read -r _ _ _ _ _ _ their_rate _ their_mem _ <<<"$theirs"
-  ratio=$(python3 -c "print(f'{$our_rate / $their_rate:.2f}')")
-  printf '%-16s %6s %12s %12s %8s %12s %12s\n' "$net" "$batch" "$our_rate" "$their_rate" \
-    "$ratio" "$our_mem" "$their_mem"
-done
-# ResNet-50 again with the fusions, then the shared buffers off, then with cuDNN's graph API
-# engines in place of its legacy algorithm search, Cortado alone: what each is worth on this GPU
-# (compare with the resnet50 row above).
-for setting in "CORTADO_FUSE=0" "CORTADO_SHARE_BUFFERS=0" "CORTADO_CUDNN_API=graph"; do
-  ours=$(env "$setting" "$bench" bench/models/resnet50_train.prototxt 50 10)
-  echo "# $setting: $ours" >&2
-  read -r _ _ batch _ _ _ our_rate _ our_mem _ <<<"$ours"
-  printf '%-16s %6s %12s %12s %8s %12s %12s\n' "resnet50 ${setting#CORTADO_}" "$batch" \
-    "$our_rate" - - "$our_mem" -
+  local batch our_rate our_mem run_mem their_rate=- their_mem=- ratio=-
+  read -r _ _ batch _ _ _ our_rate _ our_mem _ _ _ run_mem _ <<<"$ours"
+  if [[ $theirs != - ]]; then
+    read -r _ _ _ _ _ _ their_rate _ their_mem _ <<<"$theirs"
+    ratio=$(python3 -c "print(f'{$our_rate / $their_rate:.2f}')")
+  fi
+  printf '%-26s %6s %12s %12s %8s %10s %12s %12s\n' "$label" "$batch" "$our_rate" "$their_rate" \
+    "$ratio" "$our_mem" "$run_mem" "$their_mem"
+}
+
+for section in $sections; do
+  case $section in
+    float32)
+      header "float32 (strict) on both sides"
+      for net in lenet cifar10_quick caffenet resnet50; do
+        row "$net" "$("$bench" "$(model $net)" 50 10 0 float32)" \
+          "$(python3 bench/gpu/pytorch_train.py --mode=float32 $net)"
+      done
+      ;;
+    tf32)
+      header "TF32 on both sides"
+      for net in caffenet resnet50; do
+        row "$net" "$("$bench" "$(model $net)" 50 10 0 tf32)" \
+          "$(python3 bench/gpu/pytorch_train.py --mode=tf32 $net)"
+      done
+      ;;
+    amp)
+      header "PyTorch AMP (float16, channels_last) beside Cortado float32 and TF32"
+      for spec in "resnet50 128" "caffenet 256"; do
+        read -r net batch <<<"$spec"
+        theirs=$(python3 bench/gpu/pytorch_train.py --mode=amp --batch="$batch" $net)
+        for precision in float32 tf32; do
+          row "$net $precision vs amp" "$("$bench" "$(model $net "$batch")" 50 10 0 $precision)" \
+            "$theirs"
+        done
+      done
+      ;;
+    search)
+      header "Cortado, cuDNN search with the whole 1 GiB for every shape (SEARCH_SCALE=0)"
+      for net in caffenet resnet50; do
+        row "$net" "$(CORTADO_CUDNN_SEARCH_SCALE=0 "$bench" "$(model $net)" 50 10)" -
+      done
+      ;;
+    variants)
+      header "Cortado ResNet-50 with one setting changed"
+      for setting in CORTADO_FUSE=0 CORTADO_SHARE_BUFFERS=0 CORTADO_CUDNN_API=graph; do
+        row "resnet50 ${setting#CORTADO_}" \
+          "$(env "$setting" "$bench" bench/models/resnet50_train.prototxt 50 10)" -
+      done
+      ;;
+    *)
+      echo "unknown section '$section' (float32 tf32 amp search variants)" >&2
+      exit 2
+      ;;
+  esac
 done

@@ -6,6 +6,7 @@
 //
 //   cortado_gpu_bench MODEL.prototxt [iterations=50] [warmup=10] [gpu=0]
 // prints one line: "<name> batch <b> ms/iter <t> images/s <r> peak_MiB <m>".
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -23,17 +24,25 @@ namespace {
 
 int Run(int argc, char** argv) {
   if (argc < 2) {
-    std::fprintf(stderr, "usage: %s MODEL.prototxt [iterations] [warmup] [gpu]\n", argv[0]);
+    std::fprintf(stderr, "usage: %s MODEL.prototxt [iterations] [warmup] [gpu] [float32|tf32]\n",
+                 argv[0]);
     return 2;
   }
   const std::string model = argv[1];
   const int iterations = argc > 2 ? std::atoi(argv[2]) : 50;
   const int warmup = argc > 3 ? std::atoi(argv[3]) : 10;
   const int gpu = argc > 4 ? std::atoi(argv[4]) : 0;
+  const std::string precision = argc > 5 ? argv[5] : "float32";
   SetLogLevel("warn");
 
   caffe::SolverParameter param = bench::SgdSolver(model);
   param.set_solver_mode(caffe::SolverParameter::GPU);
+  if (precision != "float32" && precision != "tf32") {
+    std::fprintf(stderr, "precision: float32 or tf32, not '%s'\n", precision.c_str());
+    return 2;
+  }
+  param.set_precision(precision == "tf32" ? caffe::SolverParameter::TF32
+                                          : caffe::SolverParameter::FLOAT32);
 
   Context ctx(Device::Cuda(gpu), 1);
   std::unique_ptr<Solver> solver = CreateSolver(param, &ctx, NetOptionsFromEnvironment());
@@ -47,6 +56,10 @@ int Run(int argc, char** argv) {
 
   solver->Step(warmup);
   CORTADO_CUDA_CHECK(cudaDeviceSynchronize());
+  // As PyTorch's peer measures: the peak of the timed iterations, after the warm-up (whose
+  // cuDNN algorithm search borrows scratch memory once); the whole run's peak is printed too.
+  const size_t setup_peak = cuda::PeakAllocatedBytes();
+  cuda::ResetPeakAllocatedBytes();
   const auto start = std::chrono::steady_clock::now();
   solver->Step(iterations);
   CORTADO_CUDA_CHECK(cudaDeviceSynchronize());
@@ -54,10 +67,12 @@ int Run(int argc, char** argv) {
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   const int batch = data->shape(0);
   const double ms = 1000.0 * seconds / iterations;
-  std::printf("%s batch %d ms/iter %.3f images/s %.1f peak_MiB %.1f loss %g\n", net->name().c_str(),
-              batch, ms, batch * iterations / seconds,
-              static_cast<double>(cuda::PeakAllocatedBytes()) / (1 << 20),
-              static_cast<double>(solver->smoothed_loss()));
+  const size_t timed_peak = cuda::PeakAllocatedBytes();
+  std::printf("%s batch %d ms/iter %.3f images/s %.1f peak_MiB %.1f loss %g run_peak_MiB %.1f %s\n",
+              net->name().c_str(), batch, ms, batch * iterations / seconds,
+              static_cast<double>(timed_peak) / (1 << 20),
+              static_cast<double>(solver->smoothed_loss()),
+              static_cast<double>(std::max(setup_peak, timed_peak)) / (1 << 20), precision.c_str());
   return 0;
 }
 
