@@ -74,6 +74,34 @@ final class BatchFeeder(handle: Long, val layer: String) {
     batches
   }
 
+  /**
+   * The batch buffers, one per top, for a caller that writes samples in place (sample `s` of
+   * top `i` at float `s * sampleSizes(i)` of buffer `i`, as [[RowConverter.into]] writes them)
+   * and then calls [[pushFilled]]. Not to be mixed with [[feed]] within a batch.
+   */
+  def batchBuffers: Array[FloatBuffer] = floats
+
+  /**
+   * Pushes the batch written in place in [[batchBuffers]]: its first `count` samples (1 to
+   * batchSize), then copies of the last of them up to batchSize (blocking while the feed is
+   * full).
+   */
+  def pushFilled(count: Int): Unit = {
+    require(count >= 1 && count <= batchSize, s"$what: $count samples in a batch of $batchSize")
+    var i = 0
+    while (i < floats.length) {
+      val size = sampleSizes(i)
+      if (count < batchSize && size > 0) {
+        val last = new Array[Float](size)
+        floats(i).get((count - 1) * size, last)
+        var s = count
+        while (s < batchSize) { floats(i).put(s * size, last); s += 1 }
+      }
+      i += 1
+    }
+    NativeFeed.push(handle, buffers)
+  }
+
   /** Batches pushed into the feed so far (by any feeder). */
   def pushed: Long = NativeFeed.pushed(handle)
 

@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 package io.cortado.data
 
+import java.nio.FloatBuffer
+
 import org.apache.spark.ml.linalg.{SQLDataTypes, Vector => MLVector}
 import org.apache.spark.mllib.linalg.{Vector => OldVector, VectorUDT => OldVectorUDT}
 import org.apache.spark.sql.Row
@@ -69,6 +71,55 @@ final class RowConverter private (specs: Seq[TopSpec], kinds: Seq[DataType],
       i += 1
     }
     out
+  }
+
+  /**
+   * Writes the samples of `row` in place: spec `i`'s into `buffers(i)` as sample `slot` (at
+   * float `slot` times its size), as [[apply]] converts them but without an array per sample.
+   * False when the row holds a corrupt image that `images.skipCorrupt` leaves out: the slot is
+   * then partly written, for the next row to fill.
+   */
+  def into(row: Row, index: Long, buffers: Array[FloatBuffer], slot: Int): Boolean = {
+    var i = 0
+    while (i < writers.length) {
+      if (!writers(i)(row, index, buffers(i), slot * sizes(i))) return false
+      i += 1
+    }
+    true
+  }
+
+  private val sizes: Array[Int] = specs.map(_.size).toArray
+  private val writers: Array[(Row, Long, FloatBuffer, Int) => Boolean] =
+    specs.indices.map(i => writer(specs(i), kinds(i), columns(i), converters(i))).toArray
+
+  /**
+   * What [[into]] does for one spec: raw pixels and Spark ML vectors go straight into the
+   * buffer; other kinds through `convert`.
+   */
+  private def writer(spec: TopSpec, kind: DataType, column: Int,
+      convert: (Row, Long) => Array[Float]): (Row, Long, FloatBuffer, Int) => Boolean = {
+    val n = spec.size
+    def put(buffer: FloatBuffer, at: Int, values: Array[Float]): Boolean =
+      if (values == null) false else { buffer.put(at, values); true }
+    kind match {
+      case BinaryType => (row, index, buffer, at) =>
+        val bytes = if (row.isNullAt(column)) null else row.getAs[Array[Byte]](column)
+        if (bytes != null && bytes.length == n) {
+          var j = 0
+          while (j < n) { buffer.put(at + j, (bytes(j) & 0xff).toFloat); j += 1 }
+          true
+        } else put(buffer, at, convert(row, index))
+      case vector if RowConverter.isVector(vector) => (row, index, buffer, at) =>
+        row.get(column) match {
+          case v: MLVector if v.size == n =>
+            val values = v.toArray
+            var j = 0
+            while (j < n) { buffer.put(at + j, values(j).toFloat); j += 1 }
+            true
+          case _ => put(buffer, at, convert(row, index))
+        }
+      case _ => (row, index, buffer, at) => put(buffer, at, convert(row, index))
+    }
   }
 
   private def converter(spec: TopSpec, kind: DataType, column: Int)

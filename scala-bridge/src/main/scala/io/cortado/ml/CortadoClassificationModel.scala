@@ -1,13 +1,15 @@
 // SPDX-License-Identifier: Apache-2.0
 package io.cortado.ml
 
+import java.lang.ref.WeakReference
 import java.nio.charset.StandardCharsets
 
 import scala.collection.JavaConverters._
 
 import com.fasterxml.jackson.databind.ObjectMapper
 import org.apache.hadoop.conf.Configuration
-import org.apache.spark.SPARK_VERSION
+import org.apache.spark.{SPARK_VERSION, SparkContext}
+import org.apache.spark.broadcast.Broadcast
 import org.apache.spark.ml.Model
 
 import org.apache.spark.ml.param.{IntParam, Param, ParamMap, ParamPair, Params}
@@ -76,6 +78,27 @@ class CortadoClassificationModel private[ml] (
   private def plan(labelColumn: String): InferencePlan = InferencePlan.make(data,
     $(featuresCol), labelColumn, $(featuresTop), $(labelTop), $(scoresBlob), $(outputBlobs).toSeq)
 
+  // The last broadcast of `data`, with its SparkContext and what it holds: the next transforms
+  // reuse it.
+  @transient private var shippedData
+      : Option[(WeakReference[SparkContext], ModelData, Broadcast[ModelData])] = None
+
+  /**
+   * `data` broadcast to the executors of `sc`: once per model and device, rather than once per
+   * transform (each broadcast serializes, compresses and stores the weights again). Freed with
+   * the model.
+   */
+  private def broadcastData(sc: SparkContext): Broadcast[ModelData] = synchronized {
+    val current = data
+    shippedData match {
+      case Some((context, shipped, b)) if (context.get eq sc) && shipped == current => b
+      case _ =>
+        val b = sc.broadcast(current)
+        shippedData = Some((new WeakReference(sc), current, b))
+        b
+    }
+  }
+
   override def transformSchema(schema: StructType): StructType = {
     checkInputColumn(schema, $(featuresCol), "features")
     if (schema.fieldNames.contains($(labelCol))) checkInputColumn(schema, $(labelCol), "label")
@@ -91,9 +114,7 @@ class CortadoClassificationModel private[ml] (
     val input = if (hasLabel) dataset.toDF else dataset.toDF.withColumn(zeros, lit(0f))
     val labelColumn = if (hasLabel) $(labelCol) else zeros
     val p = plan(labelColumn)
-    val modelData = data
-    val spark = dataset.sparkSession
-    val shipped = spark.sparkContext.broadcast(modelData)
+    val shipped = broadcastData(dataset.sparkSession.sparkContext)
     val schema = input.schema
     val (raw, prob, pred) = ($(rawPredictionCol).nonEmpty, $(probabilityCol).nonEmpty,
       $(predictionCol).nonEmpty)

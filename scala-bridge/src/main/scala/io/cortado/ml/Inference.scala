@@ -188,53 +188,85 @@ private[ml] object Inference {
     val converter = RowConverter.inPlace(schema, net.specs)
     val width = schema.length
     val outputs = Seq(raw, probability, prediction).count(identity) + plan.blobs.length
-    var index = -1L
-    val out = rows.grouped(net.batchSize).flatMap { group =>
-      // A cancelled job stops between batches.
-      if (context.exists(_.isInterrupted())) throw new TaskKilledException("cancelled")
-      val samples = group.map { row =>
-        index += 1
-        converter(row, index)
+    // A feed layer runs whole batches (the last one padded); an Input runs the rows it is given.
+    val wholeBatches = plan.feedLayer.isDefined
+    new Iterator[Row] {
+      // The rows of the batch in the net (their samples were written straight into its input),
+      // how many, and how many of them were returned; the index of the last row read.
+      private val batch = new Array[Row](net.batchSize)
+      private var filled = 0
+      private var emitted = 0
+      private var index = -1L
+      // The batch's scores (one row of `classes` per sample) and further blobs.
+      private var scoreShape: Array[Int] = null
+      private var scoreValues: Array[Float] = null
+      private var classes = 0
+      private var extra: Seq[(Array[Int], Array[Float])] = Nil
+
+      def hasNext: Boolean = {
+        val more = emitted < filled || nextBatch()
+        if (!more && context.isEmpty) giveBack(failed = false)
+        more
       }
-      try net.forward(samples)
-      catch { case e: Throwable => giveBack(failed = true); throw e }
-      val n = group.length
-      val (scoreShape, scoreValues) = net.blob(plan.scores)
-      if (scoreShape.headOption.getOrElse(0) != (if (plan.feedLayer.isDefined) net.batchSize else n)) {
-        throw new CortadoConfigException(s"${model.netSource}: the scores blob '${plan.scores}' " +
-          s"has shape ${scoreShape.mkString(" ")}, not one row per sample: set scoresBlob")
+
+      def next(): Row = {
+        if (!hasNext) throw new NoSuchElementException("no more rows")
+        emitted += 1
+        output(emitted - 1)
       }
-      val classes = scoreValues.length / scoreShape.head
-      val extra = plan.blobs.map(net.blob)
-      group.indices.map { i =>
-        val scores = java.util.Arrays.copyOfRange(scoreValues, i * classes, (i + 1) * classes)
-        val row = group(i)
+
+      // Reads the next batch of rows into the net and runs it; false at the end of the rows.
+      private def nextBatch(): Boolean = {
+        filled = 0
+        emitted = 0
+        while (filled == 0 && rows.hasNext) {
+          // A cancelled job stops between batches.
+          if (context.exists(_.isInterrupted())) throw new TaskKilledException("cancelled")
+          while (filled < net.batchSize && rows.hasNext) {
+            val row = rows.next()
+            index += 1
+            if (converter.into(row, index, net.batch, filled)) {
+              batch(filled) = row
+              filled += 1
+            }
+          }
+        }
+        if (filled == 0) return false
+        try net.forward(filled)
+        catch { case e: Throwable => giveBack(failed = true); throw e }
+        val (shape, values) = net.blob(plan.scores)
+        if (shape.headOption.getOrElse(0) != (if (wholeBatches) net.batchSize else filled)) {
+          throw new CortadoConfigException(s"${model.netSource}: the scores blob " +
+            s"'${plan.scores}' has shape ${shape.mkString(" ")}, not one row per sample: set " +
+            "scoresBlob")
+        }
+        scoreShape = shape
+        scoreValues = values
+        classes = values.length / shape.head
+        extra = plan.blobs.map(net.blob)
+        true
+      }
+
+      // Row `i` of the batch followed by its outputs.
+      private def output(i: Int): Row = {
+        val row = batch(i)
+        batch(i) = null
         val columns = new Array[Any](width + outputs)
         var c = 0
         while (c < width) { columns(c) = row.get(c); c += 1 }
         def add(value: Any): Unit = { columns(c) = value; c += 1 }
-        if (raw) add(Vectors.dense(scores.map(_.toDouble)))
-        if (probability) add(Vectors.dense(softmax(scores)))
-        if (prediction) add(argmax(scores).toDouble)
+        val from = i * classes
+        if (raw) add(Vectors.dense(doubles(scoreValues, from, classes)))
+        if (probability) add(Vectors.dense(softmax(scoreValues, from, classes)))
+        if (prediction) add(argmax(scoreValues, from, classes).toDouble)
         extra.foreach { case (shape, values) =>
-          val perRow = shape.headOption.contains(scoreShape.head)
-          val slice =
-            if (perRow) {
-              val size = values.length / shape.head
-              java.util.Arrays.copyOfRange(values, i * size, (i + 1) * size)
-            } else values
-          add(Vectors.dense(slice.map(_.toDouble)))
+          if (shape.headOption.contains(scoreShape.head)) {
+            val size = values.length / shape.head
+            add(Vectors.dense(doubles(values, i * size, size)))
+          } else add(Vectors.dense(doubles(values, 0, values.length)))
         }
         new GenericRow(columns)
       }
-    }
-    new Iterator[Row] {
-      def hasNext: Boolean = {
-        val more = out.hasNext
-        if (!more && context.isEmpty) giveBack(failed = false)
-        more
-      }
-      def next(): Row = out.next()
     }
   }
 
@@ -245,22 +277,41 @@ private[ml] object Inference {
       case i => i
     }
 
-  /** The softmax of `scores` (shifted by their maximum, so that it cannot overflow). */
-  def softmax(scores: Array[Float]): Array[Double] = {
-    var max = Float.NegativeInfinity
-    scores.foreach(s => if (s > max) max = s)
-    val e = scores.map(s => math.exp((s - max).toDouble))
-    var sum = 0.0
-    e.foreach(sum += _)
-    e.map(_ / sum)
+  /** Values `from` until `from + n` of `values`, as doubles. */
+  private def doubles(values: Array[Float], from: Int, n: Int): Array[Double] = {
+    val out = new Array[Double](n)
+    var j = 0
+    while (j < n) { out(j) = values(from + j).toDouble; j += 1 }
+    out
   }
 
-  /** The index of the largest score (the first, on ties). */
-  def argmax(scores: Array[Float]): Int = {
+  /**
+   * The softmax of the `n` scores from `from` of `scores` (shifted by their maximum, so that it
+   * cannot overflow).
+   */
+  def softmax(scores: Array[Float], from: Int, n: Int): Array[Double] = {
+    var max = Float.NegativeInfinity
+    var j = 0
+    while (j < n) { if (scores(from + j) > max) max = scores(from + j); j += 1 }
+    val e = new Array[Double](n)
+    var sum = 0.0
+    j = 0
+    while (j < n) {
+      e(j) = math.exp((scores(from + j) - max).toDouble)
+      sum += e(j)
+      j += 1
+    }
+    j = 0
+    while (j < n) { e(j) /= sum; j += 1 }
+    e
+  }
+
+  /** The index of the largest of the `n` scores from `from` (the first, on ties). */
+  def argmax(scores: Array[Float], from: Int, n: Int): Int = {
     var best = 0
     var i = 1
-    while (i < scores.length) {
-      if (scores(i) > scores(best)) best = i
+    while (i < n) {
+      if (scores(from + i) > scores(from + best)) best = i
       i += 1
     }
     best

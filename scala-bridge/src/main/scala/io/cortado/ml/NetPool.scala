@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 package io.cortado.ml
 
-import java.nio.{ByteBuffer, ByteOrder}
+import java.nio.{ByteBuffer, ByteOrder, FloatBuffer}
 import java.util.concurrent.atomic.AtomicInteger
 
 import scala.collection.mutable.ArrayBuffer
@@ -29,18 +29,24 @@ private[ml] final class LoadedNet private (handle: Long, feed: Long, val batchSi
   private val outputs = scala.collection.mutable.HashMap.empty[String, ByteBuffer]
 
   /**
-   * Runs forward on `samples` (at most batchSize): a feed layer takes a whole batch, so the last
-   * one is padded with copies of its last sample; an input blob is reshaped to their number.
+   * Where the next batch's samples go, one buffer per spec: sample `s` of spec `i` at float
+   * `s * specs(i).size` of buffer `i` (see [[io.cortado.data.RowConverter.into]]).
    */
-  def forward(samples: Seq[Array[Array[Float]]]): Unit = {
+  val batch: Array[FloatBuffer] = feeder match {
+    case Some(f) => f.batchBuffers
+    case None => Array(input.asFloatBuffer())
+  }
+
+  /**
+   * Runs forward on the first `count` samples (1 to batchSize) of [[batch]]: a feed layer takes
+   * a whole batch, so a smaller one is padded with copies of its last sample; an input blob is
+   * reshaped to their number.
+   */
+  def forward(count: Int): Unit = {
     feeder match {
-      case Some(f) =>
-        f.feed((samples ++ Seq.fill(batchSize - samples.length)(samples.last)).iterator)
+      case Some(f) => f.pushFilled(count)
       case None =>
-        val floats = input.asFloatBuffer()
-        samples.foreach(s => floats.put(s(0)))
-        NativeNet.setBlobData(handle, plan.inputBlob, (samples.length +: specs.head.shape).toArray,
-          input)
+        NativeNet.setBlobData(handle, plan.inputBlob, (count +: specs.head.shape).toArray, input)
     }
     NativeNet.forward(handle)
   }
