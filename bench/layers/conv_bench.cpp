@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
-// Convolution layer passes on the CPU for the LeNet and CIFAR-10 quick shapes, per engine:
+// Convolution layer passes on the CPU for the LeNet and CIFAR-10 quick shapes and MobileNet v1's
+// depthwise convolutions (one group per channel), per engine:
 // CAFFE (im2col + OpenBLAS GEMM, Caffe's method) and DEFAULT (oneDNN when built with it).
 // Each pass is timed alone: forward, backward to the weights, backward to the input.
 //
@@ -20,6 +21,7 @@ enum class Pass { kForward, kBackwardWeights, kBackwardData };
 
 struct ConvBenchShape {
   int num, channels, size, num_output, kernel, pad;
+  int group = 1, stride = 1;
 };
 
 void BM_Conv(benchmark::State& state, ConvBenchShape s, const char* engine, Pass pass) {
@@ -32,6 +34,8 @@ void BM_Conv(benchmark::State& state, ConvBenchShape s, const char* engine, Pass
   p->set_num_output(s.num_output);
   p->add_kernel_size(s.kernel);
   p->add_pad(s.pad);
+  p->add_stride(s.stride);
+  p->set_group(s.group);
   p->mutable_weight_filler()->set_type("xavier");
   caffe::ConvolutionParameter::Engine e = caffe::ConvolutionParameter::DEFAULT;
   if (!caffe::ConvolutionParameter::Engine_Parse(engine, &e)) state.SkipWithError("bad engine");
@@ -86,6 +90,15 @@ CORTADO_CONV_BENCH(ConvLenet2, kLenetConv2);
 CORTADO_CONV_BENCH(ConvCifar1, kCifarConv1);
 CORTADO_CONV_BENCH(ConvCifar2, kCifarConv2);
 CORTADO_CONV_BENCH(ConvCifar3, kCifarConv3);
+
+// MobileNet v1 (batch 8): conv2_1/dw, conv4_1/dw and the stride-2 conv5_6/dw.
+const ConvBenchShape kMobileDw2{8, 32, 112, 32, 3, 1, 32, 1};
+const ConvBenchShape kMobileDw4{8, 256, 28, 256, 3, 1, 256, 1};
+const ConvBenchShape kMobileDw56{8, 512, 14, 512, 3, 1, 512, 2};
+
+CORTADO_CONV_BENCH(ConvMobileDw2, kMobileDw2);
+CORTADO_CONV_BENCH(ConvMobileDw4, kMobileDw4);
+CORTADO_CONV_BENCH(ConvMobileDw56, kMobileDw56);
 
 }  // namespace
 }  // namespace cortado

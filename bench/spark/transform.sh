@@ -14,7 +14,9 @@
 # `cortado test`'s rows/s is the difference of two runs (N1 and N2 batches, the fastest of 3
 # runs each) over their difference in wall time, so that start-up and net building cancel out; transform's is the best
 # of 5 passes after a warm-up pass (in which each task slot builds its net), local[1] (one task,
-# the native code's threads on every core) and local[2] (two tasks at once).
+# the native code's threads on every core) and local[2] (two tasks at once); for LeNet also
+# the marginal rate, from passes over 10,000 and 60,000 rows in turn, which leaves out each
+# job's fixed cost as `cortado test`'s difference leaves out its start-up.
 # Needs the native build (BUILD_DIR, default build) and the jar, as
 # examples/spark-fashion-mnist/run.sh makes them. Run it on an otherwise idle machine.
 set -euo pipefail
@@ -59,7 +61,7 @@ transform() {
       tail -30 "$work/transform.log" >&2
       return 1
     fi
-    grep '^transform:' "$work/transform.log"
+    grep '^transform' "$work/transform.log"
   done
 }
 
@@ -78,6 +80,10 @@ fi
 cli_rate examples/fashion-mnist/lenet_train_test.prototxt "$weights" 20 100 100
 transform examples/spark-ml-pipeline/lenet_train_test.prototxt "$weights" \
   "file:$PWD/$test_parquet" 10000
+# The marginal rate: passes over 10,000 and 60,000 training images in turn (Spark's fixed cost
+# per job cancels out, as start-up does in `cortado test`'s difference).
+transform examples/spark-ml-pipeline/lenet_train_test.prototxt "$weights" \
+  "file:$PWD/$parquet" 10000,60000
 
 if [[ -d ../shared/reference-models/bvlc_reference_caffenet ]]; then
   rows=${CAFFENET_ROWS:-200}

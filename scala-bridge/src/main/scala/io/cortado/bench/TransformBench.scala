@@ -23,7 +23,8 @@ import io.cortado.ml.CortadoClassificationModel
  *   WEIGHTS  a .caffemodel, or "-" for the weights of the net's fillers
  *   DATA     a Parquet path (column `data`: the samples, `label`), or random:C,H,W for ROWS rows
  *            of random uint8 pixels of that shape
- *   ROWS     rows to use (the first ROWS of a Parquet file)
+ *   ROWS     rows to use (the first ROWS of a Parquet file), or N1,N2: both, timed in turn, and
+ *            the rate of the N2 - N1 more rows (each pass's fixed cost cancels out)
  *   REPEATS  timed transforms (default 3); the best is reported
  * or: TransformBench --fillers NET OUT: writes the weights of NET's fillers to OUT (for
  * `cortado test`, which needs a .caffemodel) and exits.
@@ -40,24 +41,40 @@ object TransformBench {
       sys.exit(2)
     }
     val Array(net, weights, data, rowsText) = args.take(4)
-    val rows = rowsText.toInt
+    val sizes = rowsText.split(",").map(_.trim.toInt).toSeq
+    require(sizes.length <= 2, s"ROWS: one or two row counts, got $rowsText")
     val repeats = if (args.length > 4) args(4).toInt else 3
     val spark = SparkSession.builder().appName("TransformBench").getOrCreate()
     try {
-      val df = input(spark, data, rows).repartition(spark.sparkContext.defaultParallelism).cache()
-      val count = df.count()
       val model = CortadoClassificationModel.fromCaffe(net, weightsFile(net, weights))
         .setFeaturesCol("data")
-      def pass(): Double = {
+      val frames = sizes.map { rows =>
+        val df = input(spark, data, rows).repartition(spark.sparkContext.defaultParallelism)
+          .cache()
+        (df, df.count())
+      }
+      def pass(df: DataFrame): Double = {
         val start = System.nanoTime()
         model.transform(df).select("prediction").rdd.foreach(_ => ())
         (System.nanoTime() - start) / 1e9
       }
-      val warmup = pass()
-      val best = Seq.fill(repeats)(pass()).min
-      println(f"transform: $count rows in ${df.rdd.getNumPartitions} partitions, " +
-        f"${spark.sparkContext.master}: warm-up $warmup%.3f s, best of $repeats $best%.3f s: " +
-        f"${count / best}%.1f rows/s")
+      val warmups = frames.map { case (df, _) => pass(df) }
+      // The sizes in turn, so that both see the same JIT and machine state.
+      val times = Seq.fill(repeats)(frames.map { case (df, _) => pass(df) }).transpose
+      val best = times.map(_.min)
+      frames.indices.foreach { i =>
+        val (df, count) = frames(i)
+        println(f"transform: $count rows in ${df.rdd.getNumPartitions} partitions, " +
+          f"${spark.sparkContext.master}: warm-up ${warmups(i)}%.3f s, best of $repeats " +
+          f"${best(i)}%.3f s: ${count / best(i)}%.1f rows/s")
+      }
+      if (frames.length == 2) {
+        // Each pass's fixed cost (planning, scheduling the job) cancels out, as start-up does in
+        // the difference of two `cortado test` runs.
+        val rows = frames(1)._2 - frames(0)._2
+        println(f"transform, marginal: $rows more rows in ${best(1) - best(0)}%.3f s more, " +
+          f"${spark.sparkContext.master}: ${rows / (best(1) - best(0))}%.1f rows/s")
+      }
     } finally spark.stop()
   }
 
