@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cstring>
 #include <map>
+#include <memory>
 #include <set>
 
 #include "core/logging.hpp"
@@ -58,37 +59,44 @@ struct Touches {
   std::vector<bool> first_writes;
 };
 
-// A group's use of its buffer: from step `start` to step `end` (inclusive) of a pass.
+// A group's use of a buffer: from step `start` to step `end` (inclusive) of a pass (or of
+// Forward followed by Backward), by the blobs `tensors`, the largest of which needs `bytes`, as
+// their data or as their diff (`use`). An `alone` group gets a buffer of its own size, which
+// later groups may reuse but not grow.
 struct Lifetime {
-  int group;
   int start;
   int end;
+  size_t bytes;
+  const std::vector<Tensor*>* tensors;
+  void (Tensor::*use)(std::shared_ptr<SyncedMemory>);
+  bool alone = false;
 };
 
 // Packs lifetimes into as few bytes of buffers as a greedy pass finds: in order of start, each
 // takes a buffer whose last user ended strictly before it starts (two groups never meet in one
-// layer's step), the smallest that fits, else the largest free one grown, else a new one.
-// Gives each group of `groups` that has a lifetime its buffer and returns the bytes saved;
-// `what` ("gradients") names them in the debug log of net `net`.
-size_t PackBuffers(std::vector<Lifetime> lifetimes, const BufferGroups& groups,
-                   void (Tensor::*use)(std::shared_ptr<SyncedMemory>), const std::string& net,
-                   const char* what) {
+// layer's step), the smallest that fits, else the largest free one that may grow, grown, else a
+// new one. An `alone` lifetime takes a new buffer at once, which never grows.
+// Gives each lifetime's blobs their buffer and returns the bytes saved; `what` ("gradients")
+// names them in the debug log of net `net`.
+size_t PackBuffers(std::vector<Lifetime> lifetimes, const std::string& net, const char* what) {
   std::stable_sort(lifetimes.begin(), lifetimes.end(),
                    [](const Lifetime& a, const Lifetime& b) { return a.start < b.start; });
   struct Buffer {
     size_t bytes = 0;
     int busy_until = 0;
-    std::vector<int> groups;
+    bool growable = true;
+    std::vector<const Lifetime*> users;
   };
   std::vector<Buffer> buffers;
   size_t separate = 0;
   for (const Lifetime& life : lifetimes) {
-    const size_t bytes = groups.bytes[life.group];
+    const size_t bytes = life.bytes;
     separate += bytes;
     Buffer* best = nullptr;
     for (Buffer& buffer : buffers) {
-      if (buffer.busy_until >= life.start) continue;
+      if (life.alone || buffer.busy_until >= life.start) continue;
       const bool fits = buffer.bytes >= bytes;
+      if (!fits && !buffer.growable) continue;
       if (best == nullptr || (fits && (best->bytes < bytes || buffer.bytes < best->bytes)) ||
           (!fits && best->bytes < bytes && buffer.bytes > best->bytes)) {
         best = &buffer;
@@ -97,16 +105,17 @@ size_t PackBuffers(std::vector<Lifetime> lifetimes, const BufferGroups& groups,
     if (best == nullptr) {
       buffers.emplace_back();
       best = &buffers.back();
+      best->growable = !life.alone;
     }
     best->bytes = std::max(best->bytes, bytes);
     best->busy_until = life.end;
-    best->groups.push_back(life.group);
+    best->users.push_back(&life);
   }
   size_t shared = 0;
   for (const Buffer& buffer : buffers) {
     auto memory = std::make_shared<SyncedMemory>(buffer.bytes);
-    for (int g : buffer.groups) {
-      for (Tensor* t : groups.tensors[g]) (t->*use)(memory);
+    for (const Lifetime* life : buffer.users) {
+      for (Tensor* t : *life->tensors) (t->*life->use)(memory);
     }
     shared += buffer.bytes;
   }
@@ -138,9 +147,18 @@ std::vector<bool> Net::BlobsOutsideThePlan(const std::vector<int>& group_of_blob
   return excluded;
 }
 
-size_t Net::ShareDiffBuffers() {
+// The groups a plan is made of (kept alive until its buffers are handed out) and their
+// lifetimes.
+struct Net::BufferPlan {
+  std::vector<std::unique_ptr<BufferGroups>> groups;
+  std::vector<Lifetime> lifetimes;
+};
+
+void Net::PlanDiffs(BufferPlan* plan, int offset) const {
   const int num_layers = static_cast<int>(layers_.size());
-  const BufferGroups groups = GroupBlobs(blobs_, [](const Tensor& t) { return t.diff().get(); });
+  plan->groups.push_back(std::make_unique<BufferGroups>(
+      GroupBlobs(blobs_, [](const Tensor& t) { return t.diff().get(); })));
+  const BufferGroups& groups = *plan->groups.back();
   const int num_groups = static_cast<int>(groups.tensors.size());
   // For each group, the highest and lowest index of the backward-running layers that touch its
   // diff (as a top, or as a bottom), and whether all touches at the highest one overwrite it
@@ -159,31 +177,38 @@ size_t Net::ShareDiffBuffers() {
   const std::vector<int>& first = touches.first;
   const std::vector<int>& last = touches.last;
   const std::vector<bool> excluded = BlobsOutsideThePlan(groups.of_blob, num_groups);
-  // Backward runs from the last layer down: step num_layers - 1 - i is layer i's.
-  std::vector<Lifetime> lifetimes;
+  // Backward runs from the last layer down: its step for layer i is offset + num_layers - 1 - i.
   for (int g = 0; g < num_groups; ++g) {
     if (first[g] >= 0 && touches.first_writes[g] && last[g] < first[g] && !excluded[g]) {
-      lifetimes.push_back({g, num_layers - 1 - first[g], num_layers - 1 - last[g]});
+      plan->lifetimes.push_back({offset + num_layers - 1 - first[g],
+                                 offset + num_layers - 1 - last[g], groups.bytes[g],
+                                 &groups.tensors[g], &Tensor::UseDiffBuffer});
     }
   }
-  return PackBuffers(lifetimes, groups, &Tensor::UseDiffBuffer, name_, "gradients");
 }
 
-size_t Net::ShareDataBuffers(const std::vector<std::string>& keep) {
+void Net::PlanData(BufferPlan* plan, const std::vector<std::string>& keep, bool through_backward,
+                   int offset) const {
   const int num_layers = static_cast<int>(layers_.size());
-  const BufferGroups groups = GroupBlobs(blobs_, [](const Tensor& t) { return t.data().get(); });
+  plan->groups.push_back(std::make_unique<BufferGroups>(
+      GroupBlobs(blobs_, [](const Tensor& t) { return t.data().get(); })));
+  const BufferGroups& groups = *plan->groups.back();
   const int num_groups = static_cast<int>(groups.tensors.size());
   // For each group: the first and last layer whose Forward touches its data, whether the first
-  // one only writes it (a top, not also a bottom), and whether some Backward reads it. Fused
-  // layers do nothing themselves and are skipped.
+  // one only writes it (a top, not also a bottom), and the lowest index of a layer whose
+  // Backward reads it (-1: none), the last to read it, since Backward runs from the last layer
+  // down. Fused layers do nothing themselves and are skipped: the layer they are fused into
+  // reads for them.
   Touches touches(num_groups);
-  std::vector<bool> backward_reads(num_groups, false);
+  std::vector<int> last_backward_reader(num_groups, -1);
   for (int i = 0; i < num_layers; ++i) {
     const Layer& layer = *layers_[i];
     if (layer.fused_into() != nullptr) continue;
     auto touch = [&](int g, bool writes, bool read_by_backward) {
       touches.Touch(g, i, writes);
-      backward_reads[g] = backward_reads[g] || (layer_need_backward_[i] && read_by_backward);
+      if (layer_need_backward_[i] && read_by_backward && last_backward_reader[g] < 0) {
+        last_backward_reader[g] = i;
+      }
     };
     const auto& bottoms = bottom_ids_[i];
     for (size_t b = 0; b < bottoms.size(); ++b) {
@@ -200,14 +225,42 @@ size_t Net::ShareDataBuffers(const std::vector<std::string>& keep) {
     blob_by_name(name);  // throws kNotFound naming it
     excluded[groups.of_blob[blob_index_.at(name)]] = true;
   }
-  // Only data that Backward never reads can give its buffer away once Forward is past it.
-  std::vector<Lifetime> lifetimes;
   for (int g = 0; g < num_groups; ++g) {
-    if (touches.first[g] >= 0 && touches.first_writes[g] && !backward_reads[g] && !excluded[g]) {
-      lifetimes.push_back({g, touches.first[g], touches.last[g]});
+    if (touches.first[g] < 0 || !touches.first_writes[g] || excluded[g]) continue;
+    const int reader = last_backward_reader[g];
+    if (reader < 0) {
+      // Alive from the Forward of its producer to that of its last consumer.
+      plan->lifetimes.push_back({touches.first[g], touches.last[g], groups.bytes[g],
+                                 &groups.tensors[g], &Tensor::UseDataBuffer});
+    } else if (through_backward) {
+      // Alive from the Forward of its producer to the Backward of its last reader.
+      // Its own buffer, as outside the plan, for the gradients that come after it.
+      plan->lifetimes.push_back({touches.first[g], offset + num_layers - 1 - reader,
+                                 groups.bytes[g], &groups.tensors[g], &Tensor::UseDataBuffer,
+                                 /*alone=*/true});
     }
   }
-  return PackBuffers(lifetimes, groups, &Tensor::UseDataBuffer, name_, "data");
+}
+
+size_t Net::ShareDiffBuffers() {
+  BufferPlan plan;
+  PlanDiffs(&plan, 0);
+  return PackBuffers(std::move(plan.lifetimes), name_, "gradients");
+}
+
+size_t Net::ShareDataBuffers(const std::vector<std::string>& keep) {
+  BufferPlan plan;
+  PlanData(&plan, keep, /*through_backward=*/false, 0);
+  return PackBuffers(std::move(plan.lifetimes), name_, "data");
+}
+
+size_t Net::ShareTrainingBuffers() {
+  // Forward's steps are 0 to L - 1, Backward's L to 2L - 1.
+  const int num_layers = static_cast<int>(layers_.size());
+  BufferPlan plan;
+  PlanDiffs(&plan, num_layers);
+  PlanData(&plan, {}, /*through_backward=*/true, num_layers);
+  return PackBuffers(std::move(plan.lifetimes), name_, "gradients and data");
 }
 
 void Net::FlattenParamDiffs() {

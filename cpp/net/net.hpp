@@ -84,6 +84,13 @@ class Net {
   // holds what a later layer wrote. The blobs named in `keep` stay out of the plan too (those a
   // caller reads after Forward, such as features); an unknown name is kNotFound.
   size_t ShareDataBuffers(const std::vector<std::string>& keep = {});
+  // ShareTrainingBuffers: both of the above in one plan over Forward and then Backward, in
+  // which a gradient may also take the buffer of data that Backward has finished reading (a
+  // blob's data lives from the Forward of its producer to the Backward of the last layer whose
+  // Backward reads it). During Backward the gradients of the early, large blobs then reuse the
+  // activations of the later layers. After Backward, the planned blobs' data and diffs hold what
+  // later layers wrote; the next Forward writes the data again. What a training net uses.
+  size_t ShareTrainingBuffers();
   // For nets that only ever run Forward (test nets): Backward then does nothing, and layers drop
   // what they keep only for it (BatchNorm's normalised copy).
   void SetForwardOnly();
@@ -209,6 +216,15 @@ class Net {
   // For each buffer group (see memory_plan.cpp), whether the memory plans must leave it alone.
   std::vector<bool> BlobsOutsideThePlan(const std::vector<int>& group_of_blob,
                                         int num_groups) const;
+  // The memory plans' pieces (memory_plan.cpp): the blobs grouped by diff or by data buffer, and
+  // the steps for which each group that may share needs its buffer. PlanDiffs adds the diff
+  // groups, their steps in Backward counted from `offset`. PlanData adds the data groups that
+  // Backward never reads (steps in Forward) and, with `through_backward`, also those it reads, up
+  // to the Backward step of their last reader, Backward's steps counted from `offset`.
+  struct BufferPlan;
+  void PlanDiffs(BufferPlan* plan, int offset) const;
+  void PlanData(BufferPlan* plan, const std::vector<std::string>& keep, bool through_backward,
+                int offset) const;
 
   Context* ctx_;
   NetOptions options_;

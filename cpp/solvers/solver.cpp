@@ -157,15 +157,12 @@ void Solver::InitTrainNet() {
   state.MergeFrom(param_.train_state());
   *net_param.mutable_state() = state;
   net_ = std::make_unique<Net>(net_param, ctx_, net_options_);
-  // The memory plan: blobs whose gradients, or whose data, are never alive together share
-  // buffers.
+  // The memory plan: gradients and data that are never alive together share buffers.
   if (net_->options().share_buffers) {
-    const size_t diffs = net_->ShareDiffBuffers();
-    const size_t data = net_->ShareDataBuffers();
+    const size_t saved = net_->ShareTrainingBuffers();
     CORTADO_LOG_INFO(
-        "Training net: buffers shared between blobs save {:.1f} MiB of gradients "
-        "and {:.1f} MiB of data",
-        diffs / 1048576.0, data / 1048576.0);
+        "Training net: buffers shared between blobs' gradients and data save {:.1f} MiB",
+        saved / 1048576.0);
   }
 }
 

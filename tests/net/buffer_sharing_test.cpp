@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
-// The training memory plan (Net::ShareDiffBuffers, Net::ShareDataBuffers): with gradient and
+// The training memory plan (Net::ShareDiffBuffers, Net::ShareDataBuffers, and both at once with
+// gradients in finished data, Net::ShareTrainingBuffers): with gradient and
 // data buffers shared between blobs, a net computes bit for bit the same parameter gradients,
 // input gradient and loss as without, over nets that exercise every kind of buffer use (branches
 // through Split, Concat, Slice and Eltwise; in-place and fused chains; layers that alias their
@@ -105,7 +106,27 @@ struct TwinNets {
   Net shared;
 };
 
-void ExpectSameGradients(const std::string& text, bool shares_data) {
+// The distinct buffers of a net's blobs, data and diffs together.
+std::set<const SyncedMemory*> AllBuffers(const Net& net) {
+  std::set<const SyncedMemory*> buffers;
+  for (const auto& blob : net.blobs()) {
+    buffers.insert(blob->data().get());
+    buffers.insert(blob->diff().get());
+  }
+  return buffers;
+}
+
+// Bytes of the distinct buffers of a net's blobs.
+size_t BlobBufferBytes(const Net& net) {
+  size_t bytes = 0;
+  for (const SyncedMemory* memory : AllBuffers(net)) bytes += memory->size();
+  return bytes;
+}
+
+// The plan a test applies: the two separate ones, or the joint one a Solver uses.
+enum class Plan { kSeparate, kJoint };
+
+void ExpectSameGradients(const std::string& text, bool shares_data, Plan how = Plan::kSeparate) {
   caffe::NetParameter param = NetParam(text);
   param.mutable_state()->set_phase(caffe::TRAIN);
   TwinNets twins(param);
@@ -113,12 +134,25 @@ void ExpectSameGradients(const std::string& text, bool shares_data) {
   Net& shared = twins.shared;
   const int diffs_before = DistinctDiffBuffers(shared);
   const int data_before = DistinctDataBuffers(shared);
-  EXPECT_GT(shared.ShareDiffBuffers(), 0u);
-  EXPECT_LT(DistinctDiffBuffers(shared), diffs_before);
-  const size_t data_saved = shared.ShareDataBuffers();
-  if (shares_data) {
-    EXPECT_GT(data_saved, 0u);
-    EXPECT_LT(DistinctDataBuffers(shared), data_before);
+  if (how == Plan::kSeparate) {
+    EXPECT_GT(shared.ShareDiffBuffers(), 0u);
+    EXPECT_LT(DistinctDiffBuffers(shared), diffs_before);
+    const size_t data_saved = shared.ShareDataBuffers();
+    if (shares_data) {
+      EXPECT_GT(data_saved, 0u);
+      EXPECT_LT(DistinctDataBuffers(shared), data_before);
+    }
+  } else {
+    const size_t before = BlobBufferBytes(shared);
+    const size_t saved = shared.ShareTrainingBuffers();
+    EXPECT_GT(saved, 0u);
+    EXPECT_LT(BlobBufferBytes(shared), before);
+    // Some gradient lives in a buffer that is also some blob's data.
+    std::set<const SyncedMemory*> data;
+    for (const auto& blob : shared.blobs()) data.insert(blob->data().get());
+    int diffs_in_data = 0;
+    for (const auto& blob : shared.blobs()) diffs_in_data += data.count(blob->diff().get());
+    EXPECT_GT(diffs_in_data, 0);
   }
   FillInputs(&plain);
   FillInputs(&shared);
@@ -191,6 +225,22 @@ std::string ResidualNet() {
 TEST(BufferSharingTest, ResidualBlocksHaveTheSameGradients) {
   // The blocks' last BatchNorm + Scale outputs feed only a sum, whose gradient needs no data.
   ExpectSameGradients(ResidualNet(), true);
+}
+
+// The joint plan: gradients also take the buffers of data Backward is done with.
+TEST(BufferSharingTest, JointPlanHasTheSameGradients) {
+  ExpectSameGradients(kBranchyNet, false, Plan::kJoint);
+  ExpectSameGradients(ResidualNet(), true, Plan::kJoint);
+}
+
+TEST(BufferSharingTest, JointPlanTakesLessThanTheTwoPlans) {
+  caffe::NetParameter param = NetParam(ResidualNet());
+  param.mutable_state()->set_phase(caffe::TRAIN);
+  TwinNets twins(param);
+  twins.plain.ShareDiffBuffers();
+  twins.plain.ShareDataBuffers();
+  twins.shared.ShareTrainingBuffers();
+  EXPECT_LT(BlobBufferBytes(twins.shared), BlobBufferBytes(twins.plain));
 }
 
 TEST(BufferSharingTest, ForwardOnlyNetsShareAllButTheirOutputs) {
