@@ -1,6 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
 // ConvolutionPlan on oneDNN. Primitives choose their own (blocked) memory formats; our plain
-// NCHW buffers are reordered in and out, into scratch buffers allocated once per plan.
+// NCHW buffers are reordered in and out, through scratch memory that every plan a thread runs
+// shares (passes run one at a time), so a deep net holds one pass's copies, not every layer's.
+#include <cstdlib>
+#include <initializer_list>
+#include <new>
 #include <unordered_map>
 #include <vector>
 
@@ -30,19 +34,59 @@ using dnnl::memory;
 using Tag = memory::format_tag;
 using Type = memory::data_type;
 
-// A plain user buffer and, when the primitive wants another layout, a scratch copy in it.
+// The calling thread's scratch memory for reordered copies: at least `bytes`, 64-byte aligned,
+// grown to the largest need and kept until the thread ends. Valid until the next call on the
+// same thread.
+void* ThreadScratch(size_t bytes) {
+  struct Arena {
+    void* data = nullptr;
+    size_t size = 0;
+    ~Arena() { std::free(data); }
+  };
+  thread_local Arena arena;
+  if (bytes > arena.size) {
+    const size_t size = (bytes + 63) / 64 * 64;
+    void* grown = std::aligned_alloc(64, size);
+    if (grown == nullptr) throw std::bad_alloc();
+    std::free(arena.data);
+    arena.data = grown;
+    arena.size = size;
+  }
+  return arena.data;
+}
+
+// A plain user buffer and, when the primitive wants another layout, a copy in that layout in
+// scratch memory placed before each pass (Place).
 class Operand {
  public:
   Operand() = default;
   Operand(const memory::desc& user, const memory::desc& wanted, const dnnl::engine& engine)
       : user_(user, engine, DNNL_MEMORY_NONE), engine_(engine) {
     if (wanted != user) {
-      scratch_ = memory(wanted, engine);
+      scratch_ = memory(wanted, engine, DNNL_MEMORY_NONE);
+      scratch_bytes_ = (wanted.get_size() + 63) / 64 * 64;
       to_scratch_ = dnnl::reorder(user_, scratch_);
       from_scratch_ = dnnl::reorder(scratch_, user_);
     }
   }
   bool reordered() const { return static_cast<bool>(scratch_); }
+  // Bytes of scratch memory the copy needs (0 without one), a multiple of 64.
+  size_t scratch_bytes() const { return scratch_bytes_; }
+  void set_scratch(void* data) {
+    if (reordered()) scratch_.set_data_handle(data);
+  }
+
+  // Points the copies of one pass's operands at consecutive parts of the thread's scratch.
+  static void Place(std::initializer_list<Operand*> operands) {
+    size_t total = 0;
+    for (const Operand* op : operands) total += op->scratch_bytes();
+    if (total == 0) return;
+    char* at = static_cast<char*>(ThreadScratch(total));
+    for (Operand* op : operands) {
+      op->set_scratch(at);
+      at += op->scratch_bytes();
+    }
+  }
 
   // The memory the primitive reads, copying `data` in if needed.
   memory In(const float* data, dnnl::stream& stream) {
@@ -63,6 +107,7 @@ class Operand {
  private:
   memory user_;
   memory scratch_;
+  size_t scratch_bytes_ = 0;
   dnnl::reorder to_scratch_;
   dnnl::reorder from_scratch_;
   dnnl::engine engine_;
@@ -136,6 +181,7 @@ class OneDnnConvolution final : public ConvolutionPlan {
   }
 
   void Forward(const float* src, const float* weights, const float* bias, float* dst) override {
+    Operand::Place({&fwd_src_, &fwd_weights_, &fwd_dst_});
     std::unordered_map<int, memory> args = {{DNNL_ARG_SRC, fwd_src_.In(src, stream_)},
                                             {DNNL_ARG_WEIGHTS, fwd_weights_.In(weights, stream_)},
                                             {DNNL_ARG_DST, fwd_dst_.Target(dst)}};
@@ -149,6 +195,7 @@ class OneDnnConvolution final : public ConvolutionPlan {
   }
 
   void BackwardData(const float* diff_dst, const float* weights, float* diff_src) override {
+    Operand::Place({&bd_diff_dst_, &bd_weights_, &bd_diff_src_});
     backward_data_.execute(stream_, {{DNNL_ARG_DIFF_DST, bd_diff_dst_.In(diff_dst, stream_)},
                                      {DNNL_ARG_WEIGHTS, bd_weights_.In(weights, stream_)},
                                      {DNNL_ARG_DIFF_SRC, bd_diff_src_.Target(diff_src)}});
@@ -159,6 +206,7 @@ class OneDnnConvolution final : public ConvolutionPlan {
   void BackwardWeights(const float* src, const float* diff_dst, float* diff_weights,
                        float* diff_bias) override {
     // oneDNN overwrites its outputs; layers accumulate, so compute into scratch and add.
+    Operand::Place({&bw_src_, &bw_diff_dst_, &bw_diff_weights_});
     std::unordered_map<int, memory> args = {
         {DNNL_ARG_SRC, bw_src_.In(src, stream_)},
         {DNNL_ARG_DIFF_DST, bw_diff_dst_.In(diff_dst, stream_)},
