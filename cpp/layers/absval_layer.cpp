@@ -4,11 +4,6 @@
 #include "math/math.hpp"
 
 namespace cortado {
-namespace {
-
-constexpr int kParallelThreshold = 1 << 15;
-
-}  // namespace
 
 void AbsValLayer::Reshape(const std::vector<Tensor*>& bottom, const std::vector<Tensor*>& top) {
   top[0]->ReshapeLike(*bottom[0]);
@@ -31,7 +26,7 @@ void AbsValLayer::BackwardCpu(const std::vector<Tensor*>& top,
   const float* x = bottom[0] == top[0] ? bottom_copy_.cpu_data() : bottom[0]->cpu_data();
   const float* dy = top[0]->cpu_diff();
   float* dx = bottom[0]->mutable_cpu_diff();
-#pragma omp parallel for if (n > kParallelThreshold) schedule(static)
+#pragma omp parallel for if (n > math::kParallelThreshold) schedule(static)
   for (int i = 0; i < n; ++i) {
     const float sign = static_cast<float>((0.0f < x[i]) - (x[i] < 0.0f));
     dx[i] = dy[i] * sign;

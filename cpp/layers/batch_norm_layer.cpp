@@ -8,13 +8,6 @@
 #include "math/math.hpp"
 
 namespace cortado {
-namespace {
-
-// Below this many elements a parallel region costs more than it saves. Each channel is one
-// thread's work, so the sums (and the results) do not depend on the thread count.
-constexpr int kParallelThreshold = 1 << 15;
-
-}  // namespace
 
 void BatchNormLayer::Setup(const std::vector<Tensor*>& bottom,
                            const std::vector<Tensor*>& /*top*/) {
@@ -76,8 +69,10 @@ void BatchNormLayer::ForwardCpu(const std::vector<Tensor*>& bottom,
     math::Scale(channels_, factor, blobs_[0]->cpu_data(), mean_.data());
     math::Scale(channels_, factor, blobs_[1]->cpu_data(), variance.data());
   } else {
-    // Two passes (mean, then the mean of squared deviations), like Caffe.
-#pragma omp parallel for if (count > kParallelThreshold) schedule(static)
+    // Two passes (mean, then the mean of squared deviations), like Caffe. Here and below each
+    // channel is one thread's work, so the sums (and the results) do not depend on the thread
+    // count.
+#pragma omp parallel for if (count > math::kParallelThreshold) schedule(static)
     for (int c = 0; c < channels_; ++c) {
       double sum = 0.0;
       for (int n = 0; n < num_; ++n) {
@@ -108,7 +103,7 @@ void BatchNormLayer::ForwardCpu(const std::vector<Tensor*>& bottom,
 
   // Without Backward the top itself takes x_norm (in place too: each element is read first).
   float* x_norm = keep_x_norm_ ? x_norm_.mutable_cpu_data() : out;
-#pragma omp parallel for if (count > kParallelThreshold) schedule(static)
+#pragma omp parallel for if (count > math::kParallelThreshold) schedule(static)
   for (int c = 0; c < channels_; ++c) {
     for (int n = 0; n < num_; ++n) {
       const int offset = (n * channels_ + c) * spatial_dim_;
@@ -126,7 +121,7 @@ void BatchNormLayer::ForwardCpu(const std::vector<Tensor*>& bottom,
   const Affine affine = FusedAffine();
   const float* s = affine.scale->cpu_data();
   const float* b = affine.bias != nullptr ? affine.bias->cpu_data() : nullptr;
-#pragma omp parallel for if (count > kParallelThreshold) schedule(static)
+#pragma omp parallel for if (count > math::kParallelThreshold) schedule(static)
   for (int c = 0; c < channels_; ++c) {
     for (int n = 0; n < num_; ++n) {
       const int offset = (n * channels_ + c) * spatial_dim_;
@@ -164,7 +159,7 @@ void BatchNormLayer::BackwardCpu(const std::vector<Tensor*>& top,
   std::vector<double> sum_g(channels_, 0.0), sum_gy(channels_, 0.0);
   const int count = bottom[0]->count();
   if (!use_global_stats_ || param_grads) {
-#pragma omp parallel for if (count > kParallelThreshold) schedule(static)
+#pragma omp parallel for if (count > math::kParallelThreshold) schedule(static)
     for (int c = 0; c < channels_; ++c) {
       for (int n = 0; n < num_; ++n) {
         const int offset = (n * channels_ + c) * spatial_dim_;
@@ -197,7 +192,7 @@ void BatchNormLayer::BackwardCpu(const std::vector<Tensor*>& top,
   if (!propagate_down[0]) return;
   float* diff = bottom[0]->mutable_cpu_diff();
   const float* s = affine.scale != nullptr ? affine.scale->cpu_data() : nullptr;
-#pragma omp parallel for if (count > kParallelThreshold) schedule(static)
+#pragma omp parallel for if (count > math::kParallelThreshold) schedule(static)
   for (int c = 0; c < channels_; ++c) {
     // dy at the normalised output is s * g: with the statistics constant, dx = s * g / std;
     // with batch statistics (means over the channel's m values)

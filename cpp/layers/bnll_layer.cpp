@@ -7,11 +7,6 @@
 #include "math/math.hpp"
 
 namespace cortado {
-namespace {
-
-constexpr int kParallelThreshold = 1 << 15;
-
-}  // namespace
 
 void BNLLLayer::Reshape(const std::vector<Tensor*>& bottom, const std::vector<Tensor*>& top) {
   top[0]->ReshapeLike(*bottom[0]);
@@ -24,7 +19,7 @@ void BNLLLayer::ForwardCpu(const std::vector<Tensor*>& bottom, const std::vector
   const float* x = bottom[0]->cpu_data();
   float* y = top[0]->mutable_cpu_data();
   // exp never sees a positive argument, so nothing overflows (Caffe's branch).
-#pragma omp parallel for if (n > kParallelThreshold) schedule(static)
+#pragma omp parallel for if (n > math::kParallelThreshold) schedule(static)
   for (int i = 0; i < n; ++i) {
     y[i] = x[i] > 0.0f ? x[i] + std::log1p(std::exp(-x[i])) : std::log1p(std::exp(x[i]));
   }
@@ -38,7 +33,7 @@ void BNLLLayer::BackwardCpu(const std::vector<Tensor*>& top,
   const float* x = bottom[0] == top[0] ? bottom_copy_.cpu_data() : bottom[0]->cpu_data();
   const float* dy = top[0]->cpu_diff();
   float* dx = bottom[0]->mutable_cpu_diff();
-#pragma omp parallel for if (n > kParallelThreshold) schedule(static)
+#pragma omp parallel for if (n > math::kParallelThreshold) schedule(static)
   for (int i = 0; i < n; ++i) {
     const float e = std::exp(std::min(x[i], kBNLLThreshold));
     dx[i] = dy[i] * e / (e + 1.0f);

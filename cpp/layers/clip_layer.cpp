@@ -4,11 +4,6 @@
 #include "math/math.hpp"
 
 namespace cortado {
-namespace {
-
-constexpr int kParallelThreshold = 1 << 15;
-
-}  // namespace
 
 void ClipLayer::Setup(const std::vector<Tensor*>& /*bottom*/, const std::vector<Tensor*>& /*top*/) {
   const auto& p = param_.clip_param();
@@ -36,7 +31,7 @@ void ClipLayer::ForwardCpu(const std::vector<Tensor*>& bottom, const std::vector
   float* y = top[0]->mutable_cpu_data();
   const float lo = min_, hi = max_;
   // NaN stays NaN (Caffe's CPU pass gives min there and its GPU pass max).
-#pragma omp parallel for if (n > kParallelThreshold) schedule(static)
+#pragma omp parallel for if (n > math::kParallelThreshold) schedule(static)
   for (int i = 0; i < n; ++i) y[i] = x[i] < lo ? lo : (x[i] > hi ? hi : x[i]);
 }
 
@@ -50,7 +45,7 @@ void ClipLayer::BackwardCpu(const std::vector<Tensor*>& top,
   float* dx = bottom[0]->mutable_cpu_diff();
   const float lo = min_, hi = max_;
   // Caffe multiplies by the 0/1 mask, so a NaN or infinite dy outside the range still gives NaN.
-#pragma omp parallel for if (n > kParallelThreshold) schedule(static)
+#pragma omp parallel for if (n > math::kParallelThreshold) schedule(static)
   for (int i = 0; i < n; ++i) dx[i] = dy[i] * static_cast<float>(x[i] >= lo && x[i] <= hi);
 }
 

@@ -4,11 +4,6 @@
 #include "math/math.hpp"
 
 namespace cortado {
-namespace {
-
-constexpr int kParallelThreshold = 1 << 15;
-
-}  // namespace
 
 void DropoutLayer::Setup(const std::vector<Tensor*>& /*bottom*/,
                          const std::vector<Tensor*>& /*top*/) {
@@ -49,7 +44,7 @@ void DropoutLayer::ForwardCpu(const std::vector<Tensor*>& bottom, const std::vec
   math::RngBernoulli(n, 1.0f - ratio_, ctx_->rng(), mask_.data());
   const unsigned int* mask = mask_.data();
   const float scale = train_scale_;
-#pragma omp parallel for if (n > kParallelThreshold) schedule(static)
+#pragma omp parallel for if (n > math::kParallelThreshold) schedule(static)
   for (int i = 0; i < n; ++i) y[i] = mask[i] ? x[i] * scale : 0.0f;
 }
 
@@ -70,7 +65,7 @@ void DropoutLayer::BackwardCpu(const std::vector<Tensor*>& top,
   }
   const unsigned int* mask = mask_.data();
   const float scale = train_scale_;
-#pragma omp parallel for if (n > kParallelThreshold) schedule(static)
+#pragma omp parallel for if (n > math::kParallelThreshold) schedule(static)
   for (int i = 0; i < n; ++i) dx[i] = mask[i] ? dy[i] * scale : 0.0f;
 }
 

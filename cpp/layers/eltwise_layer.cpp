@@ -7,12 +7,6 @@
 #include "math/math.hpp"
 
 namespace cortado {
-namespace {
-
-// Element counts below which the loops run on one thread.
-constexpr int kParallelThreshold = 1 << 15;
-
-}  // namespace
 
 void EltwiseLayer::Setup(const std::vector<Tensor*>& bottom, const std::vector<Tensor*>& top) {
   // In place, the forward pass would overwrite a bottom it still reads, and the backward pass
@@ -80,7 +74,7 @@ void EltwiseLayer::ForwardCpu(const std::vector<Tensor*>& bottom, const std::vec
         const float cc = coeffs_[1];
         const float slope = relu_slope_;
         const bool relu = relu_;
-#pragma omp parallel for if (n > kParallelThreshold) schedule(static)
+#pragma omp parallel for if (n > math::kParallelThreshold) schedule(static)
         for (int i = 0; i < n; ++i) {
           const float v = ca * a[i] + cc * c[i];
           out[i] = relu ? std::max(v, 0.0f) + slope * std::min(v, 0.0f) : v;
@@ -90,7 +84,7 @@ void EltwiseLayer::ForwardCpu(const std::vector<Tensor*>& bottom, const std::vec
       math::Set(n, 0.0f, out);
       for (int b = 0; b < num_bottom; ++b) math::Axpy(n, coeffs_[b], bottom[b]->cpu_data(), out);
       if (relu_) {  // as relu_layer.cpp computes it
-#pragma omp parallel for if (n > kParallelThreshold) schedule(static)
+#pragma omp parallel for if (n > math::kParallelThreshold) schedule(static)
         for (int i = 0; i < n; ++i) {
           out[i] = std::max(out[i], 0.0f) + relu_slope_ * std::min(out[i], 0.0f);
         }
@@ -146,7 +140,7 @@ void EltwiseLayer::BackwardCpu(const std::vector<Tensor*>& top,
       float* d1 = diffs[1];
       const float c0 = coeffs[0];
       const float c1 = coeffs[1];
-#pragma omp parallel for if (n > kParallelThreshold) schedule(static)
+#pragma omp parallel for if (n > math::kParallelThreshold) schedule(static)
       for (int i = 0; i < n; ++i) {
         const float g = top_data[i] > 0.0f ? top_diff[i] : top_diff[i] * slope;
         d0[i] = c0 * g;
@@ -155,7 +149,7 @@ void EltwiseLayer::BackwardCpu(const std::vector<Tensor*>& top,
       return;
     }
     const int m = static_cast<int>(diffs.size());
-#pragma omp parallel for if (n > kParallelThreshold) schedule(static)
+#pragma omp parallel for if (n > math::kParallelThreshold) schedule(static)
     for (int i = 0; i < n; ++i) {
       const float g = top_data[i] > 0.0f ? top_diff[i] : top_diff[i] * slope;
       for (int k = 0; k < m; ++k)

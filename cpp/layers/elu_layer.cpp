@@ -6,11 +6,6 @@
 #include "math/math.hpp"
 
 namespace cortado {
-namespace {
-
-constexpr int kParallelThreshold = 1 << 15;
-
-}  // namespace
 
 void ELULayer::Reshape(const std::vector<Tensor*>& bottom, const std::vector<Tensor*>& top) {
   top[0]->ReshapeLike(*bottom[0]);
@@ -24,7 +19,7 @@ void ELULayer::ForwardCpu(const std::vector<Tensor*>& bottom, const std::vector<
     math::Copy(n, bottom[0]->cpu_data(), bottom_copy_.mutable_cpu_data());
   const float* x = bottom[0]->cpu_data();
   float* y = top[0]->mutable_cpu_data();
-#pragma omp parallel for if (n > kParallelThreshold) schedule(static)
+#pragma omp parallel for if (n > math::kParallelThreshold) schedule(static)
   for (int i = 0; i < n; ++i) y[i] = x[i] > 0.0f ? x[i] : alpha * (std::exp(x[i]) - 1.0f);
 }
 
@@ -38,7 +33,7 @@ void ELULayer::BackwardCpu(const std::vector<Tensor*>& top, const std::vector<bo
   const float* y = top[0]->cpu_data();
   const float* dy = top[0]->cpu_diff();
   float* dx = bottom[0]->mutable_cpu_diff();
-#pragma omp parallel for if (n > kParallelThreshold) schedule(static)
+#pragma omp parallel for if (n > math::kParallelThreshold) schedule(static)
   for (int i = 0; i < n; ++i) dx[i] = x[i] > 0.0f ? dy[i] : dy[i] * (y[i] + alpha);
 }
 

@@ -9,9 +9,8 @@
 #include "math/math.hpp"
 
 namespace cortado {
-namespace {
 
-constexpr int kParallelThreshold = 1 << 15;
+namespace {
 
 // An index is valid when it is an integer in [0, k) (NaN is not).
 bool ValidIndex(float value, int k) {
@@ -95,7 +94,8 @@ void EmbedLayer::ForwardCpu(const std::vector<Tensor*>& bottom, const std::vecto
   const float* b = bias_term_ ? blobs_[1]->cpu_data() : nullptr;
   float* y = top[0]->mutable_cpu_data();
   const int n = n_;
-#pragma omp parallel for if (static_cast <int64_t>(m_) * n_ > kParallelThreshold) schedule(static)
+#pragma omp parallel for if (static_cast <int64_t>(m_) * n_ > math::kParallelThreshold) \
+    schedule(static)
   for (int i = 0; i < m_; ++i) {
     const float* row = w + static_cast<size_t>(x[i]) * n;
     float* out = y + static_cast<size_t>(i) * n;

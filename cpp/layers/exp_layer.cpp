@@ -6,11 +6,6 @@
 #include "math/math.hpp"
 
 namespace cortado {
-namespace {
-
-constexpr int kParallelThreshold = 1 << 15;
-
-}  // namespace
 
 void ExpLayer::Setup(const std::vector<Tensor*>& /*bottom*/, const std::vector<Tensor*>& /*top*/) {
   const auto& p = param_.exp_param();
@@ -36,7 +31,7 @@ void ExpLayer::ForwardCpu(const std::vector<Tensor*>& bottom, const std::vector<
   const float* x = bottom[0]->cpu_data();
   float* y = top[0]->mutable_cpu_data();
   const float inner = inner_scale_, outer = outer_scale_;
-#pragma omp parallel for if (n > kParallelThreshold) schedule(static)
+#pragma omp parallel for if (n > math::kParallelThreshold) schedule(static)
   for (int i = 0; i < n; ++i) y[i] = outer * std::exp(inner * x[i]);
 }
 
@@ -48,7 +43,7 @@ void ExpLayer::BackwardCpu(const std::vector<Tensor*>& top, const std::vector<bo
   const float* dy = top[0]->cpu_diff();
   float* dx = bottom[0]->mutable_cpu_diff();
   const float inner = inner_scale_;
-#pragma omp parallel for if (n > kParallelThreshold) schedule(static)
+#pragma omp parallel for if (n > math::kParallelThreshold) schedule(static)
   for (int i = 0; i < n; ++i) dx[i] = dy[i] * y[i] * inner;
 }
 

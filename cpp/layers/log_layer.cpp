@@ -6,11 +6,6 @@
 #include "math/math.hpp"
 
 namespace cortado {
-namespace {
-
-constexpr int kParallelThreshold = 1 << 15;
-
-}  // namespace
 
 void LogLayer::Setup(const std::vector<Tensor*>& /*bottom*/, const std::vector<Tensor*>& /*top*/) {
   const auto& p = param_.log_param();
@@ -43,7 +38,7 @@ void LogLayer::ForwardCpu(const std::vector<Tensor*>& bottom, const std::vector<
   const float* x = bottom[0]->cpu_data();
   float* y = top[0]->mutable_cpu_data();
   const float base_scale = base_scale_, scale = input_scale_, shift = input_shift_;
-#pragma omp parallel for if (n > kParallelThreshold) schedule(static)
+#pragma omp parallel for if (n > math::kParallelThreshold) schedule(static)
   for (int i = 0; i < n; ++i) y[i] = base_scale * std::log(shift + scale * x[i]);
 }
 
@@ -55,7 +50,7 @@ void LogLayer::BackwardCpu(const std::vector<Tensor*>& top, const std::vector<bo
   const float* dy = top[0]->cpu_diff();
   float* dx = bottom[0]->mutable_cpu_diff();
   const float numerator = input_scale_ * base_scale_, scale = input_scale_, shift = input_shift_;
-#pragma omp parallel for if (n > kParallelThreshold) schedule(static)
+#pragma omp parallel for if (n > math::kParallelThreshold) schedule(static)
   for (int i = 0; i < n; ++i) dx[i] = dy[i] * numerator / (shift + scale * x[i]);
 }
 

@@ -3,12 +3,9 @@
 
 #include <cmath>
 
+#include "math/math.hpp"
+
 namespace cortado {
-namespace {
-
-constexpr int kParallelThreshold = 1 << 15;
-
-}  // namespace
 
 void MVNLayer::Reshape(const std::vector<Tensor*>& bottom, const std::vector<Tensor*>& top) {
   const Tensor& in = *bottom[0];
@@ -32,7 +29,7 @@ void MVNLayer::ForwardCpu(const std::vector<Tensor*>& bottom, const std::vector<
   const bool normalize = param_.mvn_param().normalize_variance();
   const float eps = param_.mvn_param().eps();
   const int num = num_, dim = dim_;
-#pragma omp parallel for if (bottom[0]->count() > kParallelThreshold) schedule(static)
+#pragma omp parallel for if (bottom[0]->count() > math::kParallelThreshold) schedule(static)
   for (int r = 0; r < num; ++r) {
     const size_t offset = static_cast<size_t>(r) * dim;
     double sum = 0.0;
@@ -65,7 +62,7 @@ void MVNLayer::BackwardCpu(const std::vector<Tensor*>& top, const std::vector<bo
   const int num = num_, dim = dim_;
   const float inv_dim = static_cast<float>(1.0 / dim);
   // In place dx is dy and y is x: each row's sums are taken before the row is written.
-#pragma omp parallel for if (bottom[0]->count() > kParallelThreshold) schedule(static)
+#pragma omp parallel for if (bottom[0]->count() > math::kParallelThreshold) schedule(static)
   for (int r = 0; r < num; ++r) {
     const size_t offset = static_cast<size_t>(r) * dim;
     double sum_dy = 0.0, sum_dy_y = 0.0;

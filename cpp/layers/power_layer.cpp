@@ -6,11 +6,6 @@
 #include "math/math.hpp"
 
 namespace cortado {
-namespace {
-
-constexpr int kParallelThreshold = 1 << 15;
-
-}  // namespace
 
 void PowerLayer::Setup(const std::vector<Tensor*>& /*bottom*/,
                        const std::vector<Tensor*>& /*top*/) {
@@ -39,10 +34,10 @@ void PowerLayer::ForwardCpu(const std::vector<Tensor*>& bottom, const std::vecto
   const float* x = bottom[0]->cpu_data();
   const float power = power_, scale = scale_, shift = shift_;
   if (power == 1.0f) {
-#pragma omp parallel for if (n > kParallelThreshold) schedule(static)
+#pragma omp parallel for if (n > math::kParallelThreshold) schedule(static)
     for (int i = 0; i < n; ++i) y[i] = shift + scale * x[i];
   } else {
-#pragma omp parallel for if (n > kParallelThreshold) schedule(static)
+#pragma omp parallel for if (n > math::kParallelThreshold) schedule(static)
     for (int i = 0; i < n; ++i) y[i] = std::pow(shift + scale * x[i], power);
   }
 }
@@ -66,14 +61,14 @@ void PowerLayer::BackwardCpu(const std::vector<Tensor*>& top,
   }
   const float* x = KeepsBottom(bottom, top) ? bottom_copy_.cpu_data() : bottom[0]->cpu_data();
   if (power_ == 2.0f) {
-#pragma omp parallel for if (n > kParallelThreshold) schedule(static)
+#pragma omp parallel for if (n > math::kParallelThreshold) schedule(static)
     for (int i = 0; i < n; ++i) dx[i] = dy[i] * diff_scale * (shift + scale * x[i]);
     return;
   }
   // dy/dx = power * scale * (shift + scale x)^(power - 1) = diff_scale * y / (shift + scale x),
   // reusing y from Forward rather than calling pow again (Caffe's choice).
   const float* y = top[0]->cpu_data();
-#pragma omp parallel for if (n > kParallelThreshold) schedule(static)
+#pragma omp parallel for if (n > math::kParallelThreshold) schedule(static)
   for (int i = 0; i < n; ++i) dx[i] = dy[i] * diff_scale * y[i] / (shift + scale * x[i]);
 }
 

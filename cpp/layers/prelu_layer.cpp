@@ -8,11 +8,6 @@
 #include "math/math.hpp"
 
 namespace cortado {
-namespace {
-
-constexpr int kParallelThreshold = 1 << 15;
-
-}  // namespace
 
 void PReLULayer::CheckBottom(const Tensor& bottom) const {
   if (bottom.num_axes() < 2) {
@@ -65,7 +60,7 @@ void PReLULayer::ForwardCpu(const std::vector<Tensor*>& bottom, const std::vecto
   const int rows = bottom[0]->shape(0) * channels;
   const int dim = bottom[0]->count(2);
   const bool shared = channel_shared_;
-#pragma omp parallel for if (count > kParallelThreshold) schedule(static)
+#pragma omp parallel for if (count > math::kParallelThreshold) schedule(static)
   for (int r = 0; r < rows; ++r) {
     const float a = slope[shared ? 0 : r % channels];
     const float* xr = x + static_cast<size_t>(r) * dim;
@@ -85,7 +80,7 @@ void PReLULayer::BackwardCpu(const std::vector<Tensor*>& top,
   // The slope gradient goes first: in place, dx overwrites dy.
   if (param_propagate_down(0)) {
     std::vector<double> sums(channels, 0.0);
-#pragma omp parallel for if (bottom[0]->count() > kParallelThreshold) schedule(static)
+#pragma omp parallel for if (bottom[0]->count() > math::kParallelThreshold) schedule(static)
     for (int c = 0; c < channels; ++c) {
       double sum = 0.0;
       for (int n = 0; n < num; ++n) {
@@ -107,7 +102,7 @@ void PReLULayer::BackwardCpu(const std::vector<Tensor*>& top,
     float* dx = bottom[0]->mutable_cpu_diff();
     const int rows = num * channels;
     const bool shared = channel_shared_;
-#pragma omp parallel for if (bottom[0]->count() > kParallelThreshold) schedule(static)
+#pragma omp parallel for if (bottom[0]->count() > math::kParallelThreshold) schedule(static)
     for (int r = 0; r < rows; ++r) {
       const float a = slope[shared ? 0 : r % channels];
       const size_t offset = static_cast<size_t>(r) * dim;

@@ -3,12 +3,9 @@
 
 #include <cmath>
 
+#include "math/math.hpp"
+
 namespace cortado {
-namespace {
-
-constexpr int kParallelThreshold = 1 << 15;
-
-}  // namespace
 
 void ReductionLayer::Reshape(const std::vector<Tensor*>& bottom, const std::vector<Tensor*>& top) {
   const auto& p = param_.reduction_param();
@@ -39,7 +36,7 @@ void ReductionLayer::ForwardCpu(const std::vector<Tensor*>& bottom,
   const int num = num_, dim = dim_;
   const auto op = op_;
   const float coeff = coeff_;
-#pragma omp parallel for if (bottom[0]->count() > kParallelThreshold) schedule(static)
+#pragma omp parallel for if (bottom[0]->count() > math::kParallelThreshold) schedule(static)
   for (int i = 0; i < num; ++i) {
     const float* row = x + static_cast<size_t>(i) * dim;
     double sum = 0.0;
@@ -69,7 +66,7 @@ void ReductionLayer::BackwardCpu(const std::vector<Tensor*>& top,
   const int num = num_, dim = dim_;
   const auto op = op_;
   const float coeff = coeff_;
-#pragma omp parallel for if (bottom[0]->count() > kParallelThreshold) schedule(static)
+#pragma omp parallel for if (bottom[0]->count() > math::kParallelThreshold) schedule(static)
   for (int i = 0; i < num; ++i) {
     const float g = dy[i] * coeff;
     const size_t offset = static_cast<size_t>(i) * dim;

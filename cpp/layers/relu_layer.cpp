@@ -6,12 +6,6 @@
 #include "math/math.hpp"
 
 namespace cortado {
-namespace {
-
-// Below this many elements a parallel region costs more than it saves.
-constexpr int kParallelThreshold = 1 << 15;
-
-}  // namespace
 
 bool ReLULayer::KeepsBottom(const std::vector<Tensor*>& bottom,
                             const std::vector<Tensor*>& top) const {
@@ -31,10 +25,10 @@ void ReLULayer::ForwardCpu(const std::vector<Tensor*>& bottom, const std::vector
   const float* x = bottom[0]->cpu_data();
   float* y = top[0]->mutable_cpu_data();
   if (slope == 0.0f) {
-#pragma omp parallel for if (n > kParallelThreshold) schedule(static)
+#pragma omp parallel for if (n > math::kParallelThreshold) schedule(static)
     for (int i = 0; i < n; ++i) y[i] = std::max(x[i], 0.0f);
   } else {
-#pragma omp parallel for if (n > kParallelThreshold) schedule(static)
+#pragma omp parallel for if (n > math::kParallelThreshold) schedule(static)
     for (int i = 0; i < n; ++i) y[i] = std::max(x[i], 0.0f) + slope * std::min(x[i], 0.0f);
   }
 }
@@ -52,7 +46,7 @@ void ReLULayer::BackwardCpu(const std::vector<Tensor*>& top,
                                  : (slope < 0.0f ? bottom[0]->cpu_data() : top[0]->cpu_data());
   const float* dy = top[0]->cpu_diff();
   float* dx = bottom[0]->mutable_cpu_diff();
-#pragma omp parallel for if (n > kParallelThreshold) schedule(static)
+#pragma omp parallel for if (n > math::kParallelThreshold) schedule(static)
   for (int i = 0; i < n; ++i) dx[i] = sign_source[i] > 0.0f ? dy[i] : dy[i] * slope;
 }
 

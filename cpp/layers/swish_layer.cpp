@@ -3,12 +3,9 @@
 
 #include <cmath>
 
+#include "math/math.hpp"
+
 namespace cortado {
-namespace {
-
-constexpr int kParallelThreshold = 1 << 15;
-
-}  // namespace
 
 void SwishLayer::Reshape(const std::vector<Tensor*>& bottom, const std::vector<Tensor*>& top) {
   top[0]->ReshapeLike(*bottom[0]);
@@ -22,7 +19,7 @@ void SwishLayer::ForwardCpu(const std::vector<Tensor*>& bottom, const std::vecto
   float* s = sigmoid_.mutable_cpu_data();
   float* y = top[0]->mutable_cpu_data();
   // Caffe scales x by beta, runs its Sigmoid layer (the tanh form) and multiplies by x.
-#pragma omp parallel for if (n > kParallelThreshold) schedule(static)
+#pragma omp parallel for if (n > math::kParallelThreshold) schedule(static)
   for (int i = 0; i < n; ++i) {
     s[i] = 0.5f * std::tanh(0.5f * (beta * x[i])) + 0.5f;
     y[i] = x[i] * s[i];
@@ -39,7 +36,7 @@ void SwishLayer::BackwardCpu(const std::vector<Tensor*>& top,
   const float* s = sigmoid_.cpu_data();
   const float* dy = top[0]->cpu_diff();
   float* dx = bottom[0]->mutable_cpu_diff();
-#pragma omp parallel for if (n > kParallelThreshold) schedule(static)
+#pragma omp parallel for if (n > math::kParallelThreshold) schedule(static)
   for (int i = 0; i < n; ++i) dx[i] = dy[i] * (beta * y[i] + s[i] * (1.0f - beta * y[i]));
 }
 

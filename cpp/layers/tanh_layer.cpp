@@ -3,18 +3,15 @@
 
 #include <cmath>
 
+#include "math/math.hpp"
+
 namespace cortado {
-namespace {
-
-constexpr int kParallelThreshold = 1 << 15;
-
-}  // namespace
 
 void TanHLayer::ForwardCpu(const std::vector<Tensor*>& bottom, const std::vector<Tensor*>& top) {
   const int n = bottom[0]->count();
   const float* x = bottom[0]->cpu_data();
   float* y = top[0]->mutable_cpu_data();
-#pragma omp parallel for if (n > kParallelThreshold) schedule(static)
+#pragma omp parallel for if (n > math::kParallelThreshold) schedule(static)
   for (int i = 0; i < n; ++i) y[i] = std::tanh(x[i]);
 }
 
@@ -26,7 +23,7 @@ void TanHLayer::BackwardCpu(const std::vector<Tensor*>& top,
   const float* y = top[0]->cpu_data();
   const float* dy = top[0]->cpu_diff();
   float* dx = bottom[0]->mutable_cpu_diff();
-#pragma omp parallel for if (n > kParallelThreshold) schedule(static)
+#pragma omp parallel for if (n > math::kParallelThreshold) schedule(static)
   for (int i = 0; i < n; ++i) dx[i] = dy[i] * (1.0f - y[i] * y[i]);
 }
 

@@ -1,12 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "layers/threshold_layer.hpp"
 
+#include "math/math.hpp"
+
 namespace cortado {
-namespace {
-
-constexpr int kParallelThreshold = 1 << 15;
-
-}  // namespace
 
 void ThresholdLayer::Reshape(const std::vector<Tensor*>& bottom, const std::vector<Tensor*>& top) {
   top[0]->ReshapeLike(*bottom[0]);
@@ -18,7 +15,7 @@ void ThresholdLayer::ForwardCpu(const std::vector<Tensor*>& bottom,
   const float threshold = param_.threshold_param().threshold();
   const float* x = bottom[0]->cpu_data();
   float* y = top[0]->mutable_cpu_data();
-#pragma omp parallel for if (n > kParallelThreshold) schedule(static)
+#pragma omp parallel for if (n > math::kParallelThreshold) schedule(static)
   for (int i = 0; i < n; ++i) y[i] = x[i] > threshold ? 1.0f : 0.0f;
 }
 

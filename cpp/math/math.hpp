@@ -12,6 +12,11 @@
 
 namespace cortado::math {
 
+// Element counts below which the CPU loops of math and layers run on one thread: below it an
+// OpenMP parallel region costs more than it saves (`#pragma omp parallel for if (n >
+// kParallelThreshold)`).
+inline constexpr int kParallelThreshold = 1 << 15;
+
 // C = alpha * op(A) * op(B) + beta * C, with op(A) M x K, op(B) K x N, C M x N.
 void Gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* a,
           const float* b, float beta, float* c);

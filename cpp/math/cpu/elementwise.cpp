@@ -9,9 +9,6 @@
 namespace cortado::math {
 namespace {
 
-// Below this many elements a parallel region costs more than it saves.
-constexpr int kParallelThreshold = 1 << 15;
-
 template <typename F>
 void ForEach(int n, F f) {
 #pragma omp parallel for if (n > kParallelThreshold) schedule(static)

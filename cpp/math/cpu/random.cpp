@@ -31,7 +31,7 @@ void RngBernoulli(int n, float p, Rng& rng, unsigned int* r) {
   const auto threshold =
       static_cast<std::uint64_t>(static_cast<double>(p) * 4294967296.0 + 0.5);  // p * 2^32
   constexpr std::uint64_t kGamma = 0x9e3779b97f4a7c15ull;
-#pragma omp parallel for if (n > 32768) schedule(static)
+#pragma omp parallel for if (n > kParallelThreshold) schedule(static)
   for (int i = 0; i < n; ++i) {
     std::uint64_t z = seed + kGamma * (static_cast<std::uint64_t>(i) + 1);
     z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
