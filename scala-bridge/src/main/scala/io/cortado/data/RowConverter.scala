@@ -105,16 +105,13 @@ final class RowConverter private (specs: Seq[TopSpec], kinds: Seq[DataType],
       case BinaryType => (row, index, buffer, at) =>
         val bytes = if (row.isNullAt(column)) null else row.getAs[Array[Byte]](column)
         if (bytes != null && bytes.length == n) {
-          var j = 0
-          while (j < n) { buffer.put(at + j, (bytes(j) & 0xff).toFloat); j += 1 }
+          RowConverter.putPixels(bytes, n, buffer, at)
           true
         } else put(buffer, at, convert(row, index))
       case vector if RowConverter.isVector(vector) => (row, index, buffer, at) =>
         row.get(column) match {
           case v: MLVector if v.size == n =>
-            val values = v.toArray
-            var j = 0
-            while (j < n) { buffer.put(at + j, values(j).toFloat); j += 1 }
+            RowConverter.putDoubles(v.toArray, n, buffer, at)
             true
           case _ => put(buffer, at, convert(row, index))
         }
@@ -142,8 +139,7 @@ final class RowConverter private (specs: Seq[TopSpec], kinds: Seq[DataType],
         } else {
           checked(row, index, if (bytes == null) -1 else bytes.length)
           val values = new Array[Float](n)
-          var j = 0
-          while (j < n) { values(j) = (bytes(j) & 0xff).toFloat; j += 1 }
+          RowConverter.putPixels(bytes, n, FloatBuffer.wrap(values), 0)
           values
         }
       case StringType => (row, index) =>
@@ -173,8 +169,7 @@ final class RowConverter private (specs: Seq[TopSpec], kinds: Seq[DataType],
         }
         checked(row, index, if (values == null) -1 else values.length)
         val out = new Array[Float](n)
-        var j = 0
-        while (j < n) { out(j) = values(j).toFloat; j += 1 }
+        RowConverter.putDoubles(values, n, FloatBuffer.wrap(out), 0)
         out
       case _: NumericType => (row, index) =>
         if (row.isNullAt(column)) fail(spec, kind, s"row $index is null")
@@ -228,6 +223,18 @@ object RowConverter {
   }
 
   /** Spark ML's vector type, or the older mllib one. */
+  /** The first `n` of `bytes`, pixels 0-255, as floats into `out` from float `at`. */
+  private def putPixels(bytes: Array[Byte], n: Int, out: FloatBuffer, at: Int): Unit = {
+    var j = 0
+    while (j < n) { out.put(at + j, (bytes(j) & 0xff).toFloat); j += 1 }
+  }
+
+  /** The first `n` of `values` as floats into `out` from float `at`. */
+  private def putDoubles(values: Array[Double], n: Int, out: FloatBuffer, at: Int): Unit = {
+    var j = 0
+    while (j < n) { out.put(at + j, values(j).toFloat); j += 1 }
+  }
+
   private[cortado] def isVector(kind: DataType): Boolean =
     kind == SQLDataTypes.VectorType || kind.isInstanceOf[OldVectorUDT]
 
