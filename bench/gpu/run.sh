@@ -8,7 +8,8 @@
 #  - float32: both in strict float32 (Cortado's default; TF32 off in PyTorch), four nets.
 #  - tf32: Cortado's `precision: TF32` beside PyTorch with TF32 on, CaffeNet and ResNet-50.
 #  - amp: PyTorch's automatic mixed precision (float16 autocast, GradScaler, channels_last) on
-#    ResNet-50 at batch 128 and CaffeNet at batch 256, beside Cortado in float32 and TF32.
+#    ResNet-50 at batch 128 and CaffeNet at batch 256, beside Cortado in float32, TF32, float16
+#    and bfloat16 (AMP_PRECISIONS picks).
 #  - search: Cortado with each convolution's cuDNN algorithm search given the whole 1 GiB limit
 #    (CORTADO_CUDNN_SEARCH_SCALE=0) instead of a scratch sized to the layer.
 # Peak memory: the most each allocated during the timed iterations, after the warm-up (PyTorch's
@@ -76,11 +77,11 @@ for section in $sections; do
       done
       ;;
     amp)
-      header "PyTorch AMP (float16, channels_last) beside Cortado float32 and TF32"
+      header "PyTorch AMP (float16, channels_last) beside Cortado float32, TF32, float16, bfloat16"
       for spec in "resnet50 128" "caffenet 256"; do
         read -r net batch <<<"$spec"
         theirs=$(python3 bench/gpu/pytorch_train.py --mode=amp --batch="$batch" $net)
-        for precision in float32 tf32; do
+        for precision in ${AMP_PRECISIONS:-float32 tf32 float16 bfloat16}; do
           row "$net $precision vs amp" "$("$bench" "$(model $net "$batch")" 50 10 0 $precision)" \
             "$theirs"
         done

@@ -24,8 +24,10 @@ namespace {
 
 int Run(int argc, char** argv) {
   if (argc < 2) {
-    std::fprintf(stderr, "usage: %s MODEL.prototxt [iterations] [warmup] [gpu] [float32|tf32]\n",
-                 argv[0]);
+    std::fprintf(
+        stderr,
+        "usage: %s MODEL.prototxt [iterations] [warmup] [gpu] [float32|tf32|float16|bfloat16]\n",
+        argv[0]);
     return 2;
   }
   const std::string model = argv[1];
@@ -37,12 +39,18 @@ int Run(int argc, char** argv) {
 
   caffe::SolverParameter param = bench::SgdSolver(model);
   param.set_solver_mode(caffe::SolverParameter::GPU);
-  if (precision != "float32" && precision != "tf32") {
-    std::fprintf(stderr, "precision: float32 or tf32, not '%s'\n", precision.c_str());
+  caffe::SolverParameter::Precision value = caffe::SolverParameter::FLOAT32;
+  if (!caffe::SolverParameter::Precision_Parse(precision == "float32"    ? "FLOAT32"
+                                               : precision == "tf32"     ? "TF32"
+                                               : precision == "float16"  ? "FLOAT16"
+                                               : precision == "bfloat16" ? "BFLOAT16"
+                                                                         : "",
+                                               &value)) {
+    std::fprintf(stderr, "precision: float32, tf32, float16 or bfloat16, not '%s'\n",
+                 precision.c_str());
     return 2;
   }
-  param.set_precision(precision == "tf32" ? caffe::SolverParameter::TF32
-                                          : caffe::SolverParameter::FLOAT32);
+  param.set_precision(value);
 
   Context ctx(Device::Cuda(gpu), 1);
   std::unique_ptr<Solver> solver = CreateSolver(param, &ctx, NetOptionsFromEnvironment());
@@ -68,11 +76,13 @@ int Run(int argc, char** argv) {
   const int batch = data->shape(0);
   const double ms = 1000.0 * seconds / iterations;
   const size_t timed_peak = cuda::PeakAllocatedBytes();
-  std::printf("%s batch %d ms/iter %.3f images/s %.1f peak_MiB %.1f loss %g run_peak_MiB %.1f %s\n",
-              net->name().c_str(), batch, ms, batch * iterations / seconds,
-              static_cast<double>(timed_peak) / (1 << 20),
-              static_cast<double>(solver->smoothed_loss()),
-              static_cast<double>(std::max(setup_peak, timed_peak)) / (1 << 20), precision.c_str());
+  std::printf(
+      "%s batch %d ms/iter %.3f images/s %.1f peak_MiB %.1f loss %g run_peak_MiB %.1f %s "
+      "skipped %d\n",
+      net->name().c_str(), batch, ms, batch * iterations / seconds,
+      static_cast<double>(timed_peak) / (1 << 20), static_cast<double>(solver->smoothed_loss()),
+      static_cast<double>(std::max(setup_peak, timed_peak)) / (1 << 20), precision.c_str(),
+      solver->skipped_updates());
   return 0;
 }
 

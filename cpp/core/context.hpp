@@ -67,6 +67,14 @@ class Context {
   void set_allow_tf32(bool allow);
   bool allow_tf32() const { return allow_tf32_; }
 
+  // The reduced precision CUDA convolutions (cuDNN) and inner products compute in (the solver's
+  // `precision: FLOAT16 | BFLOAT16`): their operands are rounded to it, their sums kept in
+  // float32, and tensors and weights stay float32. kNone by default. Like allow_tf32, set it
+  // before building nets. The CPU ignores it.
+  enum class HalfType { kNone, kFloat16, kBFloat16 };
+  void set_half_compute(HalfType type) { half_compute_ = type; }
+  HalfType half_compute() const { return half_compute_; }
+
   // Threads for CPU math (OpenMP and BLAS); defaults to the cores this process may use.
   static int NumThreads();
   static void SetNumThreads(int threads);
@@ -79,6 +87,7 @@ class Context {
   Rng rng_;
   int64_t seed_ = 0;
   bool allow_tf32_ = false;
+  HalfType half_compute_ = HalfType::kNone;
   std::unique_ptr<cuda::Resources> cuda_;
 };
 

@@ -176,6 +176,7 @@ Resources::~Resources() {
   if (cublas != nullptr) cublasDestroy(cublas);
 #endif
   Free(workspace_, workspace_bytes_);
+  Free(half_scratch_, half_scratch_bytes_);
   if (reduce_ != nullptr) cudaFree(reduce_);
   if (host_result_ != nullptr) cudaFreeHost(host_result_);
   if (stream != nullptr && cudaStreamDestroy(stream) != cudaSuccess) {
@@ -203,6 +204,20 @@ void* Resources::Workspace(size_t bytes) {
   workspace_ = Malloc(bytes, "a layer workspace");
   workspace_bytes_ = bytes;
   return workspace_;
+}
+
+void* Resources::HalfScratch(size_t bytes) {
+  ++half_scratch_calls_;
+  if (bytes <= half_scratch_bytes_) return half_scratch_;
+  if (half_scratch_ != nullptr) {
+    CORTADO_CUDA_CHECK(cudaStreamSynchronize(stream));
+    Free(half_scratch_, half_scratch_bytes_);
+    half_scratch_ = nullptr;
+    half_scratch_bytes_ = 0;
+  }
+  half_scratch_ = Malloc(bytes, "mixed-precision operand copies");
+  half_scratch_bytes_ = bytes;
+  return half_scratch_;
 }
 
 float* Resources::ReduceBuffer() {

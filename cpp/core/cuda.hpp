@@ -81,6 +81,12 @@ struct Resources {
   // Scratch device memory of at least `bytes` (grown, never shrunk); shared by the layers of
   // one context, so only one layer may use it at a time (layers run one after another).
   void* Workspace(size_t bytes);
+  // Scratch for the float16/bfloat16 copies of a layer's operands under mixed precision
+  // (Context::half_compute), apart from Workspace so both can be used at once; the same rules.
+  void* HalfScratch(size_t bytes);
+  // How many times HalfScratch was called: a caller that finds it one more than when it last
+  // wrote the scratch knows that nothing else has written it since.
+  uint64_t half_scratch_calls() const { return half_scratch_calls_; }
   // Lets cuBLAS's float32 products run on TF32 tensor cores, or keeps them strict float32 (the
   // default). Context::set_allow_tf32 calls it.
   void SetAllowTf32(bool allow);
@@ -116,6 +122,9 @@ struct Resources {
  private:
   void* workspace_ = nullptr;
   size_t workspace_bytes_ = 0;
+  void* half_scratch_ = nullptr;
+  size_t half_scratch_bytes_ = 0;
+  uint64_t half_scratch_calls_ = 0;
   float* reduce_ = nullptr;
   float* host_result_ = nullptr;
 };

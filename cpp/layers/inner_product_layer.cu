@@ -31,8 +31,9 @@ void InnerProductLayer::ForwardGpu(const std::vector<Tensor*>& bottom,
                     blobs_[1]->gpu_data(), 0.0f, y);
     beta = 1.0f;
   }
-  // y (M x N) += x (M x K) * W^T, where W is N x K (or K x N when transposed).
-  math::gpu::Gemm(*ctx_, false, !transpose_, m_, n_, k_, 1.0f, x, w, beta, y);
+  // y (M x N) += x (M x K) * W^T (operands in the context's half type under mixed precision), where
+  // W is N x K (or K x N when transposed).
+  math::gpu::GemmMixed(*ctx_, false, !transpose_, m_, n_, k_, 1.0f, x, w, beta, y);
 }
 
 void InnerProductLayer::BackwardGpu(const std::vector<Tensor*>& top,
@@ -44,10 +45,10 @@ void InnerProductLayer::BackwardGpu(const std::vector<Tensor*>& top,
     float* dw = blobs_[0]->mutable_gpu_diff();
     if (transpose_) {
       // dW (K x N) += x^T (K x M) * dy (M x N)
-      math::gpu::Gemm(*ctx_, true, false, k_, n_, m_, 1.0f, x, dy, 1.0f, dw);
+      math::gpu::GemmMixed(*ctx_, true, false, k_, n_, m_, 1.0f, x, dy, 1.0f, dw);
     } else {
       // dW (N x K) += dy^T (N x M) * x (M x K)
-      math::gpu::Gemm(*ctx_, true, false, n_, k_, m_, 1.0f, dy, x, 1.0f, dw);
+      math::gpu::GemmMixed(*ctx_, true, false, n_, k_, m_, 1.0f, dy, x, 1.0f, dw);
     }
   }
   if (bias_term_ && param_propagate_down(1)) {
@@ -57,8 +58,8 @@ void InnerProductLayer::BackwardGpu(const std::vector<Tensor*>& top,
   }
   if (propagate_down[0]) {
     // dx (M x K) = dy (M x N) * W (N x K), or dy * W^T when W is stored K x N.
-    math::gpu::Gemm(*ctx_, false, transpose_, m_, k_, n_, 1.0f, dy, blobs_[0]->gpu_data(), 0.0f,
-                    bottom[0]->mutable_gpu_diff());
+    math::gpu::GemmMixed(*ctx_, false, transpose_, m_, k_, n_, 1.0f, dy, blobs_[0]->gpu_data(),
+                         0.0f, bottom[0]->mutable_gpu_diff());
   }
 }
 

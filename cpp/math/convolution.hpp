@@ -55,7 +55,8 @@ std::unique_ptr<ConvolutionPlan> MakeFastConvolution(const ConvolutionShape& sha
 // or nullptr in a build without cuDNN. The plan picks each pass's algorithm once, by timing
 // cuDNN's candidates within the workspace limit (CORTADO_CUDNN_WORKSPACE_MB, default 1024), and
 // runs in strict float32, as Caffe and the CPU path compute, unless the context allows TF32
-// (Context::allow_tf32).
+// (Context::allow_tf32) or has a half type (Context::half_compute: the operands are rounded to
+// it, in NHWC, and the sums kept in float32; pointers and results stay float32 NCHW).
 std::unique_ptr<ConvolutionPlan> MakeGpuConvolution(Context& ctx, const ConvolutionShape& shape);
 
 }  // namespace cortado::math

@@ -23,6 +23,21 @@ void Gemm(Context& ctx, bool trans_a, bool trans_b, int m, int n, int k, float a
 void Gemv(Context& ctx, bool trans_a, int m, int n, float alpha, const float* a, const float* x,
           float beta, float* y);
 
+// Mixed precision (Context::half_compute). GemmMixed is Gemm with its operands rounded to the
+// context's half type and the sums and C kept in float32 (cuBLAS tensor cores); plain Gemm when
+// the context has no half type or the build has no cuBLAS. The copies live in the context's
+// half scratch (cuda::Resources::HalfScratch).
+void GemmMixed(Context& ctx, bool trans_a, bool trans_b, int m, int n, int k, float alpha,
+               const float* a, const float* b, float beta, float* c);
+// float32 [n, c, hw] (NCHW) into `type` [n, hw, c] (NHWC), rounding to nearest even.
+void ToHalfNhwc(Context& ctx, Context::HalfType type, int n, int c, int hw, const float* src,
+                void* dst);
+// `type` [n, hw, c] back into float32 [n, c, hw]: dst = src + beta * dst (beta 0 overwrites).
+void FromHalfNhwc(Context& ctx, Context::HalfType type, int n, int c, int hw, const void* src,
+                  float beta, float* dst);
+// count floats into `type`, element by element.
+void ToHalf(Context& ctx, Context::HalfType type, int64_t count, const float* src, void* dst);
+
 void Axpy(Context& ctx, int n, float alpha, const float* x, float* y);  // y += a*x
 void Axpby(Context& ctx, int n, float alpha, const float* x, float beta,
            float* y);                                                    // y = a*x + b*y
@@ -35,6 +50,8 @@ float Dot(Context& ctx, int n, const float* x, const float* y);
 float Asum(Context& ctx, int n, const float* x);   // sum |x|
 float Sum(Context& ctx, int n, const float* x);    // sum x
 float Sumsq(Context& ctx, int n, const float* x);  // sum x^2
+// How many of x's values are infinite or NaN (exact up to 2^24; 0 means all finite).
+float NonFiniteCount(Context& ctx, int n, const float* x);
 
 void Add(Context& ctx, int n, const float* a, const float* b, float* y);  // y = a + b
 void Sub(Context& ctx, int n, const float* a, const float* b, float* y);  // y = a - b

@@ -4,6 +4,8 @@
 // For code that is the same on both (the solvers' update rules), so it is written once.
 #pragma once
 
+#include <cmath>
+
 #include "core/config.hpp"
 #include "core/context.hpp"
 #include "core/tensor.hpp"
@@ -83,6 +85,16 @@ inline float Asum([[maybe_unused]] Context& ctx, int n, const float* x) {
   if (OnGpu(ctx)) return gpu::Asum(ctx, n, x);
 #endif
   return math::Asum(n, x);
+}
+
+// Whether every one of x's n values is finite (no infinity, no NaN).
+inline bool AllFinite([[maybe_unused]] Context& ctx, int n, const float* x) {
+#if CORTADO_WITH_CUDA
+  if (OnGpu(ctx)) return gpu::NonFiniteCount(ctx, n, x) == 0.0f;
+#endif
+  bool finite = true;
+  for (int i = 0; i < n; ++i) finite &= std::isfinite(x[i]);
+  return finite;
 }
 
 inline void Add([[maybe_unused]] Context& ctx, int n, const float* a, const float* b, float* y) {

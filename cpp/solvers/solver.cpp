@@ -105,14 +105,25 @@ Solver::Solver(const caffe::SolverParameter& param, Context* ctx, const NetOptio
         static_cast<int64_t>(SplitMix64(static_cast<uint64_t>(now) ^ std::random_device{}()) >> 1);
   }
   // Before the nets are built: their convolutions choose algorithms for this precision.
-  ctx_->set_allow_tf32(param_.precision() == caffe::SolverParameter::TF32);
-  if (param_.precision() == caffe::SolverParameter::TF32) {
-    if (ctx_->device().is_cuda()) {
-      CORTADO_LOG_INFO("Precision: TF32 (convolutions and matrix products on {}'s tensor cores)",
-                       ctx_->device().ToString());
-    } else {
-      CORTADO_LOG_INFO("Precision: TF32 changes nothing on the CPU, which computes in float32");
-    }
+  const auto precision = param_.precision();
+  SetPrecision(*ctx_, precision);
+  if (param_.loss_scale() < 0.0f || !std::isfinite(param_.loss_scale())) {
+    CORTADO_THROW(kInvalidArgument, "solver: loss_scale must be 0 (automatic) or positive, got {}",
+                  param_.loss_scale());
+  }
+  if (param_.loss_scale_window() < 0) {
+    CORTADO_THROW(kInvalidArgument, "solver: loss_scale_window must be 0 or more, got {}",
+                  param_.loss_scale_window());
+  }
+  loss_scaling_ = param_.loss_scale() > 0.0f || precision == caffe::SolverParameter::FLOAT16;
+  loss_scale_ = param_.loss_scale() > 0.0f ? param_.loss_scale() : loss_scaling_ ? 65536.0f : 1.0f;
+  if (loss_scaling_) {
+    CORTADO_LOG_INFO("Loss scaling: starts at {:g}, {}", loss_scale_,
+                     param_.loss_scale_window() > 0
+                         ? fmt::format("doubled after {} finite updates in a row, halved on "
+                                       "overflow",
+                                       param_.loss_scale_window())
+                         : std::string("fixed"));
   }
   InitTrainNet();
   InitTestNets();
@@ -344,10 +355,15 @@ void Solver::Step(int iters) {
     float loss = 0.0f;
     for (int i = 0; i < param_.iter_size(); ++i) {
       loss += net_->Forward();
+      // Only the backward pass is scaled: Forward reads the loss weights to sum the loss.
+      if (loss_scaling_) ApplyLossScale(loss_scale_);
       net_->Backward();
+      if (loss_scaling_) ApplyLossScale(1.0f);
     }
     loss /= static_cast<float>(param_.iter_size());
     if (on_gradients_ready_) on_gradients_ready_(&loss);
+    // After the exchange, so every rank sees the same gradients and skips alike.
+    const bool update = !loss_scaling_ || UnscaleGradients();
     // After the exchange: with several ranks the loss is their mean, so every rank stops alike.
     if (!std::isfinite(loss) && !NonFiniteAllowed()) {
       CORTADO_THROW(kInvalidArgument,
@@ -382,7 +398,7 @@ void Solver::Step(int iters) {
         }
       }
     }
-    ApplyUpdate();
+    if (update) ApplyUpdate();
     if (display && on_display_) {
       pending_display_.learning_rate = last_rate_;
       on_display_(pending_display_);
@@ -563,6 +579,54 @@ void Solver::ApplyUpdate() {
   net_->Update();
 }
 
+void Solver::ApplyLossScale(float scale) {
+  if (applied_loss_scale_ == scale) return;
+  const auto& blobs = net_->blobs();
+  const auto& weights = net_->blob_loss_weights();
+  for (size_t i = 0; i < blobs.size() && i < weights.size(); ++i) {
+    if (weights[i] == 0.0f) continue;
+    Tensor* t = blobs[i].get();
+    float* diff = t->mutable_cpu_diff();
+    std::fill(diff, diff + t->count(), weights[i] * scale);
+  }
+  applied_loss_scale_ = scale;
+}
+
+bool Solver::UnscaleGradients() {
+  const int n = static_cast<int>(net_->flat_diff_count());
+  bool finite = true;
+  if (n > 0) {
+    const bool gpu = math::dev::OnGpu(*ctx_);
+    float* diff = gpu ? net_->mutable_flat_gpu_diff() : net_->mutable_flat_cpu_diff();
+    finite = math::dev::AllFinite(*ctx_, n, diff);
+    if (finite && loss_scale_ != 1.0f) math::dev::Scale(*ctx_, n, 1.0f / loss_scale_, diff);
+  }
+  const int window = param_.loss_scale_window();
+  if (!finite) {
+    ++skipped_updates_;
+    loss_scale_good_steps_ = 0;
+    const float old_scale = loss_scale_;
+    if (window > 0) loss_scale_ = std::max(loss_scale_ * 0.5f, 1.0f / 65536.0f);
+    CORTADO_LOG_INFO(
+        "Iteration {}: the gradients are not finite at loss scale {:g}; skipped this update "
+        "({} skipped so far), loss scale now {:g}",
+        iter_, old_scale, skipped_updates_, loss_scale_);
+    if (old_scale <= 1.0f / 65536.0f && !NonFiniteAllowed()) {
+      CORTADO_THROW(kInvalidArgument,
+                    "iteration {}: the gradients are not finite even at loss scale {:g} (training "
+                    "diverged, or the data holds NaN or infinite values). Lower base_lr or check "
+                    "the data",
+                    iter_, old_scale);
+    }
+    return false;
+  }
+  if (window > 0 && ++loss_scale_good_steps_ >= window) {
+    loss_scale_good_steps_ = 0;
+    if (loss_scale_ * 2.0f <= 1e30f) loss_scale_ *= 2.0f;
+  }
+  return true;
+}
+
 void Solver::ClipGradients() {
   const float clip = param_.clip_gradients();
   if (clip < 0) return;
@@ -615,6 +679,10 @@ caffe::SolverState Solver::StateProto(const std::string& learned_net) const {
   state.set_iter(iter_);
   state.set_learned_net(learned_net);
   state.set_current_step(current_step_);
+  if (loss_scaling_) {
+    state.set_loss_scale(loss_scale_);
+    state.set_loss_scale_good_steps(loss_scale_good_steps_);
+  }
   for (const auto& h : history_) h->ToProto(state.add_history());
   return state;
 }
@@ -713,9 +781,36 @@ void Solver::Restore(const caffe::SolverState& state, const caffe::NetParameter&
   for (int i = 0; i < state.history_size(); ++i) history_[i]->FromProto(state.history(i), false);
   iter_ = state.iter();
   current_step_ = state.current_step();
+  if (loss_scaling_ && state.has_loss_scale() && state.loss_scale() > 0.0f) {
+    loss_scale_ = state.loss_scale();
+    loss_scale_good_steps_ = state.loss_scale_good_steps();
+  }
   // Data layers resume where an uninterrupted run would be (iter_size batches per iteration).
   const int64_t batch = static_cast<int64_t>(iter_) * param_.iter_size();
   for (const auto& layer : net_->layers()) layer->Seek(batch);
+}
+
+void SetPrecision(Context& ctx, caffe::SolverParameter::Precision precision) {
+  const bool half =
+      precision == caffe::SolverParameter::FLOAT16 || precision == caffe::SolverParameter::BFLOAT16;
+  ctx.set_allow_tf32(precision == caffe::SolverParameter::TF32 || half);
+  ctx.set_half_compute(precision == caffe::SolverParameter::FLOAT16 ? Context::HalfType::kFloat16
+                       : precision == caffe::SolverParameter::BFLOAT16
+                           ? Context::HalfType::kBFloat16
+                           : Context::HalfType::kNone);
+  if (precision == caffe::SolverParameter::FLOAT32) return;
+  const std::string name = caffe::SolverParameter::Precision_Name(precision);
+  if (!ctx.device().is_cuda()) {
+    CORTADO_LOG_INFO("Precision: {} changes nothing on the CPU, which computes in float32", name);
+  } else if (half) {
+    CORTADO_LOG_INFO(
+        "Precision: {} (convolutions and inner products on {}'s tensor cores with float32 sums; "
+        "other layers, weights and gradients float32)",
+        name, ctx.device().ToString());
+  } else {
+    CORTADO_LOG_INFO("Precision: TF32 (convolutions and matrix products on {}'s tensor cores)",
+                     ctx.device().ToString());
+  }
 }
 
 std::unique_ptr<Solver> CreateSolver(const caffe::SolverParameter& param, Context* ctx,

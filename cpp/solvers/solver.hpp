@@ -130,6 +130,10 @@ class Solver {
   int iter() const { return iter_; }
   int current_step() const { return current_step_; }
   float smoothed_loss() const { return smoothed_loss_; }
+  // The loss scale now (1 without loss scaling; SolverParameter.loss_scale) and the updates
+  // skipped so far for gradients that were not finite.
+  float loss_scale() const { return loss_scale_; }
+  int skipped_updates() const { return skipped_updates_; }
   bool requested_early_exit() const { return requested_early_exit_; }
   // One tensor per learnable parameter, repeated once per history set (AdaDelta, Adam: two).
   const std::vector<std::shared_ptr<Tensor>>& history() const { return history_; }
@@ -183,6 +187,13 @@ class Solver {
   // Reseeds the context from (base seed, iteration, purpose).
   void SeedIteration(int purpose);
   std::string LearnableParamName(int param_id) const;
+  // Loss scaling: sets the loss tops' diffs (Caffe's loss weights, which Forward reads to sum
+  // the loss and Backward starts from) to their weights times `scale`.
+  void ApplyLossScale(float scale);
+  // After the gradients are complete (and exchanged): false when they are not all finite (the
+  // update is then skipped and the scale halved); otherwise divides them by the scale and
+  // doubles it after loss_scale_window finite updates in a row.
+  bool UnscaleGradients();
 
   int64_t base_seed_ = 0;
   float smoothed_loss_ = 0.0f;
@@ -197,6 +208,11 @@ class Solver {
   Hook snapshot_writer_;
   bool snapshot_prefix_checked_ = false;
   float last_rate_ = 0.0f;
+  bool loss_scaling_ = false;
+  float loss_scale_ = 1.0f;
+  float applied_loss_scale_ = 1.0f;  // the scale the loss tops' diffs hold now
+  int loss_scale_good_steps_ = 0;
+  int skipped_updates_ = 0;
   Display pending_display_;
   double last_display_time_ = 0.0;
   int iterations_last_ = 0;
@@ -206,6 +222,11 @@ using SolverRegistry = Registry<Solver, const caffe::SolverParameter&, Context*,
 
 // Creates the solver named by param.type(), its nets built with `net_options`; an unknown type
 // lists the known ones.
+// Sets how `ctx` computes for a solver's `precision` (Context::allow_tf32, half_compute) and
+// logs it; FLOAT16 and BFLOAT16 allow TF32 for the float32 work outside their layers. Call it
+// before building nets.
+void SetPrecision(Context& ctx, caffe::SolverParameter::Precision precision);
+
 std::unique_ptr<Solver> CreateSolver(const caffe::SolverParameter& param, Context* ctx,
                                      const NetOptions& net_options = {});
 

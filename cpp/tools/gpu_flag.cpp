@@ -59,7 +59,10 @@ Device FirstGpu(const std::string& value) { return Device::Cuda(ParseGpuFlag(val
 caffe::SolverParameter::Precision ParsePrecisionFlag(const std::string& value) {
   if (value == "float32") return caffe::SolverParameter::FLOAT32;
   if (value == "tf32") return caffe::SolverParameter::TF32;
-  CORTADO_THROW(kInvalidArgument, "--precision takes float32 or tf32; got '{}'", value);
+  if (value == "float16") return caffe::SolverParameter::FLOAT16;
+  if (value == "bfloat16") return caffe::SolverParameter::BFLOAT16;
+  CORTADO_THROW(kInvalidArgument, "--precision takes float32, tf32, float16 or bfloat16; got '{}'",
+                value);
 }
 
 }  // namespace cortado::tools

@@ -23,12 +23,14 @@ std::vector<int> ParseGpuFlag(const std::string& value);
 // The device of `test` and `time`: the first GPU of a --gpu value.
 Device FirstGpu(const std::string& value);
 
-// The --precision flag of `train`, `test` and `time`: float32 (strict, the default) or tf32
-// (tensor cores on CUDA devices that have them; see SolverParameter.precision). Throws
+// The --precision flag of `train`, `test` and `time`: float32 (strict, the default), tf32
+// (tensor cores on CUDA devices that have them), float16 or bfloat16 (mixed precision; see
+// SolverParameter.precision). Throws
 // kInvalidArgument, naming --precision and the values it takes, for anything else.
 caffe::SolverParameter::Precision ParsePrecisionFlag(const std::string& value);
 inline constexpr const char* kPrecisionHelp =
-    "float32 (strict, as Caffe) or tf32 (TF32 tensor cores for convolutions and matrix products "
-    "on GPUs that have them)";
+    "float32 (strict, as Caffe), tf32 (TF32 tensor cores for convolutions and matrix products on "
+    "GPUs that have them), float16 or bfloat16 (convolutions and inner products in that type "
+    "with float32 sums; float16 adds dynamic loss scaling when training)";
 
 }  // namespace cortado::tools

@@ -6,6 +6,7 @@
 #include "core/logging.hpp"
 #include "net/net.hpp"
 #include "net/net_options.hpp"
+#include "solvers/solver.hpp"
 #include "tools/commands.hpp"
 #include "tools/feed_check.hpp"
 #include "tools/flags.hpp"
@@ -38,7 +39,7 @@ int TestCommand(int argc, char** argv) {
   }
   if (flags.GetInt("threads") > 0) Context::SetNumThreads(flags.GetInt("threads"));
   Context ctx(flags.IsSet("gpu") ? FirstGpu(flags.Get("gpu")) : Device::Cpu());
-  ctx.set_allow_tf32(ParsePrecisionFlag(flags.Get("precision")) == caffe::SolverParameter::TF32);
+  SetPrecision(ctx, ParsePrecisionFlag(flags.Get("precision")));
   ctx.MakeCurrent();
   if (ctx.device().is_cuda()) CORTADO_LOG_INFO("Use GPU with device ID {}", ctx.device().id);
   Net net(flags.Get("model"), caffe::TEST, &ctx, flags.GetInt("level"),

@@ -110,7 +110,7 @@ int TrainCommand(int argc, char** argv) {
       {"gpu", "",
        "GPUs to train on, one replica each: 0, 0,1 or all (overrides solver_mode; a GPU listed "
        "twice runs two replicas)"},
-      {"precision", "", "float32 or tf32: overrides the solver's precision"},
+      {"precision", "", "float32, tf32, float16 or bfloat16: overrides the solver's precision"},
   };
   for (const FlagSpec& spec : CommFlagSpecs()) specs.push_back(spec);
   Flags flags(argc, argv, 2, specs);

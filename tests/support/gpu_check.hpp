@@ -47,6 +47,8 @@ struct GpuCheckOptions {
   int64_t seed = 1701;
   // Let the GPU side use TF32 tensor cores (Context::set_allow_tf32).
   bool allow_tf32 = false;
+  // The GPU side's mixed precision (Context::set_half_compute).
+  Context::HalfType half = Context::HalfType::kNone;
 };
 
 namespace detail {
@@ -72,6 +74,7 @@ inline void CheckGpuMatchesCpu(const caffe::LayerParameter& param,
   Context cpu(Device::Cpu(), options.seed);
   Context gpu(Device::Cuda(0), options.seed);
   gpu.set_allow_tf32(options.allow_tf32);
+  gpu.set_half_compute(options.half);
   const int num_bottoms = static_cast<int>(bottom_shapes.size());
   std::vector<std::unique_ptr<Tensor>> cpu_bottom_store, gpu_bottom_store;
   std::vector<Tensor*> cpu_bottom, gpu_bottom;

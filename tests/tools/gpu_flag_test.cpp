@@ -77,16 +77,19 @@ TEST(GpuFlagTest, ABuildWithoutCudaRefusesTheFlag) {
   EXPECT_TRUE(Contains(message, "no CUDA support")) << message;
 }
 
-TEST(PrecisionFlagTest, TakesFloat32AndTf32AndNamesTheFlagOtherwise) {
+TEST(PrecisionFlagTest, TakesTheFourPrecisionsAndNamesTheFlagOtherwise) {
   EXPECT_EQ(tools::ParsePrecisionFlag("float32"), caffe::SolverParameter::FLOAT32);
   EXPECT_EQ(tools::ParsePrecisionFlag("tf32"), caffe::SolverParameter::TF32);
-  for (const std::string value : {"", "fp16", "TF32", "float16", "bf16"}) {
+  EXPECT_EQ(tools::ParsePrecisionFlag("float16"), caffe::SolverParameter::FLOAT16);
+  EXPECT_EQ(tools::ParsePrecisionFlag("bfloat16"), caffe::SolverParameter::BFLOAT16);
+  for (const std::string value : {"", "fp16", "TF32", "half", "bf16"}) {
     try {
       tools::ParsePrecisionFlag(value);
       ADD_FAILURE() << "--precision=" << value << " parsed";
     } catch (const Error& e) {
       EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
-      EXPECT_TRUE(Contains(e.what(), "--precision takes float32 or tf32; got '" + value + "'"))
+      EXPECT_TRUE(Contains(
+          e.what(), "--precision takes float32, tf32, float16 or bfloat16; got '" + value + "'"))
           << e.what();
     }
   }
@@ -184,13 +187,21 @@ TEST(PrecisionFlagTest, TrainTestAndTimeTakeTheFlag) {
   const CliResult bad =
       RunCli({"time", "--model=" + (dir / "net.prototxt"), "--iterations=1", "--precision=half"});
   EXPECT_EQ(bad.exit_code, 1) << bad.output;
-  EXPECT_TRUE(bad.Contains("--precision takes float32 or tf32; got 'half'")) << bad.output;
+  EXPECT_TRUE(bad.Contains("--precision takes float32, tf32, float16 or bfloat16; got 'half'"))
+      << bad.output;
   // On the CPU TF32 changes nothing but is accepted, and the log says where it applies.
   const CliResult trained = RunCli({"train", "--solver=" + solver, "--precision=tf32"});
   ASSERT_EQ(trained.exit_code, 0) << trained.output;
   EXPECT_TRUE(
       trained.Contains("Precision: TF32 changes nothing on the CPU, which computes in float32"))
       << trained.output;
+  // float16 on the CPU: accepted, computed in float32, with loss scaling on.
+  const CliResult half = RunCli({"train", "--solver=" + solver, "--precision=float16"});
+  ASSERT_EQ(half.exit_code, 0) << half.output;
+  EXPECT_TRUE(
+      half.Contains("Precision: FLOAT16 changes nothing on the CPU, which computes in float32"))
+      << half.output;
+  EXPECT_TRUE(half.Contains("Loss scaling: starts at 65536")) << half.output;
   const CliResult timed =
       RunCli({"time", "--model=" + (dir / "net.prototxt"), "--iterations=1", "--precision=tf32"});
   EXPECT_EQ(timed.exit_code, 0) << timed.output;

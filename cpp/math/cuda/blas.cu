@@ -44,13 +44,14 @@ __global__ void GemmKernel(bool trans_a, bool trans_b, int m, int n, int k, floa
 constexpr int kReduceThreads = 256;
 constexpr int kReduceBlocks = 256;
 
-enum class ReduceOp { kSum, kAbsSum, kSquareSum, kDot };
+enum class ReduceOp { kSum, kAbsSum, kSquareSum, kDot, kNonFinite };
 
 template <ReduceOp op>
 __device__ float Term(const float* x, const float* y, int64_t i) {
   if constexpr (op == ReduceOp::kSum) return x[i];
   if constexpr (op == ReduceOp::kAbsSum) return fabsf(x[i]);
   if constexpr (op == ReduceOp::kSquareSum) return x[i] * x[i];
+  if constexpr (op == ReduceOp::kNonFinite) return isfinite(x[i]) ? 0.0f : 1.0f;
   return x[i] * y[i];
 }
 
@@ -150,6 +151,9 @@ float Sum(Context& ctx, int n, const float* x) {
 }
 float Sumsq(Context& ctx, int n, const float* x) {
   return Reduce<ReduceOp::kSquareSum>(ctx, n, x, nullptr);
+}
+float NonFiniteCount(Context& ctx, int n, const float* x) {
+  return Reduce<ReduceOp::kNonFinite>(ctx, n, x, nullptr);
 }
 
 }  // namespace cortado::math::gpu

@@ -19,6 +19,14 @@
 // filters, at least 8 MiB and at most CORTADO_CUDNN_WORKSPACE_MB (default 1024), so a small net
 // does not set aside a gigabyte. A scale of 0 searches every shape with the whole limit. The
 // passes then share the context's workspace, as large as the largest algorithm chosen needs.
+//
+// Mixed precision (Context::half_compute, the solver's `precision: FLOAT16 | BFLOAT16`): each
+// pass copies its float32 NCHW operands into NHWC float16/bfloat16 ones in the context's half
+// scratch, runs cuDNN's legacy API on tensor cores with float32 sums, and copies the result back
+// into float32 (the filter gradient is added to the float32 one). Half plans always come from
+// the graph API (whose engines declare their numerics: tensor cores allowed, reductions in
+// reduced precision and down-converted inputs not), searched on half tensors and cached under
+// their own key; a pass it finds no engine for falls back to the legacy search.
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
@@ -30,6 +38,7 @@
 #include "core/cuda.hpp"
 #include "core/logging.hpp"
 #include "math/convolution.hpp"
+#include "math/gpu.hpp"
 
 namespace cortado::math {
 
@@ -124,12 +133,20 @@ class Descriptor {
 // The tensors of a convolution pass: input x, filter w, output y.
 enum : int64_t { kX = 1, kW = 2, kY = 3 };
 
-Descriptor PackedTensor(int64_t uid, const std::vector<int64_t>& dims) {
+// A packed 4-D tensor of logical dims [N, C, H, W] (filters [K, C, R, S]): NCHW float32, or
+// NHWC in the half type `type` (the layout the mixed-precision copies use).
+Descriptor PackedTensor(int64_t uid, const std::vector<int64_t>& dims, cudnnDataType_t type) {
   std::vector<int64_t> strides(dims.size(), 1);
-  for (int i = static_cast<int>(dims.size()) - 2; i >= 0; --i) {
-    strides[i] = strides[i + 1] * dims[i + 1];
+  if (type == CUDNN_DATA_FLOAT) {
+    for (int i = static_cast<int>(dims.size()) - 2; i >= 0; --i) {
+      strides[i] = strides[i + 1] * dims[i + 1];
+    }
+  } else {
+    strides[1] = 1;
+    strides[3] = dims[1];
+    strides[2] = dims[3] * dims[1];
+    strides[0] = dims[2] * dims[3] * dims[1];
   }
-  const cudnnDataType_t type = CUDNN_DATA_FLOAT;
   const int64_t alignment = 16;
   Descriptor t(CUDNN_BACKEND_TENSOR_DESCRIPTOR);
   t.Set(CUDNN_ATTR_TENSOR_DATA_TYPE, CUDNN_TYPE_DATA_TYPE, &type)
@@ -166,13 +183,14 @@ struct GraphPass {
 };
 
 // The operation graph of one pass: y = conv(x, w) forward, dx from dy, or dw += from x and dy.
-Descriptor* BuildGraph(GraphPass& out, cudnnHandle_t handle, const ConvolutionShape& s, Pass pass) {
+Descriptor* BuildGraph(GraphPass& out, cudnnHandle_t handle, const ConvolutionShape& s, Pass pass,
+                       cudnnDataType_t type) {
   const std::vector<int64_t> x_dims = {s.num, s.channels, s.height, s.width};
   const std::vector<int64_t> w_dims = {s.num_output, s.channels / s.group, s.kernel_h, s.kernel_w};
   const std::vector<int64_t> y_dims = {s.num, s.num_output, s.output_h(), s.output_w()};
-  out.parts.push_back(PackedTensor(kX, x_dims));
-  out.parts.push_back(PackedTensor(kW, w_dims));
-  out.parts.push_back(PackedTensor(kY, y_dims));
+  out.parts.push_back(PackedTensor(kX, x_dims, type));
+  out.parts.push_back(PackedTensor(kW, w_dims, type));
+  out.parts.push_back(PackedTensor(kY, y_dims, type));
   const Descriptor& x = out.parts[0];
   const Descriptor& w = out.parts[1];
   const Descriptor& y = out.parts[2];
@@ -195,9 +213,10 @@ Descriptor* BuildGraph(GraphPass& out, cudnnHandle_t handle, const ConvolutionSh
   out.parts.push_back(std::move(conv));
   const Descriptor& conv_desc = out.parts.back();
 
-  // The filter gradient accumulates (beta 1), as every layer's parameter gradient does.
+  // The float32 filter gradient accumulates (beta 1), as every layer's parameter gradient
+  // does; a half one is written into scratch and added to the float32 one afterwards.
   const float alpha = 1.0f;
-  const float beta = pass == Pass::kFilter ? 1.0f : 0.0f;
+  const float beta = pass == Pass::kFilter && type == CUDNN_DATA_FLOAT ? 1.0f : 0.0f;
   switch (pass) {
     case Pass::kForward: {
       Descriptor op(CUDNN_BACKEND_OPERATION_CONVOLUTION_FORWARD_DESCRIPTOR);
@@ -269,8 +288,8 @@ std::vector<Descriptor> EngineConfigs(const Descriptor& graph, cudnnBackendHeurM
 }
 
 // The global index of a configuration's engine, or -1 when the engine computes in a precision
-// not allowed: tensor cores (TF32 on float32 data) unless `tf32`, and never down-converted
-// inputs or reduced-precision reductions.
+// not allowed: tensor cores (TF32 on float32 data) unless `tf32` (true for half data), and never
+// down-converted inputs or reduced-precision reductions.
 int64_t AllowedEngine(const Descriptor& config, bool tf32) {
   Descriptor engine(CUDNN_BACKEND_ENGINE_DESCRIPTOR);
   int64_t n = 0;
@@ -309,12 +328,13 @@ void Execute(cudnnHandle_t handle, const Descriptor& plan, void* x, void* w, voi
 // Times the engine configurations cuDNN proposes for one pass and returns the fastest, or
 // nullptr when none runs within the workspace limit.
 std::shared_ptr<GraphPass> SearchGraphPass(cudnnHandle_t handle, cudaStream_t stream,
-                                           const ConvolutionShape& s, Pass pass, float* x, float* w,
-                                           float* y, void* workspace, size_t limit, bool tf32) {
+                                           const ConvolutionShape& s, Pass pass, void* x, void* w,
+                                           void* y, void* workspace, size_t limit, bool tf32,
+                                           cudnnDataType_t type) {
   const size_t max_candidates = MaxCandidates();
   constexpr int kRuns = 3;
   auto spec = std::make_shared<GraphPass>();
-  Descriptor* graph = BuildGraph(*spec, handle, s, pass);
+  Descriptor* graph = BuildGraph(*spec, handle, s, pass, type);
 
   std::vector<Descriptor> candidates;
   std::vector<int64_t> engines;
@@ -419,41 +439,76 @@ class CudnnConvolution final : public ConvolutionPlan {
   CudnnConvolution(Context& ctx, const ConvolutionShape& s) : ctx_(ctx), shape_(s) {
     auto& res = cuda::Get(ctx_);
     handle_ = res.cudnn;
+    half_ = ctx.half_compute();
+    // Under mixed precision the convolution itself sees NHWC float16/bfloat16 copies of its
+    // operands (tensor cores' layout) and sums in float32; the bias stays on the float32 NCHW
+    // output.
+    const cudnnDataType_t type = half_ == Context::HalfType::kFloat16    ? CUDNN_DATA_HALF
+                                 : half_ == Context::HalfType::kBFloat16 ? CUDNN_DATA_BFLOAT16
+                                                                         : CUDNN_DATA_FLOAT;
+    data_type_ = type;
+    const cudnnTensorFormat_t format =
+        half_ != Context::HalfType::kNone ? CUDNN_TENSOR_NHWC : CUDNN_TENSOR_NCHW;
     CORTADO_CUDNN_CHECK(cudnnCreateTensorDescriptor(&src_));
     CORTADO_CUDNN_CHECK(cudnnCreateTensorDescriptor(&dst_));
+    CORTADO_CUDNN_CHECK(cudnnCreateTensorDescriptor(&float_dst_));
     CORTADO_CUDNN_CHECK(cudnnCreateTensorDescriptor(&bias_));
     CORTADO_CUDNN_CHECK(cudnnCreateFilterDescriptor(&filter_));
     CORTADO_CUDNN_CHECK(cudnnCreateConvolutionDescriptor(&conv_));
-    CORTADO_CUDNN_CHECK(cudnnSetTensor4dDescriptor(src_, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, s.num,
-                                                   s.channels, s.height, s.width));
-    CORTADO_CUDNN_CHECK(cudnnSetTensor4dDescriptor(dst_, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, s.num,
-                                                   s.num_output, s.output_h(), s.output_w()));
+    CORTADO_CUDNN_CHECK(
+        cudnnSetTensor4dDescriptor(src_, format, type, s.num, s.channels, s.height, s.width));
+    CORTADO_CUDNN_CHECK(cudnnSetTensor4dDescriptor(dst_, format, type, s.num, s.num_output,
+                                                   s.output_h(), s.output_w()));
+    CORTADO_CUDNN_CHECK(cudnnSetTensor4dDescriptor(float_dst_, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT,
+                                                   s.num, s.num_output, s.output_h(),
+                                                   s.output_w()));
     CORTADO_CUDNN_CHECK(cudnnSetTensor4dDescriptor(bias_, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, 1,
                                                    s.num_output, 1, 1));
-    CORTADO_CUDNN_CHECK(cudnnSetFilter4dDescriptor(filter_, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW,
-                                                   s.num_output, s.channels / s.group, s.kernel_h,
-                                                   s.kernel_w));
+    CORTADO_CUDNN_CHECK(cudnnSetFilter4dDescriptor(filter_, type, format, s.num_output,
+                                                   s.channels / s.group, s.kernel_h, s.kernel_w));
     CORTADO_CUDNN_CHECK(cudnnSetConvolution2dDescriptor(conv_, s.pad_h, s.pad_w, s.stride_h,
                                                         s.stride_w, s.dilation_h, s.dilation_w,
                                                         CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
     CORTADO_CUDNN_CHECK(cudnnSetConvolutionGroupCount(conv_, s.group));
     // DEFAULT math lets cuDNN use TF32 tensor cores on float32 data; FMA math forbids them.
-    CORTADO_CUDNN_CHECK(
-        cudnnSetConvolutionMathType(conv_, ctx.allow_tf32() ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH));
-    plans_ = FindPlans(UseGraphApi());
+    // Half operands take tensor-core math.
+    CORTADO_CUDNN_CHECK(cudnnSetConvolutionMathType(conv_, half_ != Context::HalfType::kNone
+                                                               ? CUDNN_TENSOR_OP_MATH
+                                                           : ctx.allow_tf32() ? CUDNN_DEFAULT_MATH
+                                                                              : CUDNN_FMA_MATH));
+    // Half operands always take the graph API, whose engines say how they sum: those that
+    // reduce in reduced precision are left out. (The legacy search cannot tell them apart; its
+    // fastest float16 filter-gradient algorithm on an H200 was off by a tenth on sums near 1.)
+    plans_ = FindPlans(UseGraphApi() || half_ != Context::HalfType::kNone);
   }
 
   ~CudnnConvolution() override {
     cudnnDestroyConvolutionDescriptor(conv_);
     cudnnDestroyFilterDescriptor(filter_);
     cudnnDestroyTensorDescriptor(bias_);
+    cudnnDestroyTensorDescriptor(float_dst_);
     cudnnDestroyTensorDescriptor(dst_);
     cudnnDestroyTensorDescriptor(src_);
   }
 
   void Forward(const float* src, const float* weights, const float* bias, float* dst) override {
     const float one = 1.0f, zero = 0.0f;
-    if (const GraphPass* pass = GraphFor(plans_->forward.get(), src, weights, dst)) {
+    if (half_ != Context::HalfType::kNone) {
+      HalfOperands h = Operands();
+      ToHalf(Slot::kSrc, src, h.src);
+      ToHalf(Slot::kFilter, weights, h.filter);
+      if (const GraphPass* pass = plans_->forward.get()) {
+        Execute(handle_, *pass->plan, h.src, h.filter, h.dst,
+                cuda::Get(ctx_).Workspace(pass->workspace));
+      } else {
+        const Plans& legacy = Legacy();
+        void* workspace = cuda::Get(ctx_).Workspace(legacy.forward_bytes);
+        CORTADO_CUDNN_CHECK(cudnnConvolutionForward(handle_, &one, src_, h.src, filter_, h.filter,
+                                                    conv_, legacy.forward_algo, workspace,
+                                                    legacy.forward_bytes, &zero, dst_, h.dst));
+      }
+      FromHalf(Slot::kDst, h.dst, 0.0f, dst);
+    } else if (const GraphPass* pass = GraphFor(plans_->forward.get(), src, weights, dst)) {
       Execute(handle_, *pass->plan, const_cast<float*>(src), const_cast<float*>(weights), dst,
               cuda::Get(ctx_).Workspace(pass->workspace));
     } else {
@@ -464,12 +519,34 @@ class CudnnConvolution final : public ConvolutionPlan {
                                                   legacy.forward_bytes, &zero, dst_, dst));
     }
     if (shape_.bias && bias != nullptr) {
-      CORTADO_CUDNN_CHECK(cudnnAddTensor(handle_, &one, bias_, bias, &one, dst_, dst));
+      CORTADO_CUDNN_CHECK(cudnnAddTensor(handle_, &one, bias_, bias, &one, float_dst_, dst));
     }
   }
 
   void BackwardData(const float* diff_dst, const float* weights, float* diff_src) override {
     const float one = 1.0f, zero = 0.0f;
+    if (half_ != Context::HalfType::kNone) {
+      // A layer asks for the filter gradient first, then the data gradient of the same output
+      // gradient: its copy is still in the scratch unless another call used the scratch since.
+      const bool reuse = diff_dst == dst_copied_from_ &&
+                         cuda::Get(ctx_).half_scratch_calls() == dst_copied_at_ + 1;
+      HalfOperands h = Operands();
+      if (!reuse) ToHalf(Slot::kDst, diff_dst, h.dst);
+      dst_copied_from_ = nullptr;
+      ToHalf(Slot::kFilter, weights, h.filter);
+      if (const GraphPass* pass = plans_->data.get()) {
+        Execute(handle_, *pass->plan, h.src, h.filter, h.dst,
+                cuda::Get(ctx_).Workspace(pass->workspace));
+      } else {
+        const Plans& legacy = Legacy();
+        void* workspace = cuda::Get(ctx_).Workspace(legacy.data_bytes);
+        CORTADO_CUDNN_CHECK(cudnnConvolutionBackwardData(handle_, &one, filter_, h.filter, dst_,
+                                                         h.dst, conv_, legacy.data_algo, workspace,
+                                                         legacy.data_bytes, &zero, src_, h.src));
+      }
+      FromHalf(Slot::kSrc, h.src, 0.0f, diff_src);
+      return;
+    }
     if (const GraphPass* pass = GraphFor(plans_->data.get(), diff_src, weights, diff_dst)) {
       Execute(handle_, *pass->plan, diff_src, const_cast<float*>(weights),
               const_cast<float*>(diff_dst), cuda::Get(ctx_).Workspace(pass->workspace));
@@ -484,8 +561,26 @@ class CudnnConvolution final : public ConvolutionPlan {
 
   void BackwardWeights(const float* src, const float* diff_dst, float* diff_weights,
                        float* diff_bias) override {
-    const float one = 1.0f;
-    if (diff_weights != nullptr) {
+    const float one = 1.0f, zero = 0.0f;
+    if (diff_weights != nullptr && half_ != Context::HalfType::kNone) {
+      // The filter gradient comes out in the half type, then is added to the float32 one.
+      HalfOperands h = Operands();
+      ToHalf(Slot::kSrc, src, h.src);
+      ToHalf(Slot::kDst, diff_dst, h.dst);
+      dst_copied_from_ = diff_dst;
+      dst_copied_at_ = cuda::Get(ctx_).half_scratch_calls();
+      if (const GraphPass* pass = plans_->filter.get()) {
+        Execute(handle_, *pass->plan, h.src, h.filter, h.dst,
+                cuda::Get(ctx_).Workspace(pass->workspace));
+      } else {
+        const Plans& legacy = Legacy();
+        void* workspace = cuda::Get(ctx_).Workspace(legacy.filter_bytes);
+        CORTADO_CUDNN_CHECK(cudnnConvolutionBackwardFilter(
+            handle_, &one, src_, h.src, dst_, h.dst, conv_, legacy.filter_algo, workspace,
+            legacy.filter_bytes, &zero, filter_, h.filter));
+      }
+      FromHalf(Slot::kFilter, h.filter, 1.0f, diff_weights);
+    } else if (diff_weights != nullptr) {
       if (const GraphPass* pass = GraphFor(plans_->filter.get(), src, diff_weights, diff_dst)) {
         Execute(handle_, *pass->plan, const_cast<float*>(src), diff_weights,
                 const_cast<float*>(diff_dst), cuda::Get(ctx_).Workspace(pass->workspace));
@@ -498,8 +593,8 @@ class CudnnConvolution final : public ConvolutionPlan {
       }
     }
     if (shape_.bias && diff_bias != nullptr) {
-      CORTADO_CUDNN_CHECK(
-          cudnnConvolutionBackwardBias(handle_, &one, dst_, diff_dst, &one, bias_, diff_bias));
+      CORTADO_CUDNN_CHECK(cudnnConvolutionBackwardBias(handle_, &one, float_dst_, diff_dst, &one,
+                                                       bias_, diff_bias));
     }
   }
 
@@ -513,11 +608,59 @@ class CudnnConvolution final : public ConvolutionPlan {
     return pass != nullptr && Aligned(x) && Aligned(w) && Aligned(y) ? pass : nullptr;
   }
 
+  // Mixed precision: where the half copies of the three operands live (the context's half
+  // scratch, each part on a 256-byte boundary), and the copies in and out.
+  enum class Slot { kSrc, kFilter, kDst };
+  struct HalfOperands {
+    void* src;
+    void* filter;
+    void* dst;
+  };
+  static size_t Rounded(size_t bytes) { return (bytes + 255) / 256 * 256; }
+  // n, c and h*w of an operand as a [n, c, hw] array.
+  void Dims(Slot slot, int* n, int* c, int* hw) const {
+    const ConvolutionShape& s = shape_;
+    switch (slot) {
+      case Slot::kSrc:
+        *n = s.num, *c = s.channels, *hw = s.height * s.width;
+        return;
+      case Slot::kFilter:
+        *n = s.num_output, *c = s.channels / s.group, *hw = s.kernel_h * s.kernel_w;
+        return;
+      default:
+        *n = s.num, *c = s.num_output, *hw = s.output_h() * s.output_w();
+    }
+  }
+  size_t HalfBytes(Slot slot) const {
+    int n = 0, c = 0, hw = 0;
+    Dims(slot, &n, &c, &hw);
+    return Rounded(static_cast<size_t>(n) * c * hw * 2);
+  }
+  HalfOperands Operands() {
+    const size_t src = HalfBytes(Slot::kSrc), filter = HalfBytes(Slot::kFilter);
+    char* base =
+        static_cast<char*>(cuda::Get(ctx_).HalfScratch(src + filter + HalfBytes(Slot::kDst)));
+    return {base, base + src, base + src + filter};
+  }
+  void ToHalf(Slot slot, const float* from, void* to) {
+    int n = 0, c = 0, hw = 0;
+    Dims(slot, &n, &c, &hw);
+    gpu::ToHalfNhwc(ctx_, half_, n, c, hw, from, to);
+  }
+  void FromHalf(Slot slot, const void* from, float beta, float* to) {
+    int n = 0, c = 0, hw = 0;
+    Dims(slot, &n, &c, &hw);
+    gpu::FromHalfNhwc(ctx_, half_, n, c, hw, from, beta, to);
+  }
+
   // The plans of this shape in this context: found in the context's cache, else searched.
   std::shared_ptr<const Plans> FindPlans(bool graph) {
     auto& cache = cuda::Get(ctx_).plans;
-    const std::string key =
-        ShapeKey(shape_) + (graph ? " graph" : " legacy") + (ctx_.allow_tf32() ? " tf32" : "");
+    const std::string key = ShapeKey(shape_) + (graph ? " graph" : " legacy") +
+                            (half_ == Context::HalfType::kFloat16    ? " float16"
+                             : half_ == Context::HalfType::kBFloat16 ? " bfloat16"
+                             : ctx_.allow_tf32()                     ? " tf32"
+                                                                     : "");
     if (auto it = cache.find(key); it != cache.end()) {
       return std::static_pointer_cast<const Plans>(it->second);
     }
@@ -547,15 +690,15 @@ class CudnnConvolution final : public ConvolutionPlan {
         static_cast<size_t>(s.num) * s.num_output * s.output_h() * s.output_w();
     const size_t filter_count =
         static_cast<size_t>(s.num_output) * (s.channels / s.group) * s.kernel_h * s.kernel_w;
-    const size_t limit = SearchWorkspace((src_count + dst_count + filter_count) * sizeof(float));
+    const size_t element = half_ != Context::HalfType::kNone ? 2 : sizeof(float);
+    const size_t limit = SearchWorkspace((src_count + dst_count + filter_count) * element);
     const bool tf32 = ctx_.allow_tf32();
     cudaStream_t stream = cuda::Get(ctx_).stream;
-    Scratch src(src_count * sizeof(float)), dst(dst_count * sizeof(float)),
-        filter(filter_count * sizeof(float));
+    Scratch src(src_count * element), dst(dst_count * element), filter(filter_count * element);
     // Random-free but non-zero contents: zeros can favour algorithms unrealistically.
-    CORTADO_CUDA_CHECK(cudaMemsetAsync(src.get(), 0x3c, src_count * sizeof(float), stream));
-    CORTADO_CUDA_CHECK(cudaMemsetAsync(dst.get(), 0x3c, dst_count * sizeof(float), stream));
-    CORTADO_CUDA_CHECK(cudaMemsetAsync(filter.get(), 0x3c, filter_count * sizeof(float), stream));
+    CORTADO_CUDA_CHECK(cudaMemsetAsync(src.get(), 0x3c, src_count * element, stream));
+    CORTADO_CUDA_CHECK(cudaMemsetAsync(dst.get(), 0x3c, dst_count * element, stream));
+    CORTADO_CUDA_CHECK(cudaMemsetAsync(filter.get(), 0x3c, filter_count * element, stream));
     CORTADO_LOG_DEBUG("convolution {}x{}x{}x{} -> {}: searching with {:.1f} MiB of workspace",
                       s.num, s.channels, s.height, s.width, s.num_output,
                       static_cast<double>(limit) / (1 << 20));
@@ -564,12 +707,14 @@ class CudnnConvolution final : public ConvolutionPlan {
 
     if (graph) {
       plans.graph = true;
+      // Half operands run on tensor cores; their engines must still keep float32 sums.
+      const bool tensor_cores = tf32 || half_ != Context::HalfType::kNone;
       plans.forward = SearchGraphPass(handle_, stream, s, Pass::kForward, src.get(), filter.get(),
-                                      dst.get(), workspace, limit, tf32);
+                                      dst.get(), workspace, limit, tensor_cores, data_type_);
       plans.data = SearchGraphPass(handle_, stream, s, Pass::kData, src.get(), filter.get(),
-                                   dst.get(), workspace, limit, tf32);
+                                   dst.get(), workspace, limit, tensor_cores, data_type_);
       plans.filter = SearchGraphPass(handle_, stream, s, Pass::kFilter, src.get(), filter.get(),
-                                     dst.get(), workspace, limit, tf32);
+                                     dst.get(), workspace, limit, tensor_cores, data_type_);
       CORTADO_CUDA_CHECK(cudaStreamSynchronize(stream));
       return;
     }
@@ -615,7 +760,16 @@ class CudnnConvolution final : public ConvolutionPlan {
   Context& ctx_;
   ConvolutionShape shape_;
   cudnnHandle_t handle_ = nullptr;
-  cudnnTensorDescriptor_t src_ = nullptr, dst_ = nullptr, bias_ = nullptr;
+  Context::HalfType half_ = Context::HalfType::kNone;
+  cudnnDataType_t data_type_ = CUDNN_DATA_FLOAT;
+  // src_, dst_ and filter_ describe what cuDNN's convolution reads and writes: float32 NCHW, or
+  // the half type in NHWC under mixed precision; float_dst_ is always the float32 NCHW output,
+  // where the bias is added and summed.
+  cudnnTensorDescriptor_t src_ = nullptr, dst_ = nullptr, float_dst_ = nullptr, bias_ = nullptr;
+  // The output gradient whose half copy the last filter-gradient call left in the scratch, and
+  // the scratch's call count then (for the data-gradient call that follows).
+  const float* dst_copied_from_ = nullptr;
+  uint64_t dst_copied_at_ = 0;
   cudnnFilterDescriptor_t filter_ = nullptr;
   cudnnConvolutionDescriptor_t conv_ = nullptr;
   std::shared_ptr<const Plans> plans_;   // the chosen API's
