@@ -136,5 +136,49 @@ INSTANTIATE_TEST_SUITE_P(All, ReferenceDeployTimeTest,
                                            "bvlc_reference_caffenet/deploy.prototxt"),
                          DeployName);
 
+// The Fashion-MNIST example's nets (they ship with the repository): built in both phases, a
+// forward and backward pass with the Data layers replaced as above, 10 class scores.
+class ExampleNetTest : public ::testing::TestWithParam<TrainVal> {};
+
+TEST_P(ExampleNetTest, BuildsAndRunsForwardBackward) {
+  const TrainVal& model = GetParam();
+  const fs::path path = fs::path(CORTADO_SOURCE_DIR) / "examples/fashion-mnist" / model.file;
+  const caffe::NetParameter original = io::ReadNetParameterFromTextFile(path.string());
+  for (caffe::Phase phase : {caffe::TRAIN, caffe::TEST}) {
+    caffe::NetParameter param = WithInputs(original, model);
+    param.mutable_state()->set_phase(phase);
+    Context ctx(Device::Cpu(), 1701);
+    Net net(param, &ctx);
+    Tensor* data = net.blob_by_name("data");
+    Tensor* label = net.blob_by_name("label");
+    math::RngUniform(data->count(), 0.0f, 1.0f, ctx.rng(), data->mutable_cpu_data());
+    for (int i = 0; i < label->count(); ++i) {
+      label->mutable_cpu_data()[i] = static_cast<float>(i % 10);
+    }
+    const float loss = net.ForwardBackward();
+    EXPECT_TRUE(std::isfinite(loss)) << model.file;
+    EXPECT_GT(loss, 0.0f) << model.file;
+    // The classifier's scores: the bottom of the loss, 10 per image.
+    const Tensor* scores = net.bottom_vecs().back()[0];
+    EXPECT_EQ(scores->count(1), 10) << model.file;
+    if (phase == caffe::TRAIN) {
+      EXPECT_GT(net.learnable_params().front()->asum_diff(), 0.0f) << model.file;
+    } else {
+      EXPECT_TRUE(net.has_blob("accuracy")) << model.file;
+    }
+  }
+}
+
+std::string ExampleName(const ::testing::TestParamInfo<TrainVal>& param_info) {
+  std::string name = param_info.param.file;
+  return name.substr(0, name.find("_train"));
+}
+
+INSTANTIATE_TEST_SUITE_P(FashionMnist, ExampleNetTest,
+                         ::testing::Values(TrainVal{"lenet_train_test.prototxt", 1, 28, 28, 8},
+                                           TrainVal{"lenet_bn_train_test.prototxt", 1, 28, 28, 8},
+                                           TrainVal{"resnet_train_test.prototxt", 1, 28, 28, 8}),
+                         ExampleName);
+
 }  // namespace
 }  // namespace cortado
