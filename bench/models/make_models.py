@@ -1,11 +1,11 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: Apache-2.0
 """Writes the benchmark nets that are too long to keep by hand: CaffeNet (AlexNet as Caffe's
-reference model lays it out, batch 256) and ResNet-50 (batch 64, the torchvision layout: stride
-on the 3x3 convolution of each bottleneck). Both take their data from Input layers, so one
+reference model lays it out, batch 256), ResNet-50 (batch 64, the torchvision layout: stride
+on the 3x3 convolution of each bottleneck) and MobileNet v1 (batch 32). All take their data from Input layers, so one
 training iteration is what they measure.
 
-    python3 bench/models/make_models.py   # rewrites caffenet_train.prototxt, resnet50_train.prototxt
+    python3 bench/models/make_models.py   # rewrites caffenet_train.prototxt, resnet50_train.prototxt, mobilenet_v1_train.prototxt
 """
 import os
 
@@ -121,9 +121,31 @@ def resnet50(batch=64):
     return text
 
 
+def mobilenet_v1(batch=32):
+    text = ("# MobileNet v1 (width 1.0, 224x224) in training form with Input layers, batch 32:\n"
+            "# a 3x3 stride-2 convolution, 13 depthwise-separable blocks (depthwise 3x3 and\n"
+            "# pointwise 1x1 convolutions, each with BatchNorm + Scale + ReLU), global average\n"
+            "# pooling and the classifier. Written by make_models.py.\n"
+            'name: "MobileNet-v1"\n' + inputs(batch, 3, 224))
+    text += conv_bn("conv1", "data", 32, 3, stride=2, pad=1)
+    bottom, channels = "conv1", 32
+    blocks = [(64, 1), (128, 2), (128, 1), (256, 2), (256, 1), (512, 2)] + [(512, 1)] * 5 + \
+        [(1024, 2), (1024, 1)]
+    for i, (out, stride) in enumerate(blocks, start=2):
+        dw = f"conv{i}_dw"
+        text += (conv(dw, bottom, channels, 3, stride=stride, pad=1, group=channels, bias=False,
+                      filler="msra") + bn(dw, dw) + relu(f"{dw}_relu", dw))
+        text += conv_bn(f"conv{i}_pw", dw, out, 1)
+        bottom, channels = f"conv{i}_pw", out
+    text += pool("pool6", bottom, "AVE", global_pool=True)
+    text += fc("fc7", "pool6", 1000, std=0.01) + loss("fc7")
+    return text
+
+
 if __name__ == "__main__":
     for name, text in [("caffenet_train.prototxt", caffenet()),
-                       ("resnet50_train.prototxt", resnet50())]:
+                       ("resnet50_train.prototxt", resnet50()),
+                       ("mobilenet_v1_train.prototxt", mobilenet_v1())]:
         with open(os.path.join(HERE, name), "w") as f:
             f.write(text)
         print("wrote", name)
