@@ -3,7 +3,8 @@
 # `caffe time` and `cortado time` run alternately (ROUNDS times each, best run kept), each
 # one process with the same thread count, and a markdown table of the average
 # forward-backward time per iteration is printed, then the per-layer times of the Dropout,
-# Eltwise and depthwise convolution layers.
+# Eltwise (with the ReLU Cortado fuses into it) and depthwise convolution layers, then the time
+# per layer type (forward + backward summed over the net's layers of that type).
 #
 #   bash bench/cpu/build_caffe.sh                     # once: builds /work/caffe-build/build/tools/caffe
 #   ITERS=20 THREADS=2 bash bench/cpu/caffe_compare.sh
@@ -55,7 +56,7 @@ layer_ms() {
                  END { print (f == "" ? "-" : f), (b == "" ? "-" : b) }' "$1"
 }
 
-rows=() layers=() notes=()
+rows=() layers=() types=() notes=()
 for spec in $NETS; do
   net=${spec%%:*}; batch=${BATCH:-}; [[ $spec == *:* && -z $batch ]] && batch=${spec#*:}
   [[ $net = /* ]] || net=$ROOT/$net
@@ -91,8 +92,49 @@ for spec in $NETS; do
     case $ltype in Dropout|Eltwise|DepthwiseConvolution) ;; *) continue ;; esac
     read -r cf cb < <( [[ -n $best_c ]] && layer_ms "$TMP/c.log" "$lname" || echo "- -")
     read -r of ob < <( [[ -n $best_o ]] && layer_ms "$TMP/o.log" "$lname" || echo "- -")
+    # Cortado fuses the ReLU that follows a residual sum into the Eltwise layer; Caffe times it
+    # apart, so its row adds that ReLU ("<name>_relu") to compare like with like.
+    if [[ $ltype == Eltwise && -n $best_c && -n $best_o ]]; then
+      read -r crf crb < <(layer_ms "$TMP/c.log" "${lname}_relu")
+      read -r orf _ < <(layer_ms "$TMP/o.log" "${lname}_relu")
+      if [[ $crf != - && $orf == - ]]; then
+        ltype="Eltwise+ReLU"
+        cf=$(awk "BEGIN{print $cf + $crf}"); cb=$(awk "BEGIN{print $cb + $crb}")
+      fi
+    fi
     layers+=("| $name | $lname | $ltype | $cf | $cb | $of | $ob |")
   done < <(layer_types "$model")
+  # Per layer type, forward + backward: a layer Cortado fused away (BatchNorm, Scale, ReLU) counts
+  # with the layer it was fused into, on both sides.
+  if [[ -n $best_c && -n $best_o ]]; then
+    while read -r line; do types+=("$line"); done < <(python3 - "$model" "$TMP/c.log" "$TMP/o.log" "$name" <<'PY'
+import collections, re, sys
+model, caffe_log, cortado_log, net = sys.argv[1:]
+kinds = dict(re.findall(r'name:\s*"([^"]+)"\s*type:\s*"(\w+)"', open(model).read()))
+def times(path):
+    t = collections.OrderedDict()
+    for line in open(path):
+        m = re.search(r"\]\s+(\S+)\s+(forward|backward): ([0-9.]+) ms", line)
+        if m: t[m.group(1)] = t.get(m.group(1), 0.0) + float(m.group(3))
+    return t
+caffe, cortado = times(caffe_log), times(cortado_log)
+kind = lambda n: "Split" if n.endswith("_split") else kinds.get(n, "?")
+host, group, fused = None, {}, collections.defaultdict(set)
+for n in caffe:
+    if n in cortado or host is None: host = n
+    else: fused[kind(host)].add(kind(n))
+    group[n] = host
+c, o = collections.Counter(), collections.Counter()
+for n, t in caffe.items(): c[kind(group[n])] += t
+for n, t in cortado.items(): o[kind(n)] += t
+for k in sorted(c, key=lambda k: -c[k]):
+    if c[k] < 0.01: continue  # layers that take no time (Input)
+    label = k + "".join("+" + f for f in sorted(fused[k]))
+    ratio = f"{o[k] / c[k]:.2f}" if c[k] > 0 else "-"
+    print(f"| {net} | {label} | {c[k]:.2f} | {o[k]:.2f} | {ratio} |")
+PY
+)
+  fi
   rm -f "$TMP"/[co]*.log
 done
 
@@ -108,5 +150,11 @@ if ((${#layers[@]})); then
   echo "| net | layer | type | Caffe fwd ms | Caffe bwd ms | Cortado fwd ms | Cortado bwd ms |"
   echo "| --- | --- | --- | --- | --- | --- | --- |"
   printf '%s\n' "${layers[@]}"
+fi
+if ((${#types[@]})); then
+  echo
+  echo "| net | layer type (+ what Cortado fuses into it) | Caffe ms | Cortado ms | Cortado/Caffe |"
+  echo "| --- | --- | --- | --- | --- |"
+  printf '%s\n' "${types[@]}"
 fi
 if ((${#notes[@]})); then echo; printf -- '- %s\n' "${notes[@]}"; fi
