@@ -4,6 +4,7 @@
 # 10,000 iterations, then a batch-normalised LeNet (NET=bn). Run from the repository root:
 #   examples/fashion-mnist/train.sh            # LeNet, Caffe's net and solver
 #   NET=bn examples/fashion-mnist/train.sh     # the BatchNorm variant
+#   NET=resnet examples/fashion-mnist/train.sh --gpu=0   # the small ResNet (solver_mode GPU)
 #   RANKS=2 examples/fashion-mnist/train.sh    # 2 processes of batch 32 (64 in all), tcp ring
 #   RANKS=2 LAUNCH=mpirun examples/fashion-mnist/train.sh   # the same under mpirun
 # Needs Debian's dataset-fashion-mnist (IDX files in /usr/share/datasets/fashion-mnist) and a
@@ -38,6 +39,7 @@ done
 
 solver=examples/fashion-mnist/lenet_solver.prototxt
 [[ ${NET:-lenet} == bn ]] && solver=examples/fashion-mnist/lenet_bn_solver.prototxt
+[[ ${NET:-lenet} == resnet ]] && solver=examples/fashion-mnist/resnet_solver.prototxt
 ranks=${RANKS:-1}
 if ((ranks == 1)); then
   exec "$cortado" train --solver="$solver" "$@"
