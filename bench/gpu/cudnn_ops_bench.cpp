@@ -2,10 +2,14 @@
 // Cortado's own GPU kernels for pooling, LRN, ReLU and softmax beside cuDNN's for the same
 // shapes (CaffeNet's at batch 256, ResNet-50's ReLU at batch 64), forward and backward: the
 // evidence for which of the two the layers use. Each pass is timed with CUDA events over 20
-// runs after 3 warm-up runs, on random inputs.
+// runs after 3 warm-up runs, on random inputs. Then mixed precision's cost: ResNet-50's
+// convolution shapes at batch 128 as Convolution layers in TF32 and in float16 (which copies its
+// operands into NHWC float16 and back), beside the time of those copies alone.
 //
 //   cortado_cudnn_ops_bench [gpu=0]
-// prints one line per case: "<case> <shape> ours fwd <ms> bwd <ms> cudnn fwd <ms> bwd <ms>".
+// prints one line per case: "<case> <shape> ours fwd <ms> bwd <ms> cudnn fwd <ms> bwd <ms>",
+// then one per convolution: "<conv> tf32 fwd <ms> bwd <ms> float16 fwd <ms> bwd <ms> copies
+// fwd <ms> bwd <ms>".
 #include <cudnn.h>
 
 #include <cstdio>
@@ -124,6 +128,74 @@ CudnnPasses CudnnFor(Context& ctx, const Case& c, Tensor& x, Tensor& y) {
       }};
 }
 
+// Mixed precision's copies beside the convolutions they feed (see the file comment).
+void TimeHalfCopies(int gpu) {
+  struct Conv {
+    const char* name;
+    int channels, size, outputs, kernel;
+  };
+  const Conv convs[] = {{"res2_3x3", 64, 56, 64, 3},
+                        {"res2_1x1", 64, 56, 256, 1},
+                        {"res3_3x3", 128, 28, 128, 3},
+                        {"res4_3x3", 256, 14, 256, 3},
+                        {"res5_1x1", 512, 7, 2048, 1}};
+  constexpr int kBatch = 128;
+  for (const Conv& c : convs) {
+    double ms[2][2] = {};
+    for (int half = 0; half < 2; ++half) {
+      Context ctx(Device::Cuda(gpu), 1);
+      ctx.MakeCurrent();
+      ctx.set_allow_tf32(true);
+      if (half) ctx.set_half_compute(Context::HalfType::kFloat16);
+      caffe::LayerParameter param;
+      io::ReadProtoFromTextString(
+          std::string("name: 'conv' type: 'Convolution' convolution_param { num_output: ") +
+              std::to_string(c.outputs) + " kernel_size: " + std::to_string(c.kernel) + " pad: " +
+              std::to_string(c.kernel / 2) + " bias_term: false weight_filler { type: 'msra' } }",
+          "<bench>", &param);
+      auto layer = CreateLayer(param, &ctx);
+      Tensor x({kBatch, c.channels, c.size, c.size}), y;
+      const std::vector<Tensor*> bottom = {&x}, top = {&y};
+      layer->Initialize(bottom, top);
+      math::gpu::RngUniform(ctx, x.count(), -1.0f, 1.0f, x.mutable_gpu_data());
+      y.mutable_gpu_diff();
+      math::gpu::RngUniform(ctx, y.count(), -1.0f, 1.0f, y.mutable_gpu_diff());
+      ms[half][0] = TimeMs(ctx, [&] { layer->Forward(bottom, top); });
+      ms[half][1] = TimeMs(ctx, [&] { layer->Backward(top, {true}, bottom); });
+    }
+    // The copies alone: forward x, w in and y out; backward x, dy, w in, dw (added) and dx out.
+    Context ctx(Device::Cuda(gpu), 1);
+    ctx.MakeCurrent();
+    const auto f16 = Context::HalfType::kFloat16;
+    const int hw = c.size * c.size, taps = c.kernel * c.kernel;
+    Tensor x({kBatch, c.channels, hw}), w({c.outputs, c.channels, taps}),
+        y({kBatch, c.outputs, hw});
+    Tensor xh({(x.count() + 1) / 2}), wh({(w.count() + 1) / 2}), yh({(y.count() + 1) / 2});
+    const double copies_fwd = TimeMs(ctx, [&] {
+      math::gpu::ToHalfNhwc(ctx, f16, kBatch, c.channels, hw, x.gpu_data(), xh.mutable_gpu_data());
+      math::gpu::ToHalfNhwc(ctx, f16, c.outputs, c.channels, taps, w.gpu_data(),
+                            wh.mutable_gpu_data());
+      math::gpu::FromHalfNhwc(ctx, f16, kBatch, c.outputs, hw, yh.gpu_data(), 0.0f,
+                              y.mutable_gpu_data());
+    });
+    const double copies_bwd = TimeMs(ctx, [&] {
+      math::gpu::ToHalfNhwc(ctx, f16, kBatch, c.channels, hw, x.gpu_data(), xh.mutable_gpu_data());
+      math::gpu::ToHalfNhwc(ctx, f16, kBatch, c.outputs, hw, y.gpu_data(), yh.mutable_gpu_data());
+      math::gpu::FromHalfNhwc(ctx, f16, c.outputs, c.channels, taps, wh.gpu_data(), 1.0f,
+                              w.mutable_gpu_data());
+      math::gpu::ToHalfNhwc(ctx, f16, c.outputs, c.channels, taps, w.gpu_data(),
+                            wh.mutable_gpu_data());
+      math::gpu::FromHalfNhwc(ctx, f16, kBatch, c.channels, hw, xh.gpu_data(), 0.0f,
+                              x.mutable_gpu_data());
+    });
+    std::printf(
+        "%-9s %3dx%3dx%2dx%2d->%4d tf32 fwd %.4f bwd %.4f float16 fwd %.4f bwd %.4f copies fwd "
+        "%.4f bwd %.4f\n",
+        c.name, kBatch, c.channels, c.size, c.size, c.outputs, ms[0][0], ms[0][1], ms[1][0],
+        ms[1][1], copies_fwd, copies_bwd);
+  }
+}
+
 int Run(int argc, char** argv) {
   const int gpu = argc > 1 ? std::atoi(argv[1]) : 0;
   SetLogLevel("warn");
@@ -162,6 +234,7 @@ int Run(int argc, char** argv) {
     std::printf("%-9s %-16s ours fwd %.4f bwd %.4f cudnn fwd %.4f bwd %.4f\n", c.name.c_str(),
                 x.ShapeString().c_str(), ours_fwd, ours_bwd, cudnn_fwd, cudnn_bwd);
   }
+  TimeHalfCopies(gpu);
   return 0;
 }
 
