@@ -193,31 +193,26 @@ void Resources::SetAllowTf32(bool allow) {
 #endif
 }
 
-void* Resources::Workspace(size_t bytes) {
-  if (bytes <= workspace_bytes_) return workspace_;
-  if (workspace_ != nullptr) {
+void* Resources::Grow(void*& buffer, size_t& capacity, size_t bytes, const char* what) {
+  if (bytes <= capacity) return buffer;
+  if (buffer != nullptr) {
     CORTADO_CUDA_CHECK(cudaStreamSynchronize(stream));
-    Free(workspace_, workspace_bytes_);
-    workspace_ = nullptr;
-    workspace_bytes_ = 0;
+    Free(buffer, capacity);
+    buffer = nullptr;
+    capacity = 0;
   }
-  workspace_ = Malloc(bytes, "a layer workspace");
-  workspace_bytes_ = bytes;
-  return workspace_;
+  buffer = Malloc(bytes, what);
+  capacity = bytes;
+  return buffer;
+}
+
+void* Resources::Workspace(size_t bytes) {
+  return Grow(workspace_, workspace_bytes_, bytes, "a layer workspace");
 }
 
 void* Resources::HalfScratch(size_t bytes) {
   ++half_scratch_calls_;
-  if (bytes <= half_scratch_bytes_) return half_scratch_;
-  if (half_scratch_ != nullptr) {
-    CORTADO_CUDA_CHECK(cudaStreamSynchronize(stream));
-    Free(half_scratch_, half_scratch_bytes_);
-    half_scratch_ = nullptr;
-    half_scratch_bytes_ = 0;
-  }
-  half_scratch_ = Malloc(bytes, "mixed-precision operand copies");
-  half_scratch_bytes_ = bytes;
-  return half_scratch_;
+  return Grow(half_scratch_, half_scratch_bytes_, bytes, "mixed-precision operand copies");
 }
 
 float* Resources::ReduceBuffer() {

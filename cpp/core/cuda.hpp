@@ -120,6 +120,10 @@ struct Resources {
   std::unordered_map<std::string, std::shared_ptr<const void>> plans;
 
  private:
+  // `buffer` (of `capacity` bytes) grown to at least `bytes`, after the stream has finished
+  // with the old one; never shrunk.
+  void* Grow(void*& buffer, size_t& capacity, size_t bytes, const char* what);
+
   void* workspace_ = nullptr;
   size_t workspace_bytes_ = 0;
   void* half_scratch_ = nullptr;
