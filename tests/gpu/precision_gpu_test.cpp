@@ -225,38 +225,37 @@ TEST(MixedPrecisionGpuTest, MixedProductsRoundTheirOperandsAndSumInFloat32) {
 constexpr float kFloat16Tolerance = 2e-2f;
 constexpr float kBFloat16Tolerance = 8 * kFloat16Tolerance;
 
-TEST(MixedPrecisionGpuTest, ConvolutionMatchesCpuWithinHalfRounding) {
-  CORTADO_REQUIRE_GPU();
+// `param` on `shapes` against the CPU in float16 and in bfloat16, each within its tolerance.
+void CheckInBothHalfTypes(const caffe::LayerParameter& param,
+                          const std::vector<std::vector<int>>& shapes) {
   for (auto type : {Context::HalfType::kFloat16, Context::HalfType::kBFloat16}) {
     SCOPED_TRACE(type == Context::HalfType::kFloat16 ? "float16" : "bfloat16");
     GpuCheckOptions options;
     options.half = type;
     options.tolerance =
         type == Context::HalfType::kFloat16 ? kFloat16Tolerance : kBFloat16Tolerance;
-    CheckGpuMatchesCpu(WideConvolution(), {{8, 64, 16, 16}}, options);
-    // A strided, grouped convolution with channels that are no multiple of 8.
-    CheckGpuMatchesCpu(
-        LayerParam("name: 'conv' type: 'Convolution' convolution_param { num_output: 12 "
-                   "kernel_size: 3 stride: 2 pad: 1 group: 3 weight_filler { type: 'gaussian' "
-                   "std: 0.1 } bias_filler { type: 'constant' value: 0.5 } }"),
-        {{2, 6, 11, 13}}, options);
+    CheckGpuMatchesCpu(param, shapes, options);
   }
+}
+
+TEST(MixedPrecisionGpuTest, ConvolutionMatchesCpuWithinHalfRounding) {
+  CORTADO_REQUIRE_GPU();
+  CheckInBothHalfTypes(WideConvolution(), {{8, 64, 16, 16}});
+  // A strided, grouped convolution with channels that are no multiple of 8.
+  CheckInBothHalfTypes(
+      LayerParam("name: 'conv' type: 'Convolution' convolution_param { num_output: 12 "
+                 "kernel_size: 3 stride: 2 pad: 1 group: 3 weight_filler { type: 'gaussian' "
+                 "std: 0.1 } bias_filler { type: 'constant' value: 0.5 } }"),
+      {{2, 6, 11, 13}});
 }
 
 TEST(MixedPrecisionGpuTest, InnerProductMatchesCpuWithinHalfRounding) {
   CORTADO_REQUIRE_GPU();
-  for (auto type : {Context::HalfType::kFloat16, Context::HalfType::kBFloat16}) {
-    SCOPED_TRACE(type == Context::HalfType::kFloat16 ? "float16" : "bfloat16");
-    GpuCheckOptions options;
-    options.half = type;
-    options.tolerance =
-        type == Context::HalfType::kFloat16 ? kFloat16Tolerance : kBFloat16Tolerance;
-    CheckGpuMatchesCpu(
-        LayerParam("name: 'ip' type: 'InnerProduct' inner_product_param { num_output: 40 "
-                   "weight_filler { type: 'gaussian' std: 0.1 } bias_filler { type: 'gaussian' "
-                   "std: 0.1 } }"),
-        {{16, 300}}, options);
-  }
+  CheckInBothHalfTypes(
+      LayerParam("name: 'ip' type: 'InnerProduct' inner_product_param { num_output: 40 "
+                 "weight_filler { type: 'gaussian' std: 0.1 } bias_filler { type: 'gaussian' "
+                 "std: 0.1 } }"),
+      {{16, 300}});
 }
 
 // A small convolutional net trained with `precision: FLOAT16` on the GPU: dynamic loss scaling
