@@ -18,6 +18,7 @@
 #include "math/gpu.hpp"
 #include "net/net_options.hpp"
 #include "solvers/solver.hpp"
+#include "tools/gpu_flag.hpp"
 
 namespace cortado {
 namespace {
@@ -39,18 +40,7 @@ int Run(int argc, char** argv) {
 
   caffe::SolverParameter param = bench::SgdSolver(model);
   param.set_solver_mode(caffe::SolverParameter::GPU);
-  caffe::SolverParameter::Precision value = caffe::SolverParameter::FLOAT32;
-  if (!caffe::SolverParameter::Precision_Parse(precision == "float32"    ? "FLOAT32"
-                                               : precision == "tf32"     ? "TF32"
-                                               : precision == "float16"  ? "FLOAT16"
-                                               : precision == "bfloat16" ? "BFLOAT16"
-                                                                         : "",
-                                               &value)) {
-    std::fprintf(stderr, "precision: float32, tf32, float16 or bfloat16, not '%s'\n",
-                 precision.c_str());
-    return 2;
-  }
-  param.set_precision(value);
+  param.set_precision(tools::ParsePrecisionFlag(precision));
 
   Context ctx(Device::Cuda(gpu), 1);
   std::unique_ptr<Solver> solver = CreateSolver(param, &ctx, NetOptionsFromEnvironment());
