@@ -488,14 +488,27 @@ shape_links() {  # rate namespaces
 write_tput_script() {
   PY_TPUT=$(mktemp /tmp/cbench-tput.XXXXXX.py)
   cat >"$PY_TPUT" <<'EOF'
-# Bulk TCP throughput: recv HOST PORT | send HOST PORT SECONDS. The receiver prints the payload
-# rate in Mbit/s after the first 0.5 s (slow start left out).
-import socket, sys, time
+# Bulk TCP throughput: recv HOST PORT | send HOST PORT SECONDS | ring HOST PORT NEXT SECONDS.
+# The receiver prints the payload rate in Mbit/s after the first 0.5 s (slow start left out).
+# ring: one rank of a ring of bare sockets, the traffic pattern of a ring allreduce without its
+# dependencies: a thread sends to NEXT:PORT for SECONDS while the main thread receives from
+# whoever connects to HOST:PORT and prints what it received.
+import socket, sys, threading, time
 mode, host, port = sys.argv[1], sys.argv[2], int(sys.argv[3])
-if mode == "recv":
+def sender(peer, seconds):
+    for _ in range(200):
+        try: c = socket.create_connection((peer, port)); break
+        except OSError: time.sleep(0.05)
+    else: sys.exit("cannot connect to %s:%d" % (peer, port))
+    data = memoryview(bytearray(1 << 20)); end = time.monotonic() + seconds
+    while time.monotonic() < end: c.sendall(data)
+    c.close()
+if mode in ("recv", "ring"):
     s = socket.socket()
     s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     s.bind((host, port)); s.listen(1); s.settimeout(30)
+    if mode == "ring":
+        threading.Thread(target=sender, args=(sys.argv[4], float(sys.argv[5])), daemon=True).start()
     c, _ = s.accept()
     view = memoryview(bytearray(1 << 20))
     total, t0, mark, last = 0, None, None, None
@@ -509,13 +522,7 @@ if mode == "recv":
     if mark is None or last <= mark[0]: print("0"); sys.exit(1)
     print("%.1f" % ((total - mark[1]) * 8 / (last - mark[0]) / 1e6))
 else:
-    for _ in range(200):
-        try: c = socket.create_connection((host, port)); break
-        except OSError: time.sleep(0.05)
-    else: sys.exit("cannot connect to %s:%d" % (host, port))
-    data = memoryview(bytearray(1 << 20)); end = time.monotonic() + float(sys.argv[4])
-    while time.monotonic() < end: c.sendall(data)
-    c.close()
+    sender(host, float(sys.argv[4]))
 EOF
 }
 
@@ -554,6 +561,35 @@ check_rate() {  # rate key
       s, conf, m, 100 * m / conf, frames, 100 * frames / conf, 100 * (mtu - 52) / (mtu + 14), mtu
   }'
   echo "$bps $mbit" >"$LOG_DIR/$key.rate"
+}
+
+# The same pattern as a ring allreduce, with bare sockets: each of cbench0..N-1 sends to the next
+# while it receives from the previous, for CHECK_SECONDS. What one rank receives is what a ring
+# can move per link on this machine with nothing else to do (no summing, no dependencies between
+# the directions): the ceiling our tcp's busbw is read against. Writes the lowest rank's Mbit/s.
+check_ring() {  # rate n key
+  local rate=$1 n=$2 key=$3 k pids=() mbit low=""
+  [[ $CHECK_SECONDS != 0 ]] || return 0
+  command -v python3 >/dev/null 2>&1 || return 0
+  for ((k = 0; k < n; k++)); do
+    ip netns exec "cbench$k" python3 "$PY_TPUT" ring "$NET.$((k + 1))" 5202 \
+      "$NET.$(((k + 1) % n + 1))" "$CHECK_SECONDS" >"$LOG_DIR/$key.ring.$k" 2>&1 9>&- &
+    pids+=($!)
+    track_pid $!
+  done
+  for k in "${!pids[@]}"; do wait "${pids[$k]}"; done
+  for ((k = 0; k < n; k++)); do
+    mbit=$(head -n1 "$LOG_DIR/$key.ring.$k")
+    if [[ ! $mbit =~ ^[0-9.]+$ ]]; then
+      note "ring check failed on cbench$k: $(tail -n1 "$LOG_DIR/$key.ring.$k")"
+      return 1
+    fi
+    low=$(awk -v a="$low" -v b="$mbit" 'BEGIN { print (a == "" || b + 0 < a + 0) ? b : a }')
+  done
+  echo "$low" >"$LOG_DIR/$key.ring"
+  awk -v m="$low" -v bps="$(rate_bps "$rate")" -v n="$n" -v s="$CHECK_SECONDS" 'BEGIN {
+    printf "# ring check (python3, %d namespaces each sending to the next, %ss): lowest rank " \
+      "received %.1f Mbit/s = %.1f%% of the rate\n", n, s, m, 100 * m / (bps / 1e6) }'
 }
 
 # ---------------------------------------------------------------------------------------------
@@ -632,6 +668,10 @@ summary_netns() {
     fi
     for n in $RANKS; do
       say "-- $rate, $n ranks: link $link GB/s per direction$check"
+      if [[ -f $LOG_DIR/netns-$rate.$n.ring ]]; then
+        awk -v link="$link" -v n="$n" '{ printf "   bare sockets in a ring of %d (python3, no summing): %.4f GB/s = %.1f%% of the link\n",
+          n, $1 / 8e3, 100 * $1 / 8e3 / link }' "$LOG_DIR/netns-$rate.$n.ring"
+      fi
       printf '%14s %12s %7s %12s %7s %14s %7s\n' "size(B)" "our tcp" "%link" "our mpi" "%link" \
         "MPI btl tcp" "%link"
       join_busbw_keys "$SUMMARY_NETNS_MIN" "netns-$rate.tcp.$n" "netns-$rate.mpi.$n" \
@@ -874,6 +914,7 @@ the mpi runs), build the target cortado_comm_bench, and give BUILD_DIR= (or BIN=
         shape_links "$rate" "$max_ranks" || die "cannot set tbf rate $rate"
         check_rate "$rate" "netns-$rate"
         for n in $RANKS; do
+          check_ring "$rate" "$n" "netns-$rate.$n"
           banner "namespaces, link $rate, our tcp, $n ranks (cbench0..$((n - 1)))"
           run_ours "netns-$rate.tcp.$n" "$n" 1 tcp
           if [[ $ucx_ours == 1 ]]; then
