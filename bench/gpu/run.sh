@@ -9,7 +9,8 @@
 #  - tf32: Cortado's `precision: TF32` beside PyTorch with TF32 on, CaffeNet and ResNet-50.
 #  - amp: PyTorch's automatic mixed precision (float16 autocast, GradScaler, channels_last) on
 #    ResNet-50 at batch 128 and CaffeNet at batch 256, beside Cortado in float32, TF32, float16
-#    and bfloat16 (AMP_PRECISIONS picks).
+#    and bfloat16 (AMP_PRECISIONS picks; float16-all and bfloat16-all run the 1x1 convolutions
+#    in the half type too, which training leaves in TF32).
 #  - search: Cortado with each convolution's cuDNN algorithm search given the whole 1 GiB limit
 #    (CORTADO_CUDNN_SEARCH_SCALE=0) instead of a scratch sized to the layer.
 # Peak memory: the most each allocated during the timed iterations, after the warm-up (PyTorch's
@@ -82,8 +83,9 @@ for section in $sections; do
         read -r net batch <<<"$spec"
         theirs=$(python3 bench/gpu/pytorch_train.py --mode=amp --batch="$batch" $net)
         for precision in ${AMP_PRECISIONS:-float32 tf32 float16 bfloat16}; do
-          row "$net $precision vs amp" "$("$bench" "$(model $net "$batch")" 50 10 0 $precision)" \
-            "$theirs"
+          # float16-all: 1x1 convolutions in float16 too (CORTADO_HALF_CONVOLUTIONS=all)
+          row "$net $precision vs amp" "$(CORTADO_HALF_CONVOLUTIONS=${precision#*-} \
+            "$bench" "$(model $net "$batch")" 50 10 0 "${precision%-all}")" "$theirs"
         done
       done
       ;;

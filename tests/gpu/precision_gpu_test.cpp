@@ -21,6 +21,10 @@
 #include "support/gradient_checker.hpp"
 #include "support/scoped_env.hpp"
 
+#if CORTADO_WITH_CUDA
+#include "core/cuda.hpp"
+#endif
+
 namespace cortado::testing {
 namespace {
 
@@ -135,31 +139,52 @@ std::vector<float> ExactValues(int count, uint32_t seed) {
   return v;
 }
 
+// Every path of the copies (half.cu): odd channels above 16 (the general tile), even channels
+// above 16 (channel pairs; 64-position tiles, or 32 when hw is that small), 2 to 16 channels, one
+// channel; sizes that leave partial tiles on both axes. beta = 0 must not read the destination
+// (filled with NaN), beta = 1 adds to it.
 TEST(MixedPrecisionGpuTest, NhwcCopiesTransposeAndComeBackExactly) {
   CORTADO_REQUIRE_GPU();
   Context ctx(Device::Cuda(0), 1);
   ctx.MakeCurrent();
-  // Sizes that leave partial 32 x 32 tiles on both axes.
-  constexpr int kN = 3, kC = 37, kHw = 45, kCount = kN * kC * kHw;
-  const std::vector<float> values = ExactValues(kCount, 11);
-  for (auto type : {Context::HalfType::kFloat16, Context::HalfType::kBFloat16}) {
-    SCOPED_TRACE(type == Context::HalfType::kFloat16 ? "float16" : "bfloat16");
-    Tensor src({kN, kC, kHw}), half({kCount / 2 + 1}), back({kN, kC, kHw}), nhwc({kN, kHw, kC});
-    std::copy(values.begin(), values.end(), src.mutable_cpu_data());
-    math::gpu::ToHalfNhwc(ctx, type, kN, kC, kHw, src.gpu_data(), half.mutable_gpu_data());
-    // NHWC in the half type, widened element by element (no transpose): a C-contiguous layout.
-    math::gpu::FromHalfNhwc(ctx, type, 1, 1, kCount, half.gpu_data(), 0.0f,
-                            nhwc.mutable_gpu_data());
-    for (float* p = back.mutable_cpu_data(); p != back.mutable_cpu_data() + kCount; ++p) *p = 0.5f;
-    math::gpu::FromHalfNhwc(ctx, type, kN, kC, kHw, half.gpu_data(), 1.0f, back.mutable_gpu_data());
-    ctx.Synchronize();
-    for (int n = 0; n < kN; ++n) {
-      for (int c = 0; c < kC; ++c) {
-        for (int p = 0; p < kHw; ++p) {
-          const float v = values[(n * kC + c) * kHw + p];
-          ASSERT_EQ(nhwc.cpu_data()[(n * kHw + p) * kC + c], v) << n << " " << c << " " << p;
-          // beta = 1 adds to what was there.
-          ASSERT_EQ(back.cpu_data()[(n * kC + c) * kHw + p], v + 0.5f) << n << " " << c << " " << p;
+  struct Shape {
+    int n, c, hw;
+  };
+  for (const Shape& shape : {Shape{3, 37, 45}, Shape{3, 64, 45}, Shape{2, 96, 7}, Shape{2, 130, 70},
+                             Shape{2, 3, 1100}, Shape{3, 16, 33}, Shape{2, 1, 45}}) {
+    const int kN = shape.n, kC = shape.c, kHw = shape.hw, kCount = kN * kC * kHw;
+    const std::vector<float> values = ExactValues(kCount, 11 + kC);
+    for (auto type : {Context::HalfType::kFloat16, Context::HalfType::kBFloat16}) {
+      SCOPED_TRACE(std::string(type == Context::HalfType::kFloat16 ? "float16" : "bfloat16") +
+                   " n " + std::to_string(kN) + " c " + std::to_string(kC) + " hw " +
+                   std::to_string(kHw));
+      Tensor src({kN, kC, kHw}), half({kCount / 2 + 1}), back({kN, kC, kHw}), fresh({kN, kC, kHw}),
+          nhwc({kN, kHw, kC});
+      std::copy(values.begin(), values.end(), src.mutable_cpu_data());
+      math::gpu::ToHalfNhwc(ctx, type, kN, kC, kHw, src.gpu_data(), half.mutable_gpu_data());
+      // NHWC in the half type, widened element by element (no transpose): a C-contiguous layout.
+      math::gpu::FromHalfNhwc(ctx, type, 1, 1, kCount, half.gpu_data(), 0.0f,
+                              nhwc.mutable_gpu_data());
+      for (float* p = back.mutable_cpu_data(); p != back.mutable_cpu_data() + kCount; ++p) {
+        *p = 0.5f;
+      }
+      for (float* p = fresh.mutable_cpu_data(); p != fresh.mutable_cpu_data() + kCount; ++p) {
+        *p = std::nanf("");
+      }
+      math::gpu::FromHalfNhwc(ctx, type, kN, kC, kHw, half.gpu_data(), 1.0f,
+                              back.mutable_gpu_data());
+      math::gpu::FromHalfNhwc(ctx, type, kN, kC, kHw, half.gpu_data(), 0.0f,
+                              fresh.mutable_gpu_data());
+      ctx.Synchronize();
+      for (int n = 0; n < kN; ++n) {
+        for (int c = 0; c < kC; ++c) {
+          for (int p = 0; p < kHw; ++p) {
+            const int at = (n * kC + c) * kHw + p;
+            const float v = values[at];
+            ASSERT_EQ(nhwc.cpu_data()[(n * kHw + p) * kC + c], v) << n << " " << c << " " << p;
+            ASSERT_EQ(back.cpu_data()[at], v + 0.5f) << n << " " << c << " " << p;
+            ASSERT_EQ(fresh.cpu_data()[at], v) << n << " " << c << " " << p;
+          }
         }
       }
     }
@@ -241,13 +266,61 @@ void CheckInBothHalfTypes(const caffe::LayerParameter& param,
 TEST(MixedPrecisionGpuTest, ConvolutionMatchesCpuWithinHalfRounding) {
   CORTADO_REQUIRE_GPU();
   CheckInBothHalfTypes(WideConvolution(), {{8, 64, 16, 16}});
-  // A strided, grouped convolution with channels that are no multiple of 8.
+  // A strided, grouped convolution with channels that are no multiple of 8 (too little work per
+  // element for the half type to pay: made to take it).
+  ScopedEnv all("CORTADO_HALF_CONVOLUTIONS", "all");
   CheckInBothHalfTypes(
       LayerParam("name: 'conv' type: 'Convolution' convolution_param { num_output: 12 "
                  "kernel_size: 3 stride: 2 pad: 1 group: 3 weight_filler { type: 'gaussian' "
                  "std: 0.1 } bias_filler { type: 'constant' value: 0.5 } }"),
       {{2, 6, 11, 13}});
 }
+
+#if CORTADO_WITH_CUDA
+// Under mixed precision a convolution with little arithmetic per element copied runs in TF32 on
+// its float32 operands (its copies into the half type would cost more than its tensor cores
+// save), and CORTADO_HALF_CONVOLUTIONS=all puts it in the half type: the half scratch says which
+// ran. Either way it matches the CPU within the half type's rounding.
+TEST(MixedPrecisionGpuTest, ConvolutionsWithLittleWorkPerElementRunInTf32UnlessAllAreHalf) {
+  CORTADO_REQUIRE_GPU();
+  auto conv = [](int outputs, int kernel) {
+    return LayerParam(
+        "name: 'conv' type: 'Convolution' convolution_param { num_output: " +
+        std::to_string(outputs) + " kernel_size: " + std::to_string(kernel) +
+        " pad: " + std::to_string(kernel / 2) +
+        " weight_filler { type: 'gaussian' std: 0.05 } bias_filler { type: 'constant' value: "
+        "0.25 } }");
+  };
+  // How many times a forward and backward of `p` on x of `shape` used the half scratch.
+  auto scratch_calls = [](const caffe::LayerParameter& p, const std::vector<int>& shape) {
+    Context ctx(Device::Cuda(0), 3);
+    ctx.MakeCurrent();
+    ctx.set_half_compute(Context::HalfType::kFloat16);
+    Tensor x(shape), y;
+    math::gpu::RngUniform(ctx, x.count(), -1.0f, 1.0f, x.mutable_gpu_data());
+    auto layer = CreateLayer(p, &ctx);
+    layer->Initialize({&x}, {&y});
+    const uint64_t before = cuda::Get(ctx).half_scratch_calls();
+    layer->Forward({&x}, {&y});
+    math::gpu::RngUniform(ctx, y.count(), -1.0f, 1.0f, y.mutable_gpu_diff());
+    layer->Backward({&y}, {true}, {&x});
+    ctx.Synchronize();
+    return cuda::Get(ctx).half_scratch_calls() - before;
+  };
+  // 2 C K R S / (C + K) multiply-adds per element: 1x1 40 -> 48 does 44, 1x1 512 -> 512 does
+  // 512, 3x3 40 -> 64 does 443; the half type from 256.
+  const std::vector<int> narrow = {4, 40, 9, 9}, wide = {2, 512, 5, 5};
+  EXPECT_EQ(scratch_calls(conv(48, 1), narrow), 0u) << "1x1 40 -> 48: TF32, no half copies";
+  EXPECT_GT(scratch_calls(conv(512, 1), wide), 0u) << "1x1 512 -> 512: half";
+  EXPECT_GT(scratch_calls(conv(64, 3), narrow), 0u) << "3x3 40 -> 64: half";
+  CheckInBothHalfTypes(conv(48, 1), {narrow});
+  CheckInBothHalfTypes(conv(512, 1), {wide});
+  ScopedEnv all("CORTADO_HALF_CONVOLUTIONS", "all");
+  EXPECT_GT(scratch_calls(conv(48, 1), narrow), 0u) << "1x1 40 -> 48 with "
+                                                       "CORTADO_HALF_CONVOLUTIONS=all";
+  CheckInBothHalfTypes(conv(48, 1), {narrow});
+}
+#endif
 
 TEST(MixedPrecisionGpuTest, InnerProductMatchesCpuWithinHalfRounding) {
   CORTADO_REQUIRE_GPU();
@@ -263,6 +336,8 @@ TEST(MixedPrecisionGpuTest, InnerProductMatchesCpuWithinHalfRounding) {
 // rounding of the float32 run's.
 TEST(MixedPrecisionGpuTest, Float16TrainingFollowsFloat32) {
   CORTADO_REQUIRE_GPU();
+  // Its convolution (3 -> 16 channels) would stay in TF32 on its own: made to take float16.
+  ScopedEnv all("CORTADO_HALF_CONVOLUTIONS", "all");
   const std::string net =
       "name: 'small' "
       "layer { name: 'data' type: 'DummyData' top: 'x' top: 'label' dummy_data_param { "

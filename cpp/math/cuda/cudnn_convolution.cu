@@ -27,6 +27,14 @@
 // the graph API (whose engines declare their numerics: tensor cores allowed, reductions in
 // reduced precision and down-converted inputs not), searched on half tensors and cached under
 // their own key; a pass it finds no engine for falls back to the legacy search.
+// Convolutions that do little arithmetic per element copied are the exception: they run in TF32
+// on their float32 operands, since their copies cost more than the tensor cores save. The
+// measure is 2 (C / group) K R S / (C + K), multiply-adds per input and output element of one
+// position (C channels in, K out, an R x S filter); below 256 a convolution stays in TF32. On
+// an H200 at batch 128 (bench/RESULTS.md), ResNet-50's res2 1x1 (64 -> 256, 102) took 0.150 /
+// 0.274 ms forward / backward in TF32 and 0.300 / 0.524 in float16 with its copies, its 3x3
+// (64 -> 64, 576) 0.430 / 0.688 against 0.158 / 0.309, and res4's 1x1 (1024 -> 256, 410) 0.080 /
+// 0.287 against 0.085 / 0.194. CORTADO_HALF_CONVOLUTIONS=all runs every one in the half type.
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
@@ -44,6 +52,16 @@ namespace cortado::math {
 
 #if CORTADO_WITH_CUDNN
 namespace {
+
+// Whether a convolution of shape `s` runs in the half type under mixed precision (see the file
+// comment): when it does at least 256 multiply-adds per element copied, or every one with
+// CORTADO_HALF_CONVOLUTIONS=all.
+bool HalfPays(const ConvolutionShape& s) {
+  const char* env = std::getenv("CORTADO_HALF_CONVOLUTIONS");
+  if (env != nullptr && std::strcmp(env, "all") == 0) return true;
+  const double work = 2.0 * (s.channels / s.group) * s.num_output * s.kernel_h * s.kernel_w;
+  return work >= 256.0 * (s.channels + s.num_output);
+}
 
 size_t WorkspaceLimit() {
   const char* env = std::getenv("CORTADO_CUDNN_WORKSPACE_MB");
@@ -440,6 +458,11 @@ class CudnnConvolution final : public ConvolutionPlan {
     auto& res = cuda::Get(ctx_);
     handle_ = res.cudnn;
     half_ = ctx.half_compute();
+    tf32_ = ctx.allow_tf32();
+    if (half_ != Context::HalfType::kNone && !HalfPays(s)) {
+      half_ = Context::HalfType::kNone;
+      tf32_ = true;
+    }
     // Under mixed precision the convolution itself sees NHWC float16/bfloat16 copies of its
     // operands (tensor cores' layout) and sums in float32; the bias stays on the float32 NCHW
     // output.
@@ -474,8 +497,8 @@ class CudnnConvolution final : public ConvolutionPlan {
     // Half operands take tensor-core math.
     CORTADO_CUDNN_CHECK(cudnnSetConvolutionMathType(conv_, half_ != Context::HalfType::kNone
                                                                ? CUDNN_TENSOR_OP_MATH
-                                                           : ctx.allow_tf32() ? CUDNN_DEFAULT_MATH
-                                                                              : CUDNN_FMA_MATH));
+                                                           : tf32_ ? CUDNN_DEFAULT_MATH
+                                                                   : CUDNN_FMA_MATH));
     // Half operands always take the graph API, whose engines say how they sum: those that
     // reduce in reduced precision are left out. (The legacy search cannot tell them apart; its
     // fastest float16 filter-gradient algorithm on an H200 was off by a tenth on sums near 1.)
@@ -659,7 +682,7 @@ class CudnnConvolution final : public ConvolutionPlan {
     const std::string key = ShapeKey(shape_) + (graph ? " graph" : " legacy") +
                             (half_ == Context::HalfType::kFloat16    ? " float16"
                              : half_ == Context::HalfType::kBFloat16 ? " bfloat16"
-                             : ctx_.allow_tf32()                     ? " tf32"
+                             : tf32_                                 ? " tf32"
                                                                      : "");
     if (auto it = cache.find(key); it != cache.end()) {
       return std::static_pointer_cast<const Plans>(it->second);
@@ -669,7 +692,7 @@ class CudnnConvolution final : public ConvolutionPlan {
     cache.emplace(key, plans);
     CORTADO_LOG_DEBUG("convolution {}x{}x{}x{} -> {}{}: {}", shape_.num, shape_.channels,
                       shape_.height, shape_.width, shape_.num_output,
-                      ctx_.allow_tf32() ? " (TF32 allowed)" : "", Describe(*plans));
+                      tf32_ ? " (TF32 allowed)" : "", Describe(*plans));
     return plans;
   }
 
@@ -692,7 +715,7 @@ class CudnnConvolution final : public ConvolutionPlan {
         static_cast<size_t>(s.num_output) * (s.channels / s.group) * s.kernel_h * s.kernel_w;
     const size_t element = half_ != Context::HalfType::kNone ? 2 : sizeof(float);
     const size_t limit = SearchWorkspace((src_count + dst_count + filter_count) * element);
-    const bool tf32 = ctx_.allow_tf32();
+    const bool tf32 = tf32_;
     cudaStream_t stream = cuda::Get(ctx_).stream;
     Scratch src(src_count * element), dst(dst_count * element), filter(filter_count * element);
     // Random-free but non-zero contents: zeros can favour algorithms unrealistically.
@@ -760,7 +783,10 @@ class CudnnConvolution final : public ConvolutionPlan {
   Context& ctx_;
   ConvolutionShape shape_;
   cudnnHandle_t handle_ = nullptr;
+  // The half type this convolution computes in (kNone: float32 operands), and whether it may
+  // use TF32 tensor cores.
   Context::HalfType half_ = Context::HalfType::kNone;
+  bool tf32_ = false;
   cudnnDataType_t data_type_ = CUDNN_DATA_FLOAT;
   // src_, dst_ and filter_ describe what cuDNN's convolution reads and writes: float32 NCHW, or
   // the half type in NHWC under mixed precision; float_dst_ is always the float32 NCHW output,
