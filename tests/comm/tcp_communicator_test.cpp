@@ -83,6 +83,29 @@ TEST(TcpCommunicatorTest, EveryOperationOnThreeRanksAsProcesses) {
   EXPECT_EQ(outcomes[2].result, outcomes[0].result);
 }
 
+// Two ranks whose connections join different addresses (as two machines' would) send the data
+// both ways over one connection; on one address they keep one connection each way. Every
+// operation gives the same results either way, as processes.
+TEST(TcpCommunicatorTest, TwoRanksOnTwoAddressesShareOneConnectionBothWays) {
+  for (bool own_addresses : {true, false}) {
+    SCOPED_TRACE(own_addresses ? "127.0.0.1 and 127.0.0.2" : "127.0.0.1 twice");
+    LoopbackRing ring(2, own_addresses);
+    const auto outcomes = testing::RunRanksAsProcesses(
+        2,
+        [&](int rank) {
+          ring.CloseOthers(rank);
+          auto comm = ring.Join(rank);
+          const bool shared =
+              comm->Describe().find("one connection both ways") != std::string::npos;
+          Expect(shared == own_addresses, "rank " + std::to_string(rank) + ": " + comm->Describe());
+          return ExerciseAllOps(comm.get());
+        },
+        /*timeout_s=*/60);
+    ASSERT_TRUE(AllOk(outcomes)) << Describe(outcomes);
+    EXPECT_EQ(outcomes[1].result, outcomes[0].result);
+  }
+}
+
 TEST(TcpCommunicatorTest, OddChunkSizesSumCorrectly) {
   // Chunks of one float, of a size that is no whole number of floats, and one byte more than a
   // page.

@@ -351,5 +351,30 @@ TEST(TcpFaultTest, KilledPeerProcessFailsTheOthersWithinTheTimeout) {
       << outcomes[2].result;
 }
 
+// Two ranks on two addresses share one connection both ways: a killed peer still fails the
+// other within the timeout, naming it.
+TEST(TcpFaultTest, KilledPeerOfTwoOnOneConnectionFailsTheOtherWithinTheTimeout) {
+  constexpr double kTimeoutS = 5;
+  LoopbackRing ring(2, /*own_addresses=*/true);
+  const auto outcomes = testing::RunRanksAsProcesses(
+      2,
+      [&](int rank) {
+        ring.CloseOthers(rank);
+        CommOptions options = ring.Options(rank);
+        options.timeout_s = kTimeoutS;
+        auto comm = ring.Join(options);
+        return testing::AllReduceUntilFailure(comm.get(), /*killed=*/1, 50000);
+      },
+      /*timeout_s=*/30);
+  EXPECT_FALSE(outcomes[1].ok);
+  EXPECT_EQ(outcomes[1].error, "killed by signal 9");
+  ASSERT_TRUE(outcomes[0].ok) << Describe(outcomes);
+  const testing::Failure failure = testing::ParseFailure(outcomes[0].result);
+  EXPECT_EQ(failure.code, static_cast<int>(ErrorCode::kComm)) << outcomes[0].result;
+  EXPECT_LT(failure.seconds, kTimeoutS + 1) << outcomes[0].result;
+  EXPECT_TRUE(Contains(failure.message, "rank 1 (" + ring.peers()[1] + ")")) << failure.message;
+  EXPECT_TRUE(Contains(failure.message, "during allreduce")) << failure.message;
+}
+
 }  // namespace
 }  // namespace cortado::comm

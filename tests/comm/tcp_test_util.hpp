@@ -15,10 +15,13 @@ namespace cortado::testing {
 
 class LoopbackRing {
  public:
-  explicit LoopbackRing(int n) {
+  // `own_addresses`: rank r listens on 127.0.0.(r + 1) rather than every rank on 127.0.0.1, so
+  // that each rank's connections look like ones between machines (both ends' addresses differ).
+  explicit LoopbackRing(int n, bool own_addresses = false) {
     for (int r = 0; r < n; ++r) {
-      listeners_.push_back(comm::TcpListener::Open("127.0.0.1", 0));
-      peers_.push_back("127.0.0.1:" + std::to_string(listeners_.back()->port()));
+      const std::string host = own_addresses ? "127.0.0." + std::to_string(r + 1) : "127.0.0.1";
+      listeners_.push_back(comm::TcpListener::Open(host, 0));
+      peers_.push_back(host + ":" + std::to_string(listeners_.back()->port()));
     }
   }
 

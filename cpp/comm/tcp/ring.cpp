@@ -150,6 +150,7 @@ void RingTransfer::Run(const RingLinks& links, const char* op) {
   // call did not hit EAGAIN): sockets are tried until they would block, then polled.
   bool send_ready = true;
   bool recv_ready = true;
+  const bool shared = links.send_fd == links.recv_fd;
   while (send_index_ < sends_.size() || recv_index_ < recvs_.size()) {
     bool moved = false;
     if (send_index_ < sends_.size() && send_ready) {
@@ -197,10 +198,12 @@ void RingTransfer::Run(const RingLinks& links, const char* op) {
     int send_slot = -1;
     int recv_slot = -1;
     if (send_index_ < sends_.size()) {
-      // POLLIN on the sending socket means the next rank closed it (it never sends on it).
+      // POLLIN on a socket that only sends means the next rank closed it (it never sends on
+      // it). A socket that carries both directions (two ranks) is watched for that by its
+      // receiving side.
       send_slot = static_cast<int>(count);
-      fds[count++] = {links.send_fd,
-                      static_cast<short>(POLLIN | POLLRDHUP | (send_ready ? 0 : POLLOUT)), 0};
+      const short closed = shared ? 0 : (POLLIN | POLLRDHUP);
+      fds[count++] = {links.send_fd, static_cast<short>(closed | (send_ready ? 0 : POLLOUT)), 0};
     }
     if (recv_index_ < recvs_.size()) {
       recv_slot = static_cast<int>(count);
@@ -225,7 +228,7 @@ void RingTransfer::Run(const RingLinks& links, const char* op) {
     if (fds[0].revents != 0) CORTADO_THROW(kAborted, "aborted during {}", op);
     if (send_slot >= 0 && fds[send_slot].revents != 0) {
       const short revents = fds[send_slot].revents;
-      if (revents & (POLLIN | POLLRDHUP | POLLERR | POLLHUP)) {
+      if (!shared && (revents & (POLLIN | POLLRDHUP | POLLERR | POLLHUP))) {
         char byte;
         const ssize_t n = ::recv(links.send_fd, &byte, 1, MSG_DONTWAIT);
         if (n == 0) ThrowClosed(links.next, 0, op);
@@ -243,7 +246,8 @@ void RingTransfer::Run(const RingLinks& links, const char* op) {
           ThrowClosed(links.next, err, op);
         }
       }
-      if (revents & POLLOUT) send_ready = true;
+      // On a shared socket an error shows in the next send().
+      if (revents & (POLLOUT | POLLERR | POLLHUP)) send_ready = true;
     }
     if (recv_slot >= 0 && fds[recv_slot].revents != 0) recv_ready = true;
   }

@@ -41,7 +41,7 @@ struct RingSegments {
 // What a transfer runs over; the descriptors are borrowed.
 struct RingLinks {
   int send_fd = -1;  // to the next rank
-  int recv_fd = -1;  // from the previous rank
+  int recv_fd = -1;  // from the previous rank; may be send_fd (one socket both ways)
   int wake_fd = -1;  // readable once the communicator is aborted
   std::string next;  // "rank 1 (10.0.0.2:4000)"
   std::string prev;

@@ -95,6 +95,17 @@ std::string ErrnoText(int err) {
   return text;
 }
 
+bool BothEndsOnOneHost(int fd) {
+  sockaddr_in local{}, remote{};
+  socklen_t local_len = sizeof(local), remote_len = sizeof(remote);
+  if (::getsockname(fd, reinterpret_cast<sockaddr*>(&local), &local_len) != 0 ||
+      ::getpeername(fd, reinterpret_cast<sockaddr*>(&remote), &remote_len) != 0) {
+    return false;
+  }
+  return local.sin_family == AF_INET && remote.sin_family == AF_INET &&
+         local.sin_addr.s_addr == remote.sin_addr.s_addr;
+}
+
 void PrepareStreamSocket(int fd) {
   const int flags = ::fcntl(fd, F_GETFL, 0);
   if (flags < 0 || ::fcntl(fd, F_SETFL, flags | O_NONBLOCK) != 0) {

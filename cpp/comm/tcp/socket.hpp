@@ -60,6 +60,10 @@ std::string ErrnoText(int err);
 // Sets O_NONBLOCK and TCP_NODELAY on a connected TCP socket (kComm on failure).
 void PrepareStreamSocket(int fd);
 
+// Whether both ends of a connected TCP socket have the same IPv4 address: the peer runs on this
+// machine (loopback, or this machine's own address). Both ends of a connection agree.
+bool BothEndsOnOneHost(int fd);
+
 // The result of waiting for a descriptor.
 enum class WaitResult { kReady, kTimeout, kWoken };
 

@@ -1,7 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 // The tcp backend: the ranks form a ring over TCP sockets. Rank r connects to rank (r + 1) % N
 // (its next) and accepts the connection of rank (r - 1 + N) % N (its prev); with N = 2 the pair
-// has two sockets, one per direction; with N = 1 there are none and every operation is trivial.
+// connects both ways, and when the two are on different machines sends the data both ways over
+// rank 0's connection (Describe() says so); with N = 1 there are none and every operation is
+// trivial.
 // The handshake, the wire format and the algorithms are described in tcp_communicator.cpp and
 // ring.hpp.
 //
