@@ -11,6 +11,8 @@
 //   mpirun -n N cortado_comm_bench --backend=mpi     rank and world from OMPI_COMM_WORLD_*
 //   mpirun -n N cortado_comm_bench --mpi-native      MPI_Allreduce itself, for comparison
 // options: --min-bytes=4K --max-bytes=256M --iters=auto|N --warmup=N --chunk-bytes=1M
+//          --wire=bfloat16 (AllReduceAs: the values travel as bfloat16 or float16; sizes and
+//          bandwidths count the float32 buffer)
 //          --timeout=120 --token=...
 // Rank 0 prints the table on stdout, after a comment line with its communicator's Describe() (for
 // ucx: the transport of each connection). Each size is first checked once (every rank
@@ -57,8 +59,8 @@ struct Flags {
 
 Flags ParseFlags(int argc, char** argv) {
   static const char* const kKnown[] = {
-      "backend", "rank",        "world",   "peers", "min-bytes", "max-bytes",  "iters",
-      "warmup",  "chunk-bytes", "timeout", "token", "threads",   "mpi-native", "help"};
+      "backend",     "rank",    "world", "peers",   "min-bytes",  "max-bytes", "iters", "warmup",
+      "chunk-bytes", "timeout", "token", "threads", "mpi-native", "help",      "wire"};
   Flags flags;
   for (int i = 1; i < argc; ++i) {
     std::string arg = argv[i];
@@ -125,6 +127,7 @@ struct Settings {
   int iters = 0;  // 0: by size
   int warmup = -1;
   size_t chunk_bytes = 0;  // 0: the backend's default
+  comm::WireType wire = comm::WireType::kFloat32;
 };
 
 // About 1 GiB of data per size, between 5 and 500 calls; every rank derives the same count.
@@ -149,8 +152,8 @@ class Target {
 
 class CommunicatorTarget final : public Target {
  public:
-  explicit CommunicatorTarget(comm::Communicator* comm) : comm_(comm) {}
-  void AllReduce(float* data, size_t count) override { comm_->AllReduce(data, count); }
+  CommunicatorTarget(comm::Communicator* comm, comm::WireType wire) : comm_(comm), wire_(wire) {}
+  void AllReduce(float* data, size_t count) override { comm_->AllReduceAs(data, count, wire_); }
   double Max(double seconds) override {
     double slowest = 0;
     for (const std::string& s : comm_->AllGather(fmt::format("{:.9g}", seconds))) {
@@ -162,6 +165,7 @@ class CommunicatorTarget final : public Target {
 
  private:
   comm::Communicator* comm_;
+  comm::WireType wire_;
 };
 
 #if CORTADO_WITH_MPI
@@ -221,9 +225,12 @@ void RunSizes(Target* target, int rank, int world, const Settings& s) {
 }
 
 void PrintHeader(const std::string& what, int world, const Settings& s) {
-  std::printf("# cortado_comm_bench: %s, %d ranks, %zu to %zu bytes%s\n", what.c_str(), world,
+  std::printf("# cortado_comm_bench: %s, %d ranks, %zu to %zu bytes%s%s\n", what.c_str(), world,
               s.min_bytes, s.max_bytes,
-              s.chunk_bytes > 0 ? (", chunk " + std::to_string(s.chunk_bytes)).c_str() : "");
+              s.chunk_bytes > 0 ? (", chunk " + std::to_string(s.chunk_bytes)).c_str() : "",
+              s.wire != comm::WireType::kFloat32
+                  ? (std::string(", on the wire as ") + comm::WireTypeName(s.wire)).c_str()
+                  : "");
   std::printf("# %12s %12s %12s %10s %10s %6s\n", "size(B)", "count", "time(us)", "algbw(GB/s)",
               "busbw(GB/s)", "iters");
   std::fflush(stdout);
@@ -292,7 +299,7 @@ int RunThreads(const Flags& flags, const Settings& s, int world) {
         options.rank = r;
         comms[r] = CreateWithListener(options, std::move(listeners[r]));
         if (r == 0) PrintDescription(*comms[r]);
-        CommunicatorTarget target(comms[r].get());
+        CommunicatorTarget target(comms[r].get(), s.wire);
         RunSizes(&target, r, world, s);
       } catch (...) {
         errors[r] = std::current_exception();
@@ -358,7 +365,7 @@ int RunProcess(const Flags& flags, const Settings& s) {
     PrintHeader(options.backend + " backend", world, s);
     PrintDescription(*comm);
   }
-  CommunicatorTarget target(comm.get());
+  CommunicatorTarget target(comm.get(), s.wire);
   RunSizes(&target, rank, world, s);
   return 0;
 }
@@ -370,7 +377,7 @@ int Main(int argc, char** argv) {
         "usage: %s --backend=tcp|ucx --rank=R --world=N --peers=h0:p0,... |\n"
         "  --threads=N [--backend=tcp|ucx] | --backend=mpi | --mpi-native\n"
         "  [--min-bytes=4K] [--max-bytes=256M] [--iters=auto|N] [--warmup=N]\n"
-        "  [--chunk-bytes=1M] [--timeout=120] [--token=T]\n"
+        "  [--chunk-bytes=1M] [--timeout=120] [--token=T] [--wire=float32|bfloat16|float16]\n"
         "%s\n",
         argv[0],
         CORTADO_WITH_UCX ? "ucx: UCX_TLS picks its transports (e.g. tcp; sm,self)"
@@ -391,6 +398,17 @@ int Main(int argc, char** argv) {
   if (flags.Has("warmup")) s.warmup = ParseInt("--warmup", flags.Get("warmup", ""));
   if (flags.Has("chunk-bytes")) {
     s.chunk_bytes = ParseBytes("chunk-bytes", flags.Get("chunk-bytes", ""));
+  }
+  if (flags.Has("wire")) {
+    const std::string wire = flags.Get("wire", "");
+    if (wire == "bfloat16") {
+      s.wire = comm::WireType::kBFloat16;
+    } else if (wire == "float16") {
+      s.wire = comm::WireType::kFloat16;
+    } else if (wire != "float32") {
+      CORTADO_THROW(kInvalidArgument, "--wire must be float32, bfloat16 or float16, got '{}'",
+                    wire);
+    }
   }
   if (flags.Has("threads")) {
     return RunThreads(flags, s, ParseInt("--threads", flags.Get("threads", "")));

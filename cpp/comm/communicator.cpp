@@ -20,6 +20,17 @@ std::unique_ptr<Communicator> CreateCommunicator(const CommOptions& options) {
   return CommunicatorRegistry::Get().Create(options.backend, "communicator backend", options);
 }
 
+const char* WireTypeName(WireType wire) {
+  switch (wire) {
+    case WireType::kBFloat16:
+      return "bfloat16";
+    case WireType::kFloat16:
+      return "float16";
+    default:
+      return "float32";
+  }
+}
+
 std::string Communicator::Describe() const {
   return fmt::format("{}: rank {} of {}", backend(), rank(), size());
 }

@@ -22,6 +22,10 @@
 
 namespace cortado::comm {
 
+// How AllReduceAs carries the values between ranks: float32, or a 16-bit type (half the bytes).
+enum class WireType { kFloat32, kBFloat16, kFloat16 };
+const char* WireTypeName(WireType wire);  // "float32", "bfloat16", "float16"
+
 struct CommOptions {
   // "tcp", "mpi" or "nccl".
   std::string backend = "tcp";
@@ -67,6 +71,14 @@ class Communicator {
   // data[0, count) becomes the sum over all ranks, in place. Host memory, device memory for nccl.
   // Every rank ends with bit-identical values.
   virtual void AllReduce(float* data, size_t count) = 0;
+  // AllReduce with the values sent as `wire`: each rank's values, and each partial sum it
+  // passes on, are rounded to `wire` (to nearest, ties to even) on the way; additions are in
+  // float32. Every rank ends with the same values, each one a `wire` value, within `wire`'s
+  // rounding (a relative 2^-8 for bfloat16, 2^-11 for float16, per rounding) of the exact sum;
+  // a float16 sum beyond 65504 becomes infinite. A backend that cannot carry `wire`
+  // (SupportsWire false) runs AllReduce.
+  virtual void AllReduceAs(float* data, size_t count, WireType /*wire*/) { AllReduce(data, count); }
+  virtual bool SupportsWire(WireType wire) const { return wire == WireType::kFloat32; }
   // data[0, bytes) becomes rank `root`'s.
   virtual void Broadcast(void* data, size_t bytes, int root) = 0;
   // Every rank's `mine` (any length, may differ between ranks), indexed by rank.

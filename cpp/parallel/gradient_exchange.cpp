@@ -32,6 +32,22 @@ GradientExchange::GradientExchange(comm::Communicator* comm, Net* net, Context* 
       overlap_(overlap && options.overlap && ctx->device().is_cpu() && net->flat_diff() &&
                net->FlatDiffIntact()),
       scale_(1.0f / static_cast<float>(comm->size())) {
+  if (options.wire) {
+    wire_ = *options.wire;
+  } else if (ctx->device().is_cuda()) {
+    wire_ = ctx->half_compute() == Context::HalfType::kBFloat16  ? comm::WireType::kBFloat16
+            : ctx->half_compute() == Context::HalfType::kFloat16 ? comm::WireType::kFloat16
+                                                                 : comm::WireType::kFloat32;
+  }
+  if (wire_ != comm::WireType::kFloat32) {
+    if (comm->SupportsWire(wire_)) {
+      CORTADO_LOG_INFO("Gradients travel between the ranks as {}", comm::WireTypeName(wire_));
+    } else {
+      CORTADO_LOG_WARN("the {} backend exchanges gradients in float32 only, not {}",
+                       comm->backend(), comm::WireTypeName(wire_));
+      wire_ = comm::WireType::kFloat32;
+    }
+  }
   for (const auto& layer : net->layers()) {
     if (std::string(layer->type()) != "BatchNorm" || layer->blobs().size() < 2) continue;
     statistics_.push_back(layer->blobs()[0].get());
@@ -126,7 +142,7 @@ void GradientExchange::RunCommThread() {
     // Finish sees the iteration end.
     const Bucket& bucket = buckets_[next];
     try {
-      comm_->AllReduce(flat_ + bucket.begin, bucket.end - bucket.begin);
+      comm_->AllReduceAs(flat_ + bucket.begin, bucket.end - bucket.begin, wire_);
       ScaleHost(flat_ + bucket.begin, bucket.end - bucket.begin, scale_);
     } catch (...) {
       std::lock_guard<std::mutex> lock(mutex_);
@@ -145,7 +161,7 @@ void GradientExchange::RunCommThread() {
 }
 
 void GradientExchange::ReduceHost(float* data, size_t count) {
-  comm_->AllReduce(data, count);
+  comm_->AllReduceAs(data, count, wire_);
   ScaleHost(data, count, scale_);
 }
 
@@ -185,7 +201,7 @@ void GradientExchange::Finish(const std::vector<DeviceBuffer>& gradients) {
     if (device_memory) {
       // The backend works on device memory, after what root's stream queued.
       ctx_->Synchronize();
-      comm_->AllReduce(buffer.data, count);
+      comm_->AllReduceAs(buffer.data, count, wire_);
       math::dev::Scale(*ctx_, buffer.count, scale_, buffer.data);
       continue;
     }
@@ -238,7 +254,9 @@ void GradientExchange::AverageStatistics() {
   statistics_staging_.resize(total);
   float* at = statistics_staging_.data();
   for (const Tensor* t : statistics_) at = std::copy_n(t->cpu_data(), t->count(), at);
-  ReduceHost(statistics_staging_.data(), total);
+  // Statistics, not gradients: summed in float32 whatever the gradients travel as.
+  comm_->AllReduce(statistics_staging_.data(), total);
+  ScaleHost(statistics_staging_.data(), total, scale_);
   const float* from = statistics_staging_.data();
   for (Tensor* t : statistics_) {
     std::copy_n(from, t->count(), t->mutable_cpu_data());

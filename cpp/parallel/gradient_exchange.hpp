@@ -27,6 +27,7 @@
 #include <cstddef>
 #include <exception>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -43,6 +44,11 @@ struct ExchangeOptions {
   size_t bucket_bytes = size_t{25} << 20;
   // Bucketed overlap with backward, where it applies (see above).
   bool overlap = true;
+  // What the gradients travel as between ranks (Communicator::AllReduceAs): float32, or a
+  // 16-bit type for half the bytes. Unset: the compute precision, i.e. the half type of a
+  // context that computes in one on a GPU (the solver's `precision: FLOAT16 | BFLOAT16`), else
+  // float32. A backend that carries float32 only keeps float32 (said once in the log).
+  std::optional<comm::WireType> wire;
 };
 
 class GradientExchange {
@@ -64,6 +70,8 @@ class GradientExchange {
   // buckets started during backward and starts the rest, or exchanges everything. Rethrows the
   // communicator's error.
   void Finish(const std::vector<DeviceBuffer>& gradients);
+  // What the gradients travel as (ExchangeOptions::wire, resolved).
+  comm::WireType wire() const { return wire_; }
   // Sums `n` host floats over the ranks (small control values), on root's thread after Finish.
   void AllReduceHost(float* values, size_t n);
   // Aborts the communicator and releases a Finish that waits. Never throws.
@@ -90,6 +98,7 @@ class GradientExchange {
   int iter_size_;
   bool overlap_;
   float scale_;
+  comm::WireType wire_ = comm::WireType::kFloat32;  // options.wire, resolved
   std::vector<Bucket> buckets_;
 
   // Root's thread: the passes seen in this iteration, the last layer reported, the next bucket

@@ -58,6 +58,9 @@ std::vector<FlagSpec> CommFlagSpecs() {
       {"connect_timeout", "60", "seconds to wait for every rank to join"},
       {"bucket_mb", "25", "the size of a gradient bucket, in MB"},
       {"overlap", "true", "exchange gradient buckets while backward runs"},
+      {"exchange_precision", "auto",
+       "what gradients travel as between processes: float32, bfloat16 or float16 (half the "
+       "bytes; tcp only), or auto: the compute precision (--precision on a GPU), else float32"},
   };
 }
 
@@ -127,6 +130,18 @@ ExchangeOptions ExchangeOptionsFromFlags(const Flags& flags) {
   const double mb = ParsePositive(flags, "bucket_mb", "a positive number of MB");
   options.bucket_bytes = static_cast<size_t>(mb * (1 << 20));
   options.overlap = flags.GetBool("overlap");
+  const std::string wire = flags.Get("exchange_precision");
+  if (wire == "float32") {
+    options.wire = comm::WireType::kFloat32;
+  } else if (wire == "bfloat16") {
+    options.wire = comm::WireType::kBFloat16;
+  } else if (wire == "float16") {
+    options.wire = comm::WireType::kFloat16;
+  } else if (wire != "auto") {
+    CORTADO_THROW(kInvalidArgument,
+                  "--exchange_precision must be auto, float32, bfloat16 or float16, got '{}'",
+                  wire);
+  }
   return options;
 }
 

@@ -4,7 +4,8 @@
 //   under mpirun            nothing: the mpi backend, rank and size from the launcher;
 //   --world=N --rank=R --peers=h0:p0,h1:p1,...   the tcp ring (or --comm=mpi through
 //                           ompi-server, --comm=nccl with GPUs);
-// and the tuning ones (--token, --comm_timeout, --connect_timeout, --bucket_mb, --overlap).
+// and the tuning ones (--token, --comm_timeout, --connect_timeout, --bucket_mb, --overlap,
+// --exchange_precision).
 #pragma once
 
 #include <map>

@@ -21,6 +21,7 @@
 #include "comm/communicator.hpp"
 #include "comm/tcp/ring.hpp"
 #include "comm_test_ops.hpp"
+#include "math/half_host.hpp"
 #include "support/spawn_ranks.hpp"
 #include "tcp_test_util.hpp"
 
@@ -103,6 +104,67 @@ TEST(TcpCommunicatorTest, TwoRanksOnTwoAddressesShareOneConnectionBothWays) {
         /*timeout_s=*/60);
     ASSERT_TRUE(AllOk(outcomes)) << Describe(outcomes);
     EXPECT_EQ(outcomes[1].result, outcomes[0].result);
+  }
+}
+
+// What AllReduceAs(wire) leaves in element i: its segment's first rank sends its value rounded
+// to the wire type, and each next rank adds its own float32 value and rounds again.
+float RingSumOnTheWire(const std::vector<std::vector<float>>& inputs, size_t count, size_t i,
+                       WireType wire) {
+  const int n = static_cast<int>(inputs.size());
+  auto narrow = [&](float x) {
+    return wire == WireType::kBFloat16 ? math::FloatToBFloat16(x) : math::FloatToFloat16(x);
+  };
+  auto widen = [&](uint16_t h) {
+    return wire == WireType::kBFloat16 ? math::BFloat16ToFloat(h) : math::Float16ToFloat(h);
+  };
+  const RingSegments segments(count, n);
+  int j = 0;
+  while (i >= segments.begin(j) + segments.size(j)) ++j;
+  uint16_t v = narrow(inputs[j][i]);
+  for (int k = 1; k < n; ++k) v = narrow(inputs[(j + k) % n][i] + widen(v));
+  return widen(v);
+}
+
+// AllReduceAs in bfloat16 and float16: half the bytes on the wire, each rank's values and each
+// partial sum rounded on the way, every rank with exactly the values the ring's order of
+// summation gives (one rank: nothing travels, the values stay).
+TEST(TcpCommunicatorTest, AllReduceOnASixteenBitWireSumsInTheRingsOrder) {
+  for (WireType wire : {WireType::kBFloat16, WireType::kFloat16}) {
+    for (int n = 1; n <= 5; ++n) {
+      SCOPED_TRACE(std::string(WireTypeName(wire)) + ", " + std::to_string(n) + " ranks");
+      LoopbackRing ring(n);
+      const auto outcomes = testing::RunRanksAsThreads(n, [&](int rank) {
+        auto comm = ring.Join(rank);
+        Expect(comm->SupportsWire(wire), "tcp carries a 16-bit wire");
+        Digest digest;
+        for (size_t count : {size_t{0}, size_t{1}, size_t{7}, size_t{1001}, size_t{300000}}) {
+          const auto seed = static_cast<uint32_t>(count + 7);
+          std::vector<float> data = testing::Input(rank, count, seed);
+          if (count == 7) data[3] = 40000.0f;  // float16: 40000 * n overflows from 2 ranks
+          comm->AllReduceAs(data.data(), count, wire);
+          std::vector<std::vector<float>> inputs;
+          for (int r = 0; r < n; ++r) {
+            inputs.push_back(testing::Input(r, count, seed));
+            if (count == 7) inputs.back()[3] = 40000.0f;
+          }
+          for (size_t i = 0; i < count; ++i) {
+            const float want = n == 1 ? inputs[0][i] : RingSumOnTheWire(inputs, count, i, wire);
+            if (!(data[i] == want || (std::isnan(data[i]) && std::isnan(want)))) {
+              throw std::runtime_error("count " + std::to_string(count) + ", element " +
+                                       std::to_string(i) + ": " + std::to_string(data[i]) +
+                                       ", expected " + std::to_string(want));
+            }
+          }
+          digest.Add(data.data(), count * sizeof(float));
+        }
+        // The buffer is the communicator's own: float32 AllReduce right after is exact again.
+        CheckAllReduce(comm.get(), 1001, 5, &digest);
+        return digest.Hex();
+      });
+      ASSERT_TRUE(AllOk(outcomes)) << Describe(outcomes);
+      for (int r = 1; r < n; ++r) EXPECT_EQ(outcomes[r].result, outcomes[0].result);
+    }
   }
 }
 

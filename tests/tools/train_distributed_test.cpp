@@ -90,6 +90,17 @@ TEST(TrainDistributedTest, TwoProcessesTrainOverTcpAndOnlyRankZeroSpeaksAndSnaps
   EXPECT_TRUE(std::filesystem::exists(dir / "snap_iter_6.solverstate"));
 }
 
+// --exchange_precision=bfloat16: the ranks say what the gradients travel as, and train.
+TEST(TrainDistributedTest, GradientsTravelAsBFloat16WhenAsked) {
+  TempDir dir;
+  const std::vector<CliResult> r =
+      RunRanks(WriteSolver(dir, 4, 0), 2, {"--exchange_precision=bfloat16"});
+  ASSERT_EQ(r[0].exit_code, 0) << r[0].output;
+  ASSERT_EQ(r[1].exit_code, 0) << r[1].output;
+  EXPECT_TRUE(r[0].Contains("Gradients travel between the ranks as bfloat16")) << r[0].output;
+  EXPECT_TRUE(r[0].Contains("Optimization Done.")) << r[0].output;
+}
+
 #if CORTADO_WITH_UCX
 TEST(TrainDistributedTest, TwoProcessesTrainOverUcxAndRankZeroNamesTheTransport) {
   TempDir dir;
@@ -145,6 +156,8 @@ TEST(TrainDistributedTest, FlagsThatDoNotMakeAWorldAreErrors) {
       {{"--world=2", "--rank=0", "--peers=127.0.0.1:1,127.0.0.1:2", "--comm=carrier-pigeon"},
        "unknown communicator backend 'carrier-pigeon'"},
       {{"--world=2", "--rank=0", "--comm_timeout=-1"}, "--comm_timeout must be"},
+      {{"--world=2", "--rank=0", "--peers=127.0.0.1:1,127.0.0.1:2", "--exchange_precision=fp8"},
+       "--exchange_precision must be auto, float32, bfloat16 or float16, got 'fp8'"},
   };
   for (const Case& c : cases) {
     std::vector<std::string> args = {"train", solver};

@@ -11,6 +11,7 @@
 
 #include "comm/tcp/socket.hpp"
 #include "core/error.hpp"
+#include "math/half_host.hpp"
 
 namespace cortado::comm {
 namespace {
@@ -66,17 +67,33 @@ void RingTransfer::Advance() {
 void RingTransfer::SumStaged() {
   const RecvPiece& piece = recvs_[recv_index_];
   const size_t staged = received_ - summed_;
-  const size_t floats = staged / sizeof(float);
-  // data + summed_ is float-aligned: pieces start on floats and summed_ counts whole floats.
-  float* dst = reinterpret_cast<float*>(piece.data + summed_);
-  const float* src = staging_.data();
-  for (size_t i = 0; i < floats; ++i) dst[i] += src[i];
-  summed_ += floats * sizeof(float);
-  const size_t rest = staged - floats * sizeof(float);
+  const size_t element = wire_ == WireType::kFloat32 ? sizeof(float) : sizeof(uint16_t);
+  const size_t values = staged / element;
+  // data + summed_ is aligned: pieces start on values and summed_ counts whole values.
+  if (wire_ == WireType::kFloat32) {
+    float* dst = reinterpret_cast<float*>(piece.data + summed_);
+    const float* src = staging_.data();
+    for (size_t i = 0; i < values; ++i) dst[i] += src[i];
+  } else {
+    uint16_t* dst = reinterpret_cast<uint16_t*>(piece.data + summed_);
+    const float* acc = piece.accumulate + summed_ / sizeof(uint16_t);
+    const uint16_t* src = reinterpret_cast<const uint16_t*>(staging_.data());
+    if (wire_ == WireType::kBFloat16) {
+      for (size_t i = 0; i < values; ++i) {
+        dst[i] = math::FloatToBFloat16(acc[i] + math::BFloat16ToFloat(src[i]));
+      }
+    } else {
+      for (size_t i = 0; i < values; ++i) {
+        dst[i] = math::FloatToFloat16(acc[i] + math::Float16ToFloat(src[i]));
+      }
+    }
+  }
+  summed_ += values * element;
+  const size_t rest = staged - values * element;
   if (rest > 0) {
-    // A float split between two reads waits at the front of staging for its other bytes.
+    // A value split between two reads waits at the front of staging for its other bytes.
     char* bytes = reinterpret_cast<char*>(staging_.data());
-    std::memmove(bytes, bytes + floats * sizeof(float), rest);
+    std::memmove(bytes, bytes + values * element, rest);
   }
 }
 
@@ -178,7 +195,8 @@ void RingTransfer::Run(const RingLinks& links, const char* op) {
     // rather than let the next rank idle until the chunk fills.
     if (send_index_ < sends_.size() && recv_index_ < recvs_.size() &&
         sends_[send_index_].gate == static_cast<int>(recv_index_) && recvs_[recv_index_].sum &&
-        received_ - summed_ >= sizeof(float) && sent_ >= summed_) {
+        received_ - summed_ >= (wire_ == WireType::kFloat32 ? sizeof(float) : sizeof(uint16_t)) &&
+        sent_ >= summed_) {
       SumStaged();
       Advance();
       send_ready = true;

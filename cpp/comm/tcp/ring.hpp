@@ -21,6 +21,8 @@
 #include <string>
 #include <vector>
 
+#include "comm/communicator.hpp"
+
 namespace cortado::comm {
 
 // The sizes of N segments that split `count` elements as evenly as possible (the first
@@ -58,9 +60,13 @@ class RingTransfer {
     int gate;
   };
   struct RecvPiece {
-    char* data;  // float-aligned when `sum`
+    char* data;  // aligned to the wire's values when `sum`
     size_t bytes;
-    bool sum;  // add the received floats into data; else copy the bytes there
+    bool sum;  // add the received values into data; else copy the bytes there
+    // With a 16-bit wire (set_wire) a summed piece's data holds wire values: each received value
+    // is added to the float32 at the same place in `accumulate`, and the sum, rounded to the wire
+    // type, is written to data.
+    const float* accumulate = nullptr;
   };
 
   // `chunk_bytes`: the staging buffer (rounded down to whole floats, at least one float) and
@@ -68,6 +74,9 @@ class RingTransfer {
   explicit RingTransfer(size_t chunk_bytes);
   RingTransfer(const RingTransfer&) = delete;
   RingTransfer& operator=(const RingTransfer&) = delete;
+
+  // The values summed pieces carry: float32 (the default), or a 16-bit type; set before Run.
+  void set_wire(WireType wire) { wire_ = wire; }
 
   // The streams of the next Run; cleared (keeping their capacity) by Reset.
   void Reset();
@@ -97,6 +106,7 @@ class RingTransfer {
 
   std::vector<float> staging_;
   size_t staging_bytes_;
+  WireType wire_ = WireType::kFloat32;
   std::vector<SendPiece> sends_;
   std::vector<RecvPiece> recvs_;
   std::function<void(size_t)> on_received_;

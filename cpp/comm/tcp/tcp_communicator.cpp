@@ -74,6 +74,7 @@
 #include "core/error.hpp"
 #include "core/logging.hpp"
 #include "core/sha256.hpp"
+#include "math/half_host.hpp"
 
 namespace cortado::comm {
 
@@ -255,6 +256,8 @@ class TcpCommunicator final : public Communicator {
     return Communicator::Describe() + (shared_connection_ ? ", one connection both ways" : "");
   }
   void AllReduce(float* data, size_t count) override;
+  void AllReduceAs(float* data, size_t count, WireType wire) override;
+  bool SupportsWire(WireType /*wire*/) const override { return true; }
   void Broadcast(void* data, size_t bytes, int root) override;
   std::vector<std::string> AllGather(const std::string& mine) override;
   void Barrier() override;
@@ -311,11 +314,12 @@ class TcpCommunicator final : public Communicator {
   UniqueFd recv_;  // from prev
   RingLinks links_;
   RingTransfer transfer_;
-  std::vector<uint64_t> lengths_;   // AllGather's block lengths, big-endian
-  Handshake hello_;                 // the hello we sent our next
-  Handshake next_accept_;           // and its accept
-  bool stray_logged_ = false;       // a stray connection was logged during set-up
-  bool shared_connection_ = false;  // two ranks on two machines: rank 0's connection both ways
+  std::vector<uint64_t> lengths_;      // AllGather's block lengths, big-endian
+  std::vector<uint16_t> wire_values_;  // AllReduceAs: the buffer in the wire type
+  Handshake hello_;                    // the hello we sent our next
+  Handshake next_accept_;              // and its accept
+  bool stray_logged_ = false;          // a stray connection was logged during set-up
+  bool shared_connection_ = false;     // two ranks on two machines: rank 0's connection both ways
 
   std::mutex mutex_;  // guards error_
   std::optional<Error> error_;
@@ -724,6 +728,7 @@ void TcpCommunicator::AllReduce(float* data, size_t count) {
     auto bytes = [&](int i) { return segments.size(i) * sizeof(float); };
     auto mod = [n](int i) { return ((i % n) + n) % n; };
     transfer_.Reset();
+    transfer_.set_wire(WireType::kFloat32);
     auto& sends = transfer_.sends();
     auto& recvs = transfer_.recvs();
     // Send piece k is gated on received piece k - 1: the segment received at one step is the
@@ -741,6 +746,54 @@ void TcpCommunicator::AllReduce(float* data, size_t count) {
       recvs.push_back({at(in), bytes(in), /*sum=*/false});
     }
     transfer_.Run(links_, "allreduce");
+  });
+}
+
+void TcpCommunicator::AllReduceAs(float* data, size_t count, WireType wire) {
+  if (wire == WireType::kFloat32) {
+    AllReduce(data, count);
+    return;
+  }
+  Guarded([&] {
+    const int n = size();
+    if (n == 1 || count == 0) return;
+    const int r = rank();
+    const bool bf16 = wire == WireType::kBFloat16;
+    // The ring of AllReduce over a copy of the buffer in the wire type: what is sent and
+    // received. A summed segment adds the received values to this rank's own float32 ones
+    // (`data`, untouched until the end) and keeps the rounded sum in the copy, which is what
+    // goes on; at the end every rank widens the same copy.
+    wire_values_.resize(count);
+    for (size_t i = 0; i < count; ++i) {
+      wire_values_[i] = bf16 ? math::FloatToBFloat16(data[i]) : math::FloatToFloat16(data[i]);
+    }
+    const RingSegments segments(count, n);
+    auto at = [&](int i) {
+      return reinterpret_cast<char*>(wire_values_.data() + segments.begin(i));
+    };
+    auto bytes = [&](int i) { return segments.size(i) * sizeof(uint16_t); };
+    auto mod = [n](int i) { return ((i % n) + n) % n; };
+    transfer_.Reset();
+    transfer_.set_wire(wire);
+    auto& sends = transfer_.sends();
+    auto& recvs = transfer_.recvs();
+    for (int t = 0; t < n - 1; ++t) {  // reduce-scatter
+      const int out = mod(r - t);
+      const int in = mod(r - t - 1);
+      sends.push_back({at(out), bytes(out), t - 1});
+      recvs.push_back({at(in), bytes(in), /*sum=*/true, data + segments.begin(in)});
+    }
+    for (int s = 0; s < n - 1; ++s) {  // all-gather
+      const int out = mod(r + 1 - s);
+      const int in = mod(r - s);
+      sends.push_back({at(out), bytes(out), n - 1 + s - 1});
+      recvs.push_back({at(in), bytes(in), /*sum=*/false});
+    }
+    transfer_.Run(links_, "allreduce");
+    for (size_t i = 0; i < count; ++i) {
+      data[i] =
+          bf16 ? math::BFloat16ToFloat(wire_values_[i]) : math::Float16ToFloat(wire_values_[i]);
+    }
   });
 }
 
