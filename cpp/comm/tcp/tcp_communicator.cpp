@@ -761,18 +761,29 @@ void TcpCommunicator::AllReduceAs(float* data, size_t count, WireType wire) {
     const bool bf16 = wire == WireType::kBFloat16;
     // The ring of AllReduce over a copy of the buffer in the wire type: what is sent and
     // received. A summed segment adds the received values to this rank's own float32 ones
-    // (`data`, untouched until the end) and keeps the rounded sum in the copy, which is what
-    // goes on; at the end every rank widens the same copy.
+    // (`data`) and keeps the rounded sum in the copy, which is what goes on. Only this rank's
+    // own segment (the one it sends first, ungated) is rounded before the ring starts; the
+    // others are written by the sums and the all-gather. Each final segment is widened back
+    // into `data` as soon as it is complete, while the sockets carry the rest.
     wire_values_.resize(count);
-    for (size_t i = 0; i < count; ++i) {
-      wire_values_[i] = bf16 ? math::FloatToBFloat16(data[i]) : math::FloatToFloat16(data[i]);
-    }
     const RingSegments segments(count, n);
+    auto narrow = [&](int segment) {
+      for (size_t i = segments.begin(segment), end = i + segments.size(segment); i < end; ++i) {
+        wire_values_[i] = bf16 ? math::FloatToBFloat16(data[i]) : math::FloatToFloat16(data[i]);
+      }
+    };
+    auto widen = [&](int segment) {
+      for (size_t i = segments.begin(segment), end = i + segments.size(segment); i < end; ++i) {
+        data[i] =
+            bf16 ? math::BFloat16ToFloat(wire_values_[i]) : math::Float16ToFloat(wire_values_[i]);
+      }
+    };
     auto at = [&](int i) {
       return reinterpret_cast<char*>(wire_values_.data() + segments.begin(i));
     };
     auto bytes = [&](int i) { return segments.size(i) * sizeof(uint16_t); };
     auto mod = [n](int i) { return ((i % n) + n) % n; };
+    narrow(r);
     transfer_.Reset();
     transfer_.set_wire(wire);
     auto& sends = transfer_.sends();
@@ -789,11 +800,14 @@ void TcpCommunicator::AllReduceAs(float* data, size_t count, WireType wire) {
       sends.push_back({at(out), bytes(out), n - 1 + s - 1});
       recvs.push_back({at(in), bytes(in), /*sum=*/false});
     }
+    // Received piece n - 2 completes the segment this rank owns, (r + 1) mod n; piece n - 1 + s
+    // is segment (r - s) mod n, final. Every segment is one of them exactly once.
+    transfer_.set_on_received([&](size_t piece) {
+      const int k = static_cast<int>(piece);
+      if (k == n - 2) widen(mod(r + 1));
+      if (k >= n - 1) widen(mod(r - (k - (n - 1))));
+    });
     transfer_.Run(links_, "allreduce");
-    for (size_t i = 0; i < count; ++i) {
-      data[i] =
-          bf16 ? math::BFloat16ToFloat(wire_values_[i]) : math::Float16ToFloat(wire_values_[i]);
-    }
   });
 }
 
