@@ -5,6 +5,7 @@
 // __float2bfloat16_rn do; values beyond float16's range become infinities, NaN stays NaN.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <cstring>
 
@@ -71,8 +72,18 @@ inline float Float16ToFloat(uint16_t h) {
     const float magnitude = static_cast<float>(mantissa) * 5.9604644775390625e-8f;
     return sign != 0 ? -magnitude : magnitude;
   }
-  if (exponent == 31) return BitsFloat(sign | 0x7F800000u | (mantissa << 13));
+  // Infinity, or NaN: made quiet, as the conversion instructions do.
+  if (exponent == 31) {
+    return BitsFloat(sign | 0x7F800000u | (mantissa << 13) | (mantissa != 0 ? 0x400000u : 0u));
+  }
   return BitsFloat(sign | ((exponent + 112u) << 23) | (mantissa << 13));
 }
+
+// The same over arrays (cpu/half_host.cpp), with the CPU's F16C conversions where it has them
+// (bit for bit the same results): dst[i] = FloatToFloat16(src[i]); dst[i] =
+// Float16ToFloat(src[i]); and out[i] = FloatToFloat16(acc[i] + Float16ToFloat(in[i])).
+void FloatsToFloat16(const float* src, size_t n, uint16_t* dst);
+void Float16sToFloats(const uint16_t* src, size_t n, float* dst);
+void AddToFloat16(const float* acc, const uint16_t* in, size_t n, uint16_t* out);
 
 }  // namespace cortado::math

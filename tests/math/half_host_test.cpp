@@ -103,5 +103,39 @@ TEST(HalfHostTest, NarrowingPicksTheNearestValueTiesToEven) {
   }
 }
 
+// The array conversions (F16C where the CPU has it) give the scalar functions' bits, for every
+// kind of value: random bit patterns cover NaNs, infinities, subnormals and overflow, and a
+// third of the floats are small enough to become float16 subnormals.
+TEST(HalfHostTest, ArrayConversionsMatchTheScalarOnes) {
+  std::mt19937 rng(9);
+  constexpr size_t kCount = 100003;  // not a multiple of 8: the scalar tail runs too
+  std::vector<float> floats(kCount), acc(kCount);
+  std::vector<uint16_t> halves(kCount);
+  std::uniform_real_distribution<float> unit(-1.0f, 1.0f);
+  for (size_t i = 0; i < kCount; ++i) {
+    floats[i] = BitsFloat(static_cast<uint32_t>(rng()));
+    acc[i] = BitsFloat(static_cast<uint32_t>(rng()));
+    halves[i] = static_cast<uint16_t>(rng());
+    if (i % 3 == 0) floats[i] = std::ldexp(unit(rng), -15);
+    if (i % 3 == 1) acc[i] = unit(rng);
+  }
+  std::vector<uint16_t> narrow(kCount), sum(kCount);
+  std::vector<float> wide(kCount);
+  FloatsToFloat16(floats.data(), kCount, narrow.data());
+  Float16sToFloats(halves.data(), kCount, wide.data());
+  AddToFloat16(acc.data(), halves.data(), kCount, sum.data());
+  for (size_t i = 0; i < kCount; ++i) {
+    ASSERT_EQ(narrow[i], FloatToFloat16(floats[i])) << i << " " << floats[i];
+    ASSERT_EQ(FloatBits(wide[i]), FloatBits(Float16ToFloat(halves[i]))) << i;
+    const uint16_t want = FloatToFloat16(acc[i] + Float16ToFloat(halves[i]));
+    if ((want & 0x7FFF) > 0x7C00) {
+      // Two NaNs added: which one's payload comes out is the CPU's choice.
+      ASSERT_GT(sum[i] & 0x7FFF, 0x7C00) << i;
+    } else {
+      ASSERT_EQ(sum[i], want) << i;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace cortado::math

@@ -83,9 +83,7 @@ void RingTransfer::SumStaged() {
         dst[i] = math::FloatToBFloat16(acc[i] + math::BFloat16ToFloat(src[i]));
       }
     } else {
-      for (size_t i = 0; i < values; ++i) {
-        dst[i] = math::FloatToFloat16(acc[i] + math::Float16ToFloat(src[i]));
-      }
+      math::AddToFloat16(acc, src, values, dst);
     }
   }
   summed_ += values * element;

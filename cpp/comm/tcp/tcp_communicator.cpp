@@ -768,15 +768,14 @@ void TcpCommunicator::AllReduceAs(float* data, size_t count, WireType wire) {
     wire_values_.resize(count);
     const RingSegments segments(count, n);
     auto narrow = [&](int segment) {
-      for (size_t i = segments.begin(segment), end = i + segments.size(segment); i < end; ++i) {
-        wire_values_[i] = bf16 ? math::FloatToBFloat16(data[i]) : math::FloatToFloat16(data[i]);
-      }
+      const size_t begin = segments.begin(segment), end = begin + segments.size(segment);
+      if (!bf16) return math::FloatsToFloat16(data + begin, end - begin, &wire_values_[begin]);
+      for (size_t i = begin; i < end; ++i) wire_values_[i] = math::FloatToBFloat16(data[i]);
     };
     auto widen = [&](int segment) {
-      for (size_t i = segments.begin(segment), end = i + segments.size(segment); i < end; ++i) {
-        data[i] =
-            bf16 ? math::BFloat16ToFloat(wire_values_[i]) : math::Float16ToFloat(wire_values_[i]);
-      }
+      const size_t begin = segments.begin(segment), end = begin + segments.size(segment);
+      if (!bf16) return math::Float16sToFloats(&wire_values_[begin], end - begin, data + begin);
+      for (size_t i = begin; i < end; ++i) data[i] = math::BFloat16ToFloat(wire_values_[i]);
     };
     auto at = [&](int i) {
       return reinterpret_cast<char*>(wire_values_.data() + segments.begin(i));

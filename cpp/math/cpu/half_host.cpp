@@ -1,0 +1,84 @@
+// SPDX-License-Identifier: Apache-2.0
+// Array conversions of math/half_host.hpp. On x86-64 CPUs with F16C (every one since 2012-2013)
+// eight values at a time with VCVTPS2PH / VCVTPH2PS, which round to nearest even and handle
+// subnormals, infinities and NaN as IEEE 754 says: the scalar functions' results, bit for bit
+// (half_host_test.cpp compares them). Elsewhere, the scalar functions.
+#include "math/half_host.hpp"
+
+#include <cstddef>
+#include <cstdint>
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <immintrin.h>
+#define CORTADO_HALF_F16C 1
+#else
+#define CORTADO_HALF_F16C 0
+#endif
+
+namespace cortado::math {
+namespace {
+
+#if CORTADO_HALF_F16C
+bool HasF16c() {
+  static const bool has = __builtin_cpu_supports("f16c") && __builtin_cpu_supports("avx");
+  return has;
+}
+
+__attribute__((target("avx,f16c"))) size_t NarrowF16c(const float* src, size_t n, uint16_t* dst) {
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m128i h = _mm256_cvtps_ph(_mm256_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + i), h);
+  }
+  return i;
+}
+
+__attribute__((target("avx,f16c"))) size_t WidenF16c(const uint16_t* src, size_t n, float* dst) {
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i));
+    _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(h));
+  }
+  return i;
+}
+
+__attribute__((target("avx,f16c"))) size_t AddF16c(const float* acc, const uint16_t* in, size_t n,
+                                                   uint16_t* out) {
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 wide = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(in + i)));
+    const __m256 sum = _mm256_add_ps(_mm256_loadu_ps(acc + i), wide);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + i),
+                     _mm256_cvtps_ph(sum, _MM_FROUND_TO_NEAREST_INT));
+  }
+  return i;
+}
+#endif
+
+}  // namespace
+
+void FloatsToFloat16(const float* src, size_t n, uint16_t* dst) {
+  size_t i = 0;
+#if CORTADO_HALF_F16C
+  if (HasF16c()) i = NarrowF16c(src, n, dst);
+#endif
+  for (; i < n; ++i) dst[i] = FloatToFloat16(src[i]);
+}
+
+void Float16sToFloats(const uint16_t* src, size_t n, float* dst) {
+  size_t i = 0;
+#if CORTADO_HALF_F16C
+  if (HasF16c()) i = WidenF16c(src, n, dst);
+#endif
+  for (; i < n; ++i) dst[i] = Float16ToFloat(src[i]);
+}
+
+void AddToFloat16(const float* acc, const uint16_t* in, size_t n, uint16_t* out) {
+  size_t i = 0;
+#if CORTADO_HALF_F16C
+  if (HasF16c()) i = AddF16c(acc, in, n, out);
+#endif
+  for (; i < n; ++i) out[i] = FloatToFloat16(acc[i] + Float16ToFloat(in[i]));
+}
+
+}  // namespace cortado::math
