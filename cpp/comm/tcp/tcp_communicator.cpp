@@ -246,6 +246,29 @@ Clock::time_point SecondsFromNow(double seconds) {
          std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
 }
 
+// The pieces of one rank's ring AllReduce (see the file comment) over segments at(i) of
+// bytes(i) bytes: reduce-scatter step t sends segment (r - t) mod n and sums segment
+// (r - t - 1) mod n into place (with accumulate(i), for a 16-bit wire: RingTransfer::RecvPiece),
+// all-gather step s sends segment (r + 1 - s) mod n and copies (r - s) mod n. Send piece k is
+// gated on received piece k - 1: the segment received at one step is the one sent at the next.
+template <typename At, typename Bytes, typename Accumulate>
+void AddAllReducePieces(RingTransfer* transfer, int n, int r, const At& at, const Bytes& bytes,
+                        const Accumulate& accumulate) {
+  auto mod = [n](int i) { return ((i % n) + n) % n; };
+  for (int t = 0; t < n - 1; ++t) {  // reduce-scatter
+    const int out = mod(r - t);
+    const int in = mod(r - t - 1);
+    transfer->sends().push_back({at(out), bytes(out), t - 1});
+    transfer->recvs().push_back({at(in), bytes(in), /*sum=*/true, accumulate(in)});
+  }
+  for (int s = 0; s < n - 1; ++s) {  // all-gather
+    const int out = mod(r + 1 - s);
+    const int in = mod(r - s);
+    transfer->sends().push_back({at(out), bytes(out), n - 1 + s - 1});
+    transfer->recvs().push_back({at(in), bytes(in), /*sum=*/false});
+  }
+}
+
 class TcpCommunicator final : public Communicator {
  public:
   TcpCommunicator(const CommOptions& options, std::vector<HostPort> peers,
@@ -722,29 +745,12 @@ void TcpCommunicator::AllReduce(float* data, size_t count) {
   Guarded([&] {
     const int n = size();
     if (n == 1 || count == 0) return;
-    const int r = rank();
     const RingSegments segments(count, n);
     auto at = [&](int i) { return reinterpret_cast<char*>(data + segments.begin(i)); };
     auto bytes = [&](int i) { return segments.size(i) * sizeof(float); };
-    auto mod = [n](int i) { return ((i % n) + n) % n; };
     transfer_.Reset();
     transfer_.set_wire(WireType::kFloat32);
-    auto& sends = transfer_.sends();
-    auto& recvs = transfer_.recvs();
-    // Send piece k is gated on received piece k - 1: the segment received at one step is the
-    // one sent at the next.
-    for (int t = 0; t < n - 1; ++t) {  // reduce-scatter
-      const int out = mod(r - t);
-      const int in = mod(r - t - 1);
-      sends.push_back({at(out), bytes(out), t - 1});
-      recvs.push_back({at(in), bytes(in), /*sum=*/true});
-    }
-    for (int s = 0; s < n - 1; ++s) {  // all-gather
-      const int out = mod(r + 1 - s);
-      const int in = mod(r - s);
-      sends.push_back({at(out), bytes(out), n - 1 + s - 1});
-      recvs.push_back({at(in), bytes(in), /*sum=*/false});
-    }
+    AddAllReducePieces(&transfer_, n, rank(), at, bytes, [](int) { return nullptr; });
     transfer_.Run(links_, "allreduce");
   });
 }
@@ -785,20 +791,8 @@ void TcpCommunicator::AllReduceAs(float* data, size_t count, WireType wire) {
     narrow(r);
     transfer_.Reset();
     transfer_.set_wire(wire);
-    auto& sends = transfer_.sends();
-    auto& recvs = transfer_.recvs();
-    for (int t = 0; t < n - 1; ++t) {  // reduce-scatter
-      const int out = mod(r - t);
-      const int in = mod(r - t - 1);
-      sends.push_back({at(out), bytes(out), t - 1});
-      recvs.push_back({at(in), bytes(in), /*sum=*/true, data + segments.begin(in)});
-    }
-    for (int s = 0; s < n - 1; ++s) {  // all-gather
-      const int out = mod(r + 1 - s);
-      const int in = mod(r - s);
-      sends.push_back({at(out), bytes(out), n - 1 + s - 1});
-      recvs.push_back({at(in), bytes(in), /*sum=*/false});
-    }
+    AddAllReducePieces(&transfer_, n, r, at, bytes,
+                       [&](int i) -> const float* { return data + segments.begin(i); });
     // Received piece n - 2 completes the segment this rank owns, (r + 1) mod n; piece n - 1 + s
     // is segment (r - s) mod n, final. Every segment is one of them exactly once.
     transfer_.set_on_received([&](size_t piece) {
