@@ -25,9 +25,11 @@
 #include <cstdint>
 #include <exception>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "comm/communicator.hpp"
 #include "core/error.hpp"
 
 namespace google::protobuf {
@@ -246,6 +248,8 @@ struct FeedHandle {
 // with it shares too (TrainerOptions::comm).
 struct CommHandle {
   std::shared_ptr<comm::Communicator> comm;
+  // What the gradients travel as (NativeComm.setExchangePrecision); unset: the trainer's default.
+  std::optional<comm::WireType> wire;
 };
 
 // The communicator behind a NativeComm handle (jni/native_comm_jni.cpp).

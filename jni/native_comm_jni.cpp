@@ -58,6 +58,27 @@ JNIEXPORT void JNICALL Java_io_cortado_jni_NativeComm_closeListener(JNIEnv* env,
   jni::Guard(env, [&] { jni::DisposeHandle<comm::TcpListener>(listener); });
 }
 
+JNIEXPORT jstring JNICALL Java_io_cortado_jni_NativeComm_setExchangePrecision(JNIEnv* env, jclass,
+                                                                              jlong handle,
+                                                                              jstring precision) {
+  return jni::Guard(env, jstring{nullptr}, [&] {
+    auto& comm_handle = jni::FromHandle<jni::CommHandle>(handle, "NativeComm communicator");
+    const std::string text = jni::ToStdString(env, precision, "precision");
+    std::optional<comm::WireType> wire;
+    if (!comm::ParseWireType(text, &wire)) {
+      CORTADO_THROW(kInvalidArgument,
+                    "the exchange precision must be auto, float32, bfloat16 or float16, not '{}'",
+                    text);
+    }
+    comm_handle.wire = wire;
+    std::string effective = "auto";
+    if (wire) {
+      effective = comm_handle.comm->SupportsWire(*wire) ? comm::WireTypeName(*wire) : "float32";
+    }
+    return jni::NewString(env, effective);
+  });
+}
+
 JNIEXPORT jbyteArray JNICALL Java_io_cortado_jni_NativeComm_rootRendezvous(JNIEnv* env, jclass,
                                                                            jstring backend) {
   return jni::Guard(env, jbyteArray{nullptr}, [&] {
@@ -103,8 +124,8 @@ JNIEXPORT jlong JNICALL Java_io_cortado_jni_NativeComm_connect(
       owned.reset();
       communicator = comm::CreateCommunicator(options);
     }
-    return jni::ToHandle(std::make_unique<jni::CommHandle>(
-        jni::CommHandle{std::shared_ptr<comm::Communicator>(std::move(communicator))}));
+    return jni::ToHandle(std::make_unique<jni::CommHandle>(jni::CommHandle{
+        std::shared_ptr<comm::Communicator>(std::move(communicator)), std::nullopt}));
   });
 }
 

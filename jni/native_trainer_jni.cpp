@@ -156,8 +156,10 @@ JNIEXPORT jlong JNICALL Java_io_cortado_jni_NativeTrainer_create(
     cortado::TrainerOptions options;
     options.net = cortado::NetOptionsFromEnvironment();
     if (comm != 0) {
-      options.comm =
-          cortado::jni::FromHandle<jni::CommHandle>(comm, "NativeComm communicator").comm;
+      const auto& handle =
+          cortado::jni::FromHandle<jni::CommHandle>(comm, "NativeComm communicator");
+      options.comm = handle.comm;
+      options.exchange.wire = handle.wire;
     }
     std::unique_ptr<cortado::Trainer> trainer;
     cortado::WithContext(jni::ToStdString(env, solver_source, "solverSource"), [&] {

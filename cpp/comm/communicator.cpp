@@ -31,6 +31,21 @@ const char* WireTypeName(WireType wire) {
   }
 }
 
+bool ParseWireType(const std::string& text, std::optional<WireType>* wire) {
+  if (text == "auto") {
+    wire->reset();
+  } else if (text == "float32") {
+    *wire = WireType::kFloat32;
+  } else if (text == "bfloat16") {
+    *wire = WireType::kBFloat16;
+  } else if (text == "float16") {
+    *wire = WireType::kFloat16;
+  } else {
+    return false;
+  }
+  return true;
+}
+
 std::string Communicator::Describe() const {
   return fmt::format("{}: rank {} of {}", backend(), rank(), size());
 }

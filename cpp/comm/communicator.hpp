@@ -17,6 +17,7 @@
 
 #include <cstddef>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -25,6 +26,9 @@ namespace cortado::comm {
 // How AllReduceAs carries the values between ranks: float32, or a 16-bit type (half the bytes).
 enum class WireType { kFloat32, kBFloat16, kFloat16 };
 const char* WireTypeName(WireType wire);  // "float32", "bfloat16", "float16"
+// "float32", "bfloat16" or "float16" into *wire, "auto" into nullopt (the caller's default);
+// false for anything else.
+bool ParseWireType(const std::string& text, std::optional<WireType>* wire);
 
 struct CommOptions {
   // "tcp", "mpi" or "nccl".

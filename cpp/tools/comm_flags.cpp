@@ -131,13 +131,7 @@ ExchangeOptions ExchangeOptionsFromFlags(const Flags& flags) {
   options.bucket_bytes = static_cast<size_t>(mb * (1 << 20));
   options.overlap = flags.GetBool("overlap");
   const std::string wire = flags.Get("exchange_precision");
-  if (wire == "float32") {
-    options.wire = comm::WireType::kFloat32;
-  } else if (wire == "bfloat16") {
-    options.wire = comm::WireType::kBFloat16;
-  } else if (wire == "float16") {
-    options.wire = comm::WireType::kFloat16;
-  } else if (wire != "auto") {
+  if (!comm::ParseWireType(wire, &options.wire)) {
     CORTADO_THROW(kInvalidArgument,
                   "--exchange_precision must be auto, float32, bfloat16 or float16, got '{}'",
                   wire);

@@ -74,6 +74,17 @@ public final class NativeComm {
       double connectTimeoutSeconds,
       double timeoutSeconds);
 
+  /**
+   * What the gradients of a trainer built with this communicator travel as between the ranks:
+   * "float32", "bfloat16" or "float16" (half the bytes; each partial sum rounded on the way), or
+   * "auto" (the compute precision: a half type on a GPU computing in one, else float32). Call
+   * before {@link NativeTrainer#create}. Returns what will travel: "auto", or the type, or
+   * "float32" when the backend carries float32 only (tcp carries all three).
+   *
+   * @throws io.cortado.CortadoConfigException for any other value
+   */
+  public static native String setExchangePrecision(long comm, String precision);
+
   /** This communicator's backend name. */
   public static native String backend(long comm);
 

@@ -58,6 +58,7 @@ final case class Options(
     connectionFallback: String = "",
     clusterSize: Int = 0,
     comm: String = "",
+    exchangePrecision: String = "auto",
     maxAttempts: Int = 3,
     persistent: Boolean = false,
     resize: Boolean = false,
@@ -100,6 +101,8 @@ object Options {
       |                       RDMA device instead of failing
       |  -comm B              the workers' backend: tcp, ucx (UCX: RDMA where present, no
       |                       device check), mpi (OpenMPI) or nccl (overrides -connection)
+      |  -exchangePrecision P gradients travel between workers as float32, bfloat16 or float16
+      |                       (half the bytes; tcp), or auto: the compute precision (default)
       |  -maxAttempts N       training jobs before giving up, each after a failure resuming
       |                       from the newest snapshot (default 3)
       |  -persistent          accepted, no effect: the tasks keep their data in memory
@@ -120,6 +123,7 @@ object Options {
   private val valued =
     Set("conf", "features", "label", "outputFormat", "model", "output", "weights", "snapshot",
       "devices", "connection", "connectionFallback", "clusterSize", "comm", "maxAttempts",
+      "exchangePrecision",
       "lmdb_partitions") ++ ToolFlags
   private val switches = Set("train", "test", "persistent", "resize", "skipCorrupt")
 
@@ -205,6 +209,12 @@ object Options {
       case "comm" =>
         if (Set("tcp", "ucx", "mpi", "nccl")(value)) Right(o.copy(comm = value))
         else Left(s"-comm must be tcp, ucx, mpi or nccl, not '$value'")
+      case "exchangePrecision" =>
+        if (Set("auto", "float32", "bfloat16", "float16")(value)) {
+          Right(o.copy(exchangePrecision = value))
+        } else {
+          Left(s"-exchangePrecision must be auto, float32, bfloat16 or float16, not '$value'")
+        }
       case _ => Right(set(o, name, value))
     }
   }

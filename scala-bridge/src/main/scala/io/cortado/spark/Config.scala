@@ -50,6 +50,10 @@ import io.cortado.cli.Options
  *                   workers try to connect to each other
  * @param commTimeoutSeconds a gradient exchange fails when no byte moved for this long (a
  *                   worker lost or hung)
+ * @param exchangePrecision what the gradients travel as between workers (-exchangePrecision):
+ *                   "float32", "bfloat16" or "float16" (half the bytes, each partial sum
+ *                   rounded on the way; the tcp backend, others keep float32), or "auto": the
+ *                   compute precision (a half type on GPUs training in one, else float32)
  * @param maxAttempts training jobs the driver runs before giving up (-maxAttempts): after a
  *                   failure (an executor lost, a worker failed, a collective timed out) the next
  *                   attempt resumes from the newest readable snapshot; bad input or settings,
@@ -81,6 +85,7 @@ final case class Config(
     connectionFallback: String = "",
     startTimeoutSeconds: Double = 120,
     commTimeoutSeconds: Double = 120,
+    exchangePrecision: String = "auto",
     maxAttempts: Int = 3,
     resizeImages: Boolean = false,
     skipCorruptImages: Boolean = false,
@@ -93,10 +98,14 @@ final case class Config(
 
 object Config {
 
+  /** The values of `exchangePrecision`. */
+  val ExchangePrecisions: Set[String] = Set("auto", "float32", "bfloat16", "float16")
+
   /** The Config of CaffeOnSpark's command line flags. */
   def fromOptions(o: Options): Config =
     Config(o.conf, model = o.model, weights = o.weights, snapshot = o.snapshot,
       devices = o.devices, clusterSize = o.clusterSize, backend = o.comm,
       connection = o.connection, connectionFallback = o.connectionFallback,
+      exchangePrecision = o.exchangePrecision,
       maxAttempts = o.maxAttempts, resizeImages = o.resize, skipCorruptImages = o.skipCorrupt)
 }

@@ -76,7 +76,8 @@ private[spark] object Rendezvous {
   private def base64(bytes: Array[Byte]): String = Base64.getEncoder.encodeToString(bytes)
 
   /** What joining gave: the communicator's handle (NativeComm) and every worker, by rank. */
-  final case class Joined(comm: Long, peers: Seq[Peer])
+  /** `wire`: what the gradients travel as (NativeComm.setExchangePrecision's answer). */
+  final case class Joined(comm: Long, peers: Seq[Peer], wire: String = "auto")
 
   /**
    * Joins the other workers of `plan` as rank `context.partitionId()`; `gpus` are this worker's
@@ -105,7 +106,14 @@ private[spark] object Rendezvous {
       val comm = NativeComm.connect(taken, plan.backend, rank, plan.count, addresses, plan.token,
         context.stageAttemptNumber(), peers.head.rendezvous, gpus.headOption.getOrElse(-1),
         plan.connectTimeoutSeconds, plan.timeoutSeconds)
-      Joined(comm, peers)
+      val wire =
+        try NativeComm.setExchangePrecision(comm, plan.exchangePrecision)
+        catch {
+          case e: Throwable =>
+            NativeComm.dispose(comm)
+            throw e
+        }
+      Joined(comm, peers, wire)
     } finally {
       if (listener != 0) NativeComm.closeListener(listener)
     }

@@ -65,6 +65,12 @@ private[spark] object TrainingTask {
             channel.send(LogEvent(describe(workers, j)))
             // What the backend chose: for ucx, the transport of each connection (RDMA or TCP).
             channel.send(LogEvent(s"Connection: ${NativeComm.describe(j.comm)}"))
+            if (j.wire != "auto") {
+              channel.send(LogEvent(s"Gradients travel between the workers as ${j.wire}" +
+                (if (j.wire != workers.exchangePrecision) {
+                  s" (the ${workers.backend} backend carries float32 only)"
+                } else "")))
+            }
             Rendezvous.rdmaWarning(workers, j.peers).foreach(w => channel.send(LogEvent(w)))
           }
         }

@@ -36,7 +36,8 @@ private[spark] final case class WorkerPlan(
     connectTimeoutSeconds: Double,
     timeoutSeconds: Double,
     requireRdma: Boolean = false,
-    rdmaFallback: Boolean = false)
+    rdmaFallback: Boolean = false,
+    exchangePrecision: String = "auto")
 
 private[spark] object Workers {
 
@@ -67,6 +68,10 @@ private[spark] object Workers {
         throw new CortadoConfigException(
           s"Config.connectionFallback must be ethernet or empty, not '$other'")
     }
+    if (!Config.ExchangePrecisions(config.exchangePrecision)) {
+      throw new CortadoConfigException("Config.exchangePrecision must be auto, float32, " +
+        s"bfloat16 or float16, not '${config.exchangePrecision}'")
+    }
     val known = NativeComm.backends().toSeq
     if (!known.contains(backend)) {
       val has = s"(it has: ${known.mkString(", ")})"
@@ -93,7 +98,8 @@ private[spark] object Workers {
       awaitSlots(sc, count, config.startTimeoutSeconds)
     }
     WorkerPlan(count, backend, newToken(), config.devices, config.startTimeoutSeconds,
-      config.commTimeoutSeconds, requireRdma = requiresRdma(config), rdmaFallback = fallback)
+      config.commTimeoutSeconds, requireRdma = requiresRdma(config), rdmaFallback = fallback,
+      exchangePrecision = config.exchangePrecision)
   }
 
   /**

@@ -17,6 +17,9 @@ class OptionsSuite extends AnyFunSuite {
     val d = parse("-train -conf s.prototxt -model m").toOption.get
     assert(d.clusterSize === 0 && d.connection === "" && d.comm === "")
     assert(parse("-train -conf s.prototxt -model m -comm mpi").toOption.get.comm === "mpi")
+    assert(d.exchangePrecision === "auto")
+    assert(parse("-train -conf s.prototxt -model m -exchangePrecision bfloat16").toOption.get
+      .exchangePrecision === "bfloat16")
     val rdma = parse("-train -conf s.prototxt -model m -connection InfiniBand " +
       "-connectionFallback Ethernet").toOption.get
     assert(rdma.connection === "infiniband" && rdma.connectionFallback === "ethernet")
@@ -41,6 +44,8 @@ class OptionsSuite extends AnyFunSuite {
       s"$base -test -outputFormat csv" -> "-outputFormat must be json or parquet, not 'csv'",
       s"$base -train -connection carrier-pigeon" -> "-connection must be ethernet or infiniband",
       s"$base -train -comm gloo" -> "-comm must be tcp, ucx, mpi or nccl, not 'gloo'",
+      s"$base -train -exchangePrecision fp8" ->
+        "-exchangePrecision must be auto, float32, bfloat16 or float16, not 'fp8'",
       s"$base -train -connection infiniband -connectionFallback tcp" ->
         "-connectionFallback must be ethernet (or left out), not 'tcp'",
       s"$base -train -connectionFallback" -> "-connectionFallback needs a value",
@@ -63,7 +68,7 @@ class OptionsSuite extends AnyFunSuite {
   test("the usage names every flag") {
     Seq("conf", "model", "train", "test", "features", "label", "outputFormat", "output",
       "weights", "snapshot", "devices", "connection", "connectionFallback", "clusterSize", "comm",
-      "maxAttempts", "persistent", "resize")
+      "maxAttempts", "persistent", "resize", "exchangePrecision")
       .foreach(flag => assert(Options.Usage.contains(s"-$flag "), flag))
   }
 }

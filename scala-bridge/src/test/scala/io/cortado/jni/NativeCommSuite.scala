@@ -49,6 +49,18 @@ class NativeCommSuite extends AnyFunSuite {
     assert(sums.head(0) === 3f && sums.head(1000) === 3003f)
   }
 
+  test("the exchange precision is set on the communicator; tcp carries 16-bit values") {
+    val results = onRanks(2, _ => "job") { (_, comm) =>
+      assert(NativeComm.setExchangePrecision(comm, "bfloat16") === "bfloat16")
+      assert(NativeComm.setExchangePrecision(comm, "float16") === "float16")
+      assert(NativeComm.setExchangePrecision(comm, "auto") === "auto")
+      val e = intercept[CortadoConfigException](NativeComm.setExchangePrecision(comm, "fp8"))
+      assert(e.getMessage === "the exchange precision must be auto, float32, bfloat16 or " +
+        "float16, not 'fp8'")
+    }
+    results.foreach(r => assert(r.isRight, r))
+  }
+
   test("a rank with another job's token is refused, naming the rank") {
     val results = onRanks(2, r => if (r == 0) "job-a" else "job-b")((_, _) => ())
     val errors = results.collect { case Left(e) => e }

@@ -121,6 +121,18 @@ class WorkersSuite extends AnyFunSuite with PerTest {
       1e-6 * i.imagesPerSecond))
   }
 
+  test("2 workers with their gradients in bfloat16 train, and say what the gradients travel as") {
+    val samples = separable(ss, 128, 5).collect().toSeq
+    withTempDir("cortado-bf16") { dir =>
+      val config = files(dir, 4).copy(clusterSize = 2, exchangePrecision = "bfloat16")
+      val (_, events) = trainRecording(ss, partitioned(ss, samples, 2), config)
+      val wire = events.collect { case LogEvent(t) if t.startsWith("Gradients travel") => t }
+      assert(wire === Seq("Gradients travel between the workers as bfloat16"), events)
+      val trained = losses(events)
+      assert(trained.size === 20 && trained.last._2 < trained.head._2 / 2, trained)
+    }
+  }
+
   test("2 CPU replicas of one worker (-devices 2) train as one replica of the summed batch") {
     val samples = separable(ss, 64, 9).collect().toSeq
     val single = withTempDir("cortado-one") { dir =>
@@ -223,6 +235,11 @@ class WorkersSuite extends AnyFunSuite with PerTest {
           config.copy(connection = "infiniband", connectionFallback = "wifi"))
       }
       assert(f.getMessage === "Config.connectionFallback must be ethernet or empty, not 'wifi'")
+      val p = intercept[CortadoConfigException] {
+        new Cortado(ss).train(separable(ss, 20, 1), config.copy(exchangePrecision = "fp8"))
+      }
+      assert(p.getMessage ===
+        "Config.exchangePrecision must be auto, float32, bfloat16 or float16, not 'fp8'")
       if (!known.contains("ucx")) {
         val u = intercept[CortadoConfigException] {
           new Cortado(ss).train(separable(ss, 20, 1), config.copy(connection = "infiniband"))
