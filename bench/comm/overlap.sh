@@ -13,7 +13,8 @@
 # after building with -DBUILD_BENCH=ON:
 #   bash bench/comm/overlap.sh
 # Env: BUILD_DIR (build), RATE (1gbit), ITERS (iterations timed per run, 20), BUCKET_MB (25), NETS
-# ("cifar10_quick:100 cifar10_quick:8 caffenet:8": model:batch).
+# ("cifar10_quick:100 cifar10_quick:8 caffenet:8": model:batch), EXCHANGE (float32; bfloat16 or
+# float16: the ranks' --exchange_precision and the allreduce's --wire).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 build=${BUILD_DIR:-build}
@@ -22,6 +23,7 @@ bench=$build/bench/comm/cortado_comm_bench
 rate=${RATE:-1gbit}
 iters=${ITERS:-20}
 bucket_mb=${BUCKET_MB:-25}
+exchange=${EXCHANGE:-float32}
 nets=${NETS:-"cifar10_quick:100 cifar10_quick:8 caffenet:8"}
 for tool in "$cortado" "$bench"; do
   [[ -x $tool ]] || { echo "missing $tool: build with -DBUILD_BENCH=ON" >&2; exit 1; }
@@ -89,9 +91,11 @@ SOLVER
   run_two() {
     local extra=$1 log=$2
     ip netns exec $ns1 "$cortado" train --solver="$solver" --threads=1 --world=2 --rank=1 \
-      --peers=$ip0:29700,$ip1:29700 --bucket_mb=$bucket_mb $extra >"$log.1" 2>&1 &
+      --peers=$ip0:29700,$ip1:29700 --bucket_mb=$bucket_mb --exchange_precision=$exchange \
+      $extra >"$log.1" 2>&1 &
     ip netns exec $ns0 "$cortado" train --solver="$solver" --threads=1 --world=2 --rank=0 \
-      --peers=$ip0:29700,$ip1:29700 --bucket_mb=$bucket_mb $extra >"$log" 2>&1
+      --peers=$ip0:29700,$ip1:29700 --bucket_mb=$bucket_mb --exchange_precision=$exchange \
+      $extra >"$log" 2>&1
     wait
   }
   run_two "" "$work/on.log"
@@ -101,9 +105,9 @@ SOLVER
   floats=$(sed -n 's/.*Gradients of \([0-9]*\) floats.*/\1/p' "$work/on.log" | head -1)
   bytes=$((floats * 4))
   ip netns exec $ns1 "$bench" --rank=1 --world=2 --peers=$ip0:29701,$ip1:29701 \
-    --min-bytes=$bytes --max-bytes=$bytes --iters=5 >/dev/null 2>&1 &
+    --min-bytes=$bytes --max-bytes=$bytes --iters=5 --wire=$exchange >/dev/null 2>&1 &
   ip netns exec $ns0 "$bench" --rank=0 --world=2 --peers=$ip0:29701,$ip1:29701 \
-    --min-bytes=$bytes --max-bytes=$bytes --iters=5 >"$work/bench.log" 2>&1
+    --min-bytes=$bytes --max-bytes=$bytes --iters=5 --wire=$exchange >"$work/bench.log" 2>&1
   wait
   # The table's time column is in microseconds.
   allreduce=$(awk -v b=$bytes '$1 == b { printf "%.4f", $3 / 1e6 }' "$work/bench.log")
@@ -112,4 +116,4 @@ SOLVER
   printf '%-16s %6s %10.1f | %12s %12s %12s %12s | %s\n' "$model" "$batch" \
     "$(awk -v b=$bytes 'BEGIN { print b / 1048576 }')" "$compute" "$allreduce" "$on" "$off" "$ratio"
 done
-echo "link: $rate each way (tc tbf on both ends of one veth pair); one CPU thread per rank; buckets of $bucket_mb MB"
+echo "link: $rate each way (tc tbf on both ends of one veth pair); one CPU thread per rank; buckets of $bucket_mb MB; gradients as $exchange"
