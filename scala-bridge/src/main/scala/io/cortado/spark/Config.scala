@@ -50,10 +50,6 @@ import io.cortado.cli.Options
  *                   workers try to connect to each other
  * @param commTimeoutSeconds a gradient exchange fails when no byte moved for this long (a
  *                   worker lost or hung)
- * @param exchangePrecision what the gradients travel as between workers (-exchangePrecision):
- *                   "float32", "bfloat16" or "float16" (half the bytes, each partial sum
- *                   rounded on the way; the tcp backend, others keep float32), or "auto": the
- *                   compute precision (a half type on GPUs training in one, else float32)
  * @param maxAttempts training jobs the driver runs before giving up (-maxAttempts): after a
  *                   failure (an executor lost, a worker failed, a collective timed out) the next
  *                   attempt resumes from the newest readable snapshot; bad input or settings,
@@ -68,6 +64,10 @@ import io.cortado.cli.Options
  * @param solverOverrides solver prototxt text whose fields replace the solver file's own
  *                   (`"base_lr: 0.01 max_iter: 500"`; a repeated field such as `stepvalue`
  *                   replaces the whole list); empty: the solver file as it is
+ * @param exchangePrecision what the gradients travel as between workers (-exchangePrecision):
+ *                   "float32", "bfloat16" or "float16" (half the bytes, each partial sum
+ *                   rounded on the way; the tcp backend, others keep float32), or "auto": the
+ *                   compute precision (a half type on GPUs training in one, else float32)
  */
 final case class Config(
     solverFile: String,
@@ -85,11 +85,11 @@ final case class Config(
     connectionFallback: String = "",
     startTimeoutSeconds: Double = 120,
     commTimeoutSeconds: Double = 120,
-    exchangePrecision: String = "auto",
     maxAttempts: Int = 3,
     resizeImages: Boolean = false,
     skipCorruptImages: Boolean = false,
-    solverOverrides: String = "") {
+    solverOverrides: String = "",
+    exchangePrecision: String = "auto") {
 
   /** The image settings as the row converters and image sources take them. */
   def imageOptions: io.cortado.data.ImageOptions =
@@ -100,6 +100,20 @@ object Config {
 
   /** The values of `exchangePrecision`. */
   val ExchangePrecisions: Set[String] = Set("auto", "float32", "bfloat16", "float16")
+
+  /**
+   * Every field but `exchangePrecision` ("auto"), in order: the positional call py4j makes
+   * (docs/pyspark.md), as it was before that field was added.
+   */
+  def apply(solverFile: String, model: String, weights: String, snapshot: String, devices: Int,
+      idColumn: String, snapshotPrefix: String, snapshotInterval: Int, resumeLatest: Boolean,
+      clusterSize: Int, backend: String, connection: String, connectionFallback: String,
+      startTimeoutSeconds: Double, commTimeoutSeconds: Double, maxAttempts: Int,
+      resizeImages: Boolean, skipCorruptImages: Boolean, solverOverrides: String): Config =
+    new Config(solverFile, model, weights, snapshot, devices, idColumn, snapshotPrefix,
+      snapshotInterval, resumeLatest, clusterSize, backend, connection, connectionFallback,
+      startTimeoutSeconds, commTimeoutSeconds, maxAttempts, resizeImages, skipCorruptImages,
+      solverOverrides, "auto")
 
   /** The Config of CaffeOnSpark's command line flags. */
   def fromOptions(o: Options): Config =

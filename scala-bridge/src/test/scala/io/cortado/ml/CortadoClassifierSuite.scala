@@ -313,6 +313,13 @@ class CortadoClassifierSuite extends AnyFunSuite with PerTest {
         Double.box(120.0), Double.box(120.0), Int.box(3), Boolean.box(false),
         Boolean.box(false), "max_iter: 5")
       assert(call(config, "solverOverrides") === "max_iter: 5")
+      assert(call(config, "exchangePrecision") === "auto")
+      // Every field, exchangePrecision last.
+      val every = call(configClass, "apply", solver, dir.resolve("c.caffemodel").toString, "",
+        "", Int.box(1), "id", "", Int.box(-1), Boolean.box(false), Int.box(0), "", "", "",
+        Double.box(120.0), Double.box(120.0), Int.box(3), Boolean.box(false),
+        Boolean.box(false), "max_iter: 5", "bfloat16")
+      assert(call(every, "exchangePrecision") === "bfloat16")
     }
   }
 
