@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "layers/scale_layer.hpp"
+#include "math/lane_sum.hpp"
 #include "math/math.hpp"
 
 namespace cortado {
@@ -76,16 +77,18 @@ void BatchNormLayer::ForwardCpu(const std::vector<Tensor*>& bottom,
     for (int c = 0; c < channels_; ++c) {
       double sum = 0.0;
       for (int n = 0; n < num_; ++n) {
-        sum += math::Sum(spatial_dim_, in + (n * channels_ + c) * spatial_dim_);
+        const float* x = in + (n * channels_ + c) * spatial_dim_;
+        sum += math::LaneSum(spatial_dim_, [x](int i) { return x[i]; });
       }
-      mean_[c] = static_cast<float>(sum / m);
+      const float mean = static_cast<float>(sum / m);
+      mean_[c] = mean;
       sum = 0.0;
       for (int n = 0; n < num_; ++n) {
         const float* x = in + (n * channels_ + c) * spatial_dim_;
-        for (int i = 0; i < spatial_dim_; ++i) {
-          const float d = x[i] - mean_[c];
-          sum += d * d;
-        }
+        sum += math::LaneSum(spatial_dim_, [x, mean](int i) {
+          const float d = x[i] - mean;
+          return d * d;
+        });
       }
       variance[c] = static_cast<float>(sum / m);
     }
@@ -103,35 +106,58 @@ void BatchNormLayer::ForwardCpu(const std::vector<Tensor*>& bottom,
 
   // Without Backward the top itself takes x_norm (in place too: each element is read first).
   float* x_norm = keep_x_norm_ ? x_norm_.mutable_cpu_data() : out;
-#pragma omp parallel for if (count > math::kParallelThreshold) schedule(static)
-  for (int c = 0; c < channels_; ++c) {
-    for (int n = 0; n < num_; ++n) {
-      const int offset = (n * channels_ + c) * spatial_dim_;
-      const float mean = mean_[c];
-      const float sd = std_[c];
-      // Divide (not multiply by 1 / std) to round as Caffe does.
-      for (int i = 0; i < spatial_dim_; ++i) x_norm[offset + i] = (in[offset + i] - mean) / sd;
-    }
-  }
-  if (scale_ == nullptr) {
-    if (x_norm != out) math::Copy(count, x_norm, out);
-    return;
-  }
-  // Fused: top = relu(x_norm * s + b), each step rounded as the Scale and ReLU layers round it.
-  const Affine affine = FusedAffine();
-  const float* s = affine.scale->cpu_data();
+  // Fused, top = relu(x_norm * s + b), each step rounded as the Scale and ReLU layers round it,
+  // in the same pass that normalises (one read of the bottom, one write of each output).
+  const Affine affine = scale_ != nullptr ? FusedAffine() : Affine{};
+  const float* s = affine.scale != nullptr ? affine.scale->cpu_data() : nullptr;
   const float* b = affine.bias != nullptr ? affine.bias->cpu_data() : nullptr;
+  const bool relu = relu_;
+  const float slope = relu_slope_;
 #pragma omp parallel for if (count > math::kParallelThreshold) schedule(static)
   for (int c = 0; c < channels_; ++c) {
+    const float mean = mean_[c];
+    const float sd = std_[c];
+    const float sc = s != nullptr ? s[c] : 1.0f;
+    const float bc = b != nullptr ? b[c] : 0.0f;
     for (int n = 0; n < num_; ++n) {
       const int offset = (n * channels_ + c) * spatial_dim_;
-      const float sc = s[c];
-      const float bc = b != nullptr ? b[c] : 0.0f;
-      for (int i = offset; i < offset + spatial_dim_; ++i) {
-        float y = x_norm[i] * sc;
-        if (b != nullptr) y += bc;
-        if (relu_) y = std::max(y, 0.0f) + relu_slope_ * std::min(y, 0.0f);
-        out[i] = y;
+      const float* x = in + offset;
+      float* xn = x_norm + offset;
+      float* y = out + offset;
+      // Divide (not multiply by 1 / std) to round as Caffe does.
+      if (s == nullptr) {
+        for (int i = 0; i < spatial_dim_; ++i) xn[i] = (x[i] - mean) / sd;
+        if (xn != y) math::Copy(spatial_dim_, xn, y);
+      } else if (xn == y) {  // x_norm is not kept: only the fused top is written
+        if (b != nullptr && relu) {
+          for (int i = 0; i < spatial_dim_; ++i) {
+            const float v = (x[i] - mean) / sd * sc + bc;
+            y[i] = std::max(v, 0.0f) + slope * std::min(v, 0.0f);
+          }
+        } else {
+          for (int i = 0; i < spatial_dim_; ++i) {
+            float v = (x[i] - mean) / sd * sc;
+            if (b != nullptr) v += bc;
+            if (relu) v = std::max(v, 0.0f) + slope * std::min(v, 0.0f);
+            y[i] = v;
+          }
+        }
+      } else if (b != nullptr && relu) {
+        for (int i = 0; i < spatial_dim_; ++i) {
+          const float z = (x[i] - mean) / sd;
+          xn[i] = z;
+          const float v = z * sc + bc;
+          y[i] = std::max(v, 0.0f) + slope * std::min(v, 0.0f);
+        }
+      } else {
+        for (int i = 0; i < spatial_dim_; ++i) {
+          const float z = (x[i] - mean) / sd;
+          xn[i] = z;
+          float v = z * sc;
+          if (b != nullptr) v += bc;
+          if (relu) v = std::max(v, 0.0f) + slope * std::min(v, 0.0f);
+          y[i] = v;
+        }
       }
     }
   }
@@ -149,12 +175,14 @@ void BatchNormLayer::BackwardCpu(const std::vector<Tensor*>& top,
   const float* top_diff = top[0]->cpu_diff();
   const float* y = x_norm_.cpu_data();
   const int m = num_ * spatial_dim_;
-  // Fused, g is the gradient at the Scale's output: dy, times the ReLU's slope where the top is
-  // not positive (x > 0 exactly when relu(x) > 0 for slope >= 0). Unfused, g = dy.
-  const float* relu_out = relu_ ? top[0]->cpu_data() : nullptr;
-  auto g = [&](int i) {
-    return relu_out != nullptr && !(relu_out[i] > 0.0f) ? top_diff[i] * relu_slope_ : top_diff[i];
-  };
+  // Fused, g is the gradient at the Scale's output: dy, times the ReLU's slope where the Scale's
+  // output v = x_norm * s (+ b) is not positive (v > 0 exactly when relu(v) > 0 for slope >= 0).
+  // v is recomputed from x_norm with the forward pass's rounding, so the test is the forward's,
+  // without reading the top's data. Unfused, g = dy.
+  const float* s = affine.scale != nullptr ? affine.scale->cpu_data() : nullptr;
+  const float* bias = affine.bias != nullptr ? affine.bias->cpu_data() : nullptr;
+  const bool relu = relu_;
+  const float slope = relu_slope_;
   // Per channel: sum(g) and sum(g * y), needed for batch statistics and for the Scale's diffs.
   std::vector<double> sum_g(channels_, 0.0), sum_gy(channels_, 0.0);
   const int count = bottom[0]->count();
@@ -163,19 +191,28 @@ void BatchNormLayer::BackwardCpu(const std::vector<Tensor*>& top,
     for (int c = 0; c < channels_; ++c) {
       for (int n = 0; n < num_; ++n) {
         const int offset = (n * channels_ + c) * spatial_dim_;
-        if (relu_out == nullptr) {
-          sum_g[c] += math::Sum(spatial_dim_, top_diff + offset);
-          sum_gy[c] += math::Dot(spatial_dim_, top_diff + offset, y + offset);
+        const float* dy = top_diff + offset;
+        const float* yn = y + offset;
+        double a = 0.0, b = 0.0;
+        if (!relu) {
+          math::LaneSum2(
+              spatial_dim_, [dy](int i) { return dy[i]; },
+              [dy, yn](int i) { return dy[i] * yn[i]; }, &a, &b);
         } else {
-          double a = 0.0, b = 0.0;
-          for (int i = offset; i < offset + spatial_dim_; ++i) {
-            const float gi = g(i);
-            a += gi;
-            b += gi * y[i];
-          }
-          sum_g[c] += a;
-          sum_gy[c] += b;
+          const float sc = s[c];
+          const float bc = bias != nullptr ? bias[c] : 0.0f;
+          // Adding a zero bias does not change the sign test. Both sides are computed
+          // unconditionally so that the choice is a blend the compiler can vectorise.
+          auto gi = [=](int i) {
+            const float v = yn[i] * sc + bc;
+            const float leaky = dy[i] * slope;
+            return v > 0.0f ? dy[i] : leaky;
+          };
+          math::LaneSum2(
+              spatial_dim_, gi, [gi, yn](int i) { return gi(i) * yn[i]; }, &a, &b);
         }
+        sum_g[c] += a;
+        sum_gy[c] += b;
       }
     }
   }
@@ -191,7 +228,6 @@ void BatchNormLayer::BackwardCpu(const std::vector<Tensor*>& top,
   }
   if (!propagate_down[0]) return;
   float* diff = bottom[0]->mutable_cpu_diff();
-  const float* s = affine.scale != nullptr ? affine.scale->cpu_data() : nullptr;
 #pragma omp parallel for if (count > math::kParallelThreshold) schedule(static)
   for (int c = 0; c < channels_; ++c) {
     // dy at the normalised output is s * g: with the statistics constant, dx = s * g / std;
@@ -201,14 +237,27 @@ void BatchNormLayer::BackwardCpu(const std::vector<Tensor*>& top,
     const float a = use_global_stats_ ? 0.0f : static_cast<float>(sc * sum_g[c] / m);
     const float b = use_global_stats_ ? 0.0f : static_cast<float>(sc * sum_gy[c] / m);
     const float sd = std_[c];
+    const float bc = bias != nullptr ? bias[c] : 0.0f;
     for (int n = 0; n < num_; ++n) {
       const int offset = (n * channels_ + c) * spatial_dim_;
+      const float* dy = top_diff + offset;
+      const float* yn = y + offset;
+      float* dx = diff + offset;
+      auto gi = [=](int i) {
+        const float v = yn[i] * sc + bc;
+        const float leaky = dy[i] * slope;
+        return v > 0.0f ? dy[i] : leaky;
+      };
       if (use_global_stats_) {
-        for (int i = offset; i < offset + spatial_dim_; ++i) diff[i] = g(i) * sc / sd;
-      } else {
-        for (int i = offset; i < offset + spatial_dim_; ++i) {
-          diff[i] = (g(i) * sc - a - b * y[i]) / sd;
+        if (relu) {
+          for (int i = 0; i < spatial_dim_; ++i) dx[i] = gi(i) * sc / sd;
+        } else {
+          for (int i = 0; i < spatial_dim_; ++i) dx[i] = dy[i] * sc / sd;
         }
+      } else if (relu) {
+        for (int i = 0; i < spatial_dim_; ++i) dx[i] = (gi(i) * sc - a - b * yn[i]) / sd;
+      } else {
+        for (int i = 0; i < spatial_dim_; ++i) dx[i] = (dy[i] * sc - a - b * yn[i]) / sd;
       }
     }
   }

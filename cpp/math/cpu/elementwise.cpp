@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "math/lane_sum.hpp"
 #include "math/math.hpp"
 
 namespace cortado::math {
@@ -30,9 +31,7 @@ void AddScalar(int n, float alpha, float* x) {
 }
 
 float Sum(int n, const float* x) {
-  double sum = 0.0;
-  for (int i = 0; i < n; ++i) sum += x[i];
-  return static_cast<float>(sum);
+  return static_cast<float>(LaneSum(n, [x](int i) { return x[i]; }));
 }
 
 void Add(int n, const float* a, const float* b, float* y) {
