@@ -263,6 +263,52 @@ void BatchNormLayer::BackwardCpu(const std::vector<Tensor*>& top,
   }
 }
 
+void BatchNormLayer::RecomputeTops(const std::vector<Tensor*>& top) {
+  CORTADO_CHECK(keep_x_norm_, "{}: RecomputeTops after DropBackwardState", Describe());
+#if CORTADO_WITH_CUDA
+  if (ctx_->device().is_cuda()) {
+    RecomputeTopGpu(top[0]);
+    return;
+  }
+#endif
+  const float* x_norm = x_norm_.cpu_data();
+  float* out = top[0]->mutable_cpu_data();
+  const int count = top[0]->count();
+  if (scale_ == nullptr) {
+    math::Copy(count, x_norm, out);
+    return;
+  }
+  // As Forward computes the top from its x_norm, step for step.
+  const Affine affine = FusedAffine();
+  const float* s = affine.scale->cpu_data();
+  const float* b = affine.bias != nullptr ? affine.bias->cpu_data() : nullptr;
+  const bool relu = relu_;
+  const float slope = relu_slope_;
+#pragma omp parallel for if (count > math::kParallelThreshold) schedule(static)
+  for (int c = 0; c < channels_; ++c) {
+    const float sc = s[c];
+    const float bc = b != nullptr ? b[c] : 0.0f;
+    for (int n = 0; n < num_; ++n) {
+      const int offset = (n * channels_ + c) * spatial_dim_;
+      const float* xn = x_norm + offset;
+      float* y = out + offset;
+      if (b != nullptr && relu) {
+        for (int i = 0; i < spatial_dim_; ++i) {
+          const float v = xn[i] * sc + bc;
+          y[i] = std::max(v, 0.0f) + slope * std::min(v, 0.0f);
+        }
+      } else {
+        for (int i = 0; i < spatial_dim_; ++i) {
+          float v = xn[i] * sc;
+          if (b != nullptr) v += bc;
+          if (relu) v = std::max(v, 0.0f) + slope * std::min(v, 0.0f);
+          y[i] = v;
+        }
+      }
+    }
+  }
+}
+
 void BatchNormLayer::FuseScale(ScaleLayer* scale, bool scale_backward, bool relu,
                                float relu_slope) {
   CORTADO_CHECK(scale != nullptr && scale->ScalesChannels(), "{}: cannot fuse {}", Describe(),

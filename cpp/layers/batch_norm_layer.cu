@@ -10,6 +10,7 @@
 // Fused with a Scale (and ReLU), the normalising pass also writes relu(x_norm * s + b) (rounded
 // step by step, as scale_layer.cu and relu_layer.cu do), and the backward passes take the ReLU's
 // mask and the Scale's factor into g and add the Scale's diffs from the same partial sums.
+#include <algorithm>
 #include <cstdint>
 
 #include "core/cuda.hpp"
@@ -304,7 +305,41 @@ void LaunchBackward(Context& ctx, int num, int channels, int spatial, bool batch
   CORTADO_CUDA_CHECK_LAUNCH();
 }
 
+// top = x_norm * s (+ b), ReLU'd, rounded as Normalize rounds it.
+__global__ void AffineFromNormalised(int64_t count, int channels, int spatial, const float* x_norm,
+                                     const float* scale, const float* bias, bool relu,
+                                     float relu_slope, float* top) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < count;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int c = static_cast<int>((i / spatial) % channels);
+    float t = __fmul_rn(x_norm[i], scale[c]);
+    if (bias != nullptr) t = __fadd_rn(t, bias[c]);
+    if (relu) t = fmaxf(t, 0.0f) + relu_slope * fminf(t, 0.0f);
+    top[i] = t;
+  }
+}
+
 }  // namespace
+
+void BatchNormLayer::RecomputeTopGpu(Tensor* top) {
+  const int64_t count = top->count();
+  if (count == 0) return;
+  const float* x_norm = x_norm_.gpu_data();
+  float* out = top->mutable_gpu_data();
+  const cudaStream_t stream = cuda::Stream(*ctx_);
+  if (scale_ == nullptr) {
+    CORTADO_CUDA_CHECK(
+        cudaMemcpyAsync(out, x_norm, sizeof(float) * count, cudaMemcpyDeviceToDevice, stream));
+    return;
+  }
+  const Affine affine = FusedAffine();
+  const int blocks =
+      static_cast<int>(std::min<int64_t>((count + cuda::kThreads - 1) / cuda::kThreads, 65536));
+  AffineFromNormalised<<<blocks, cuda::kThreads, 0, stream>>>(
+      count, channels_, spatial_dim_, x_norm, affine.scale->gpu_data(),
+      affine.bias != nullptr ? affine.bias->gpu_data() : nullptr, relu_, relu_slope_, out);
+  CORTADO_CUDA_CHECK_LAUNCH();
+}
 
 void BatchNormLayer::ForwardGpu(const std::vector<Tensor*>& bottom,
                                 const std::vector<Tensor*>& top) {

@@ -47,12 +47,18 @@ class BatchNormLayer final : public Layer {
   // Backward works from its own normalised copy, and reads the top only for a fused ReLU's mask.
   bool BackwardReadsBottomData(int /*index*/) const override { return false; }
   bool BackwardReadsTopData(int /*index*/) const override { return relu_; }
+  // The top is x_norm, or relu(x_norm * s + b) fused, from the normalised copy Backward keeps.
+  bool CanRecomputeTops() const override { return keep_x_norm_; }
+  void RecomputeTops(const std::vector<Tensor*>& top) override;
 
  protected:
   void ForwardCpu(const std::vector<Tensor*>& bottom, const std::vector<Tensor*>& top) override;
   void BackwardCpu(const std::vector<Tensor*>& top, const std::vector<bool>& propagate_down,
                    const std::vector<Tensor*>& bottom) override;
   CORTADO_GPU_PASSES;
+#if CORTADO_WITH_CUDA
+  void RecomputeTopGpu(Tensor* top);
+#endif
 
  private:
   bool use_global_stats_ = false;

@@ -93,6 +93,10 @@ float Layer::Forward(const std::vector<Tensor*>& bottom, const std::vector<Tenso
   return loss;
 }
 
+void Layer::RecomputeTops(const std::vector<Tensor*>& /*top*/) {
+  CORTADO_THROW(kInternal, "{} cannot recompute its tops", Describe());
+}
+
 void Layer::Backward(const std::vector<Tensor*>& top, const std::vector<bool>& propagate_down,
                      const std::vector<Tensor*>& bottom) {
   if (fused_into_ != nullptr) return;

@@ -77,6 +77,12 @@ class Layer {
   // data no Backward reads share buffers once Forward is past them; true is always safe.
   virtual bool BackwardReadsBottomData(int /*bottom_index*/) const { return true; }
   virtual bool BackwardReadsTopData(int /*top_index*/) const { return true; }
+  // Whether RecomputeTops can write this layer's tops again after Forward, bit for bit as
+  // Forward wrote them, from what the layer keeps for its own Backward (not from its bottoms).
+  // The training memory plan then lets such a top that some Backward reads share its buffer once
+  // Forward is past it, and recomputes it just before the first Backward that reads it.
+  virtual bool CanRecomputeTops() const { return false; }
+  virtual void RecomputeTops(const std::vector<Tensor*>& top);
 
   // Data layers: position the sample stream so the next Forward yields batch `batch_index`
   // (counted from the start of training), so a resumed run sees the data an uninterrupted run

@@ -68,8 +68,13 @@ struct Lifetime {
   int end;
   size_t bytes;
   const std::vector<Tensor*>* tensors;
-  void (Tensor::*use)(std::shared_ptr<SyncedMemory>);
+  void (Tensor::*use)(std::shared_ptr<SyncedMemory>);  // nullptr: only `record` it
   bool alone = false;
+  // Where to keep the buffer as well (a recomputed blob's two buffers), and whether its bytes
+  // count among the "separate" ones (a recomputed blob's second lifetime does not: without the
+  // plan it has one buffer).
+  std::shared_ptr<SyncedMemory>* record = nullptr;
+  bool counted = true;
 };
 
 // Packs lifetimes into as few bytes of buffers as a greedy pass finds: in order of start, each
@@ -91,7 +96,7 @@ size_t PackBuffers(std::vector<Lifetime> lifetimes, const std::string& net, cons
   size_t separate = 0;
   for (const Lifetime& life : lifetimes) {
     const size_t bytes = life.bytes;
-    separate += bytes;
+    if (life.counted) separate += bytes;
     Buffer* best = nullptr;
     for (Buffer& buffer : buffers) {
       if (life.alone || buffer.busy_until >= life.start) continue;
@@ -115,7 +120,10 @@ size_t PackBuffers(std::vector<Lifetime> lifetimes, const std::string& net, cons
   for (const Buffer& buffer : buffers) {
     auto memory = std::make_shared<SyncedMemory>(buffer.bytes);
     for (const Lifetime* life : buffer.users) {
-      for (Tensor* t : *life->tensors) (t->*life->use)(memory);
+      if (life->use != nullptr) {
+        for (Tensor* t : *life->tensors) (t->*life->use)(memory);
+      }
+      if (life->record != nullptr) *life->record = memory;
     }
     shared += buffer.bytes;
   }
@@ -152,6 +160,7 @@ std::vector<bool> Net::BlobsOutsideThePlan(const std::vector<int>& group_of_blob
 struct Net::BufferPlan {
   std::vector<std::unique_ptr<BufferGroups>> groups;
   std::vector<Lifetime> lifetimes;
+  std::vector<std::unique_ptr<Recomputed>> recomputed;
 };
 
 void Net::PlanDiffs(BufferPlan* plan, int offset) const {
@@ -199,15 +208,20 @@ void Net::PlanData(BufferPlan* plan, const std::vector<std::string>& keep, bool 
   // Backward reads it (-1: none), the last to read it, since Backward runs from the last layer
   // down. Fused layers do nothing themselves and are skipped: the layer they are fused into
   // reads for them.
+  // Also, for recomputing: the last layer that writes each group as a top, and the highest index
+  // of a layer whose Backward reads it (the first reader in Backward).
   Touches touches(num_groups);
   std::vector<int> last_backward_reader(num_groups, -1);
+  std::vector<int> first_backward_reader(num_groups, -1);
+  std::vector<int> last_writer(num_groups, -1);
   for (int i = 0; i < num_layers; ++i) {
     const Layer& layer = *layers_[i];
     if (layer.fused_into() != nullptr) continue;
     auto touch = [&](int g, bool writes, bool read_by_backward) {
       touches.Touch(g, i, writes);
-      if (layer_need_backward_[i] && read_by_backward && last_backward_reader[g] < 0) {
-        last_backward_reader[g] = i;
+      if (layer_need_backward_[i] && read_by_backward) {
+        if (last_backward_reader[g] < 0) last_backward_reader[g] = i;
+        first_backward_reader[g] = i;
       }
     };
     const auto& bottoms = bottom_ids_[i];
@@ -218,6 +232,7 @@ void Net::PlanData(BufferPlan* plan, const std::vector<std::string>& keep, bool 
       const int blob = top_ids_[i][t];
       const bool in_place = std::find(bottoms.begin(), bottoms.end(), blob) != bottoms.end();
       touch(groups.of_blob[blob], !in_place, layer.BackwardReadsTopData(static_cast<int>(t)));
+      last_writer[groups.of_blob[blob]] = i;
     }
   }
   std::vector<bool> excluded = BlobsOutsideThePlan(groups.of_blob, num_groups);
@@ -233,6 +248,30 @@ void Net::PlanData(BufferPlan* plan, const std::vector<std::string>& keep, bool 
       plan->lifetimes.push_back({touches.first[g], touches.last[g], groups.bytes[g],
                                  &groups.tensors[g], &Tensor::UseDataBuffer});
     } else if (through_backward) {
+      const int writer = last_writer[g];
+      if (options_.recompute && writer >= 0 && reader >= writer && top_ids_[writer].size() == 1 &&
+          layers_[writer]->CanRecomputeTops()) {
+        // Its writer (the last, and only Backwards from it on read it) can write it again: alive
+        // in Forward from its producer to its last reader, then again in Backward from its first
+        // reader to its last, in another buffer.
+        auto recomputed = std::make_unique<Recomputed>();
+        recomputed->layer = writer;
+        recomputed->first_reader = first_backward_reader[g];
+        recomputed->last_reader = reader;
+        recomputed->tensors = groups.tensors[g];
+        Lifetime forward{touches.first[g], touches.last[g], groups.bytes[g], &groups.tensors[g],
+                         &Tensor::UseDataBuffer};
+        forward.record = &recomputed->forward_buffer;
+        Lifetime backward{offset + num_layers - 1 - first_backward_reader[g],
+                          offset + num_layers - 1 - reader, groups.bytes[g], &groups.tensors[g],
+                          nullptr};
+        backward.record = &recomputed->backward_buffer;
+        backward.counted = false;
+        plan->lifetimes.push_back(forward);
+        plan->lifetimes.push_back(backward);
+        plan->recomputed.push_back(std::move(recomputed));
+        continue;
+      }
       // Alive from the Forward of its producer to the Backward of its last reader.
       // Its own buffer, as outside the plan, for the gradients that come after it.
       plan->lifetimes.push_back({touches.first[g], offset + num_layers - 1 - reader,
@@ -243,12 +282,14 @@ void Net::PlanData(BufferPlan* plan, const std::vector<std::string>& keep, bool 
 }
 
 size_t Net::ShareDiffBuffers() {
+  recomputed_.clear();
   BufferPlan plan;
   PlanDiffs(&plan, 0);
   return PackBuffers(std::move(plan.lifetimes), name_, "gradients");
 }
 
 size_t Net::ShareDataBuffers(const std::vector<std::string>& keep) {
+  recomputed_.clear();
   BufferPlan plan;
   PlanData(&plan, keep, /*through_backward=*/false, 0);
   return PackBuffers(std::move(plan.lifetimes), name_, "data");
@@ -260,7 +301,55 @@ size_t Net::ShareTrainingBuffers() {
   BufferPlan plan;
   PlanDiffs(&plan, num_layers);
   PlanData(&plan, {}, /*through_backward=*/true, num_layers);
-  return PackBuffers(std::move(plan.lifetimes), name_, "gradients and data");
+  recomputed_.clear();
+  const size_t saved = PackBuffers(std::move(plan.lifetimes), name_, "gradients and data");
+  for (auto& recomputed : plan.recomputed) recomputed_.push_back(std::move(*recomputed));
+  if (!recomputed_.empty()) {
+    CORTADO_LOG_DEBUG("net '{}': {} blobs recomputed in Backward", name_, recomputed_.size());
+  }
+  return saved;
+}
+
+namespace {
+
+size_t LargestBytes(const std::vector<Tensor*>& tensors) {
+  size_t bytes = 0;
+  for (const Tensor* t : tensors) bytes = std::max(bytes, sizeof(float) * t->count());
+  return bytes;
+}
+
+}  // namespace
+
+void Net::RestoreRecomputedBlobs() {
+  for (auto it = recomputed_.begin(); it != recomputed_.end();) {
+    const size_t bytes = LargestBytes(it->tensors);
+    if (bytes > it->forward_buffer->size() || bytes > it->backward_buffer->size()) {
+      // Outgrown by a Reshape: a buffer of its own from now on, as Tensor::Reshape gives one
+      // (the blobs may be holding their Backward buffer, which others use).
+      auto own = std::make_shared<SyncedMemory>(bytes);
+      for (Tensor* t : it->tensors) t->UseDataBuffer(own);
+      it = recomputed_.erase(it);
+      continue;
+    }
+    for (Tensor* t : it->tensors) t->UseDataBuffer(it->forward_buffer);
+    it->done = false;
+    ++it;
+  }
+}
+
+void Net::RecomputeBlobsFor(int i) {
+  for (Recomputed& r : recomputed_) {
+    if (r.done || i > r.first_reader || i < r.last_reader) continue;
+    r.done = true;
+    // Grown by a Reshape during Forward beyond the Backward buffer: into a buffer of its own
+    // (the next Forward takes it out of the plan).
+    const size_t bytes = LargestBytes(r.tensors);
+    const std::shared_ptr<SyncedMemory> buffer = bytes > r.backward_buffer->size()
+                                                     ? std::make_shared<SyncedMemory>(bytes)
+                                                     : r.backward_buffer;
+    for (Tensor* t : r.tensors) t->UseDataBuffer(buffer);
+    layers_[r.layer]->RecomputeTops(top_vecs_[r.layer]);
+  }
 }
 
 void Net::FlattenParamDiffs() {

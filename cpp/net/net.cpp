@@ -421,6 +421,7 @@ void Net::AppendParam(const caffe::NetParameter& param, int layer_id, int param_
 float Net::ForwardFromTo(int start, int end) {
   CORTADO_CHECK(0 <= start && start <= end && end < static_cast<int>(layers_.size()) + 1);
   float loss = 0.0f;
+  if (!recomputed_.empty()) RestoreRecomputedBlobs();
   for (int i = start; i < end; ++i) {
     try {
       const std::vector<Tensor*>& bottoms = bottom_vecs_[i];
@@ -449,6 +450,7 @@ void Net::BackwardFromTo(int start, int end) {
   for (int i = start; i >= end; --i) {
     if (layer_need_backward_[i]) {
       try {
+        if (!recomputed_.empty()) RecomputeBlobsFor(i);
         layers_[i]->Backward(top_vecs_[i], bottom_need_backward_[i], bottom_vecs_[i]);
       } catch (const Error& e) {
         throw Error(e.code(), fmt::format("backward of {}: {}", DescribeLayer(i), e.what()),

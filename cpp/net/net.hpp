@@ -90,6 +90,11 @@ class Net {
   // Backward reads it). During Backward the gradients of the early, large blobs then reuse the
   // activations of the later layers. After Backward, the planned blobs' data and diffs hold what
   // later layers wrote; the next Forward writes the data again. What a training net uses.
+  // With options().recompute, a blob whose last writer in Forward can recompute it
+  // (Layer::CanRecomputeTops) and that only Backwards from that layer on read takes two buffers:
+  // one from its Forward to the last Forward that reads it, and one from the first Backward that
+  // reads it to the last; Backward switches the blob to the second and has the layer write it
+  // again just before the first of those Backwards, and Forward switches it back.
   size_t ShareTrainingBuffers();
   // For nets that only ever run Forward (test nets): Backward then does nothing, and layers drop
   // what they keep only for it (BatchNorm's normalised copy).
@@ -222,6 +227,24 @@ class Net {
   // Backward never reads (steps in Forward) and, with `through_backward`, also those it reads, up
   // to the Backward step of their last reader, Backward's steps counted from `offset`.
   struct BufferPlan;
+  // A blob group of the training plan that Backward recomputes (ShareTrainingBuffers): the layer
+  // that writes it again, the highest and lowest index of the layers whose Backward reads it, the
+  // blobs, their buffers in Forward and from the recomputation on, and whether this Backward has
+  // recomputed it yet.
+  struct Recomputed {
+    int layer = -1;
+    int first_reader = -1;
+    int last_reader = -1;
+    std::vector<Tensor*> tensors;
+    std::shared_ptr<SyncedMemory> forward_buffer;
+    std::shared_ptr<SyncedMemory> backward_buffer;
+    bool done = false;
+  };
+  // At the start of Forward: the recomputed blobs take their Forward buffer again (or, outgrown
+  // by a Reshape, a buffer of their own, and leave the plan).
+  void RestoreRecomputedBlobs();
+  // Before the Backward of layer i: recomputes the blobs whose readers start there.
+  void RecomputeBlobsFor(int i);
   void PlanDiffs(BufferPlan* plan, int offset) const;
   void PlanData(BufferPlan* plan, const std::vector<std::string>& keep, bool through_backward,
                 int offset) const;
@@ -269,6 +292,7 @@ class Net {
   std::vector<size_t> learnable_param_offsets_;
   std::vector<std::shared_ptr<SyncedMemory>> flat_diff_views_;  // one per learnable param
   std::vector<std::function<void(int)>> after_backward_;
+  std::vector<Recomputed> recomputed_;
 };
 
 }  // namespace cortado

@@ -19,6 +19,7 @@ NetOptions NetOptionsFromEnvironment() {
   NetOptions options;
   options.fuse = NotZero("CORTADO_FUSE");
   options.share_buffers = NotZero("CORTADO_SHARE_BUFFERS");
+  options.recompute = NotZero("CORTADO_RECOMPUTE");
   return options;
 }
 

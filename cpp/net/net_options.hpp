@@ -16,10 +16,16 @@ struct NetOptions {
   // blob's data and diff are readable after a step. Net itself plans only when asked; this is
   // the caller's switch (net->options().share_buffers).
   bool share_buffers = true;
+  // In that plan, let a top that Backward reads but its layer can write again from what it keeps
+  // (a BatchNorm + Scale + ReLU's output, from BatchNorm's normalised copy) share buffers once
+  // Forward is past it, and recompute it just before the first Backward that reads it
+  // (Layer::CanRecomputeTops). Off: such tops keep their buffer from Forward to Backward.
+  bool recompute = true;
 };
 
-// The defaults, with CORTADO_FUSE=0 setting `fuse` false and CORTADO_SHARE_BUFFERS=0 setting
-// `share_buffers` false (any other value, or none, keeps the default). The only place the
+// The defaults, with CORTADO_FUSE=0 setting `fuse` false, CORTADO_SHARE_BUFFERS=0 setting
+// `share_buffers` false and CORTADO_RECOMPUTE=0 setting `recompute` false (any other value, or
+// none, keeps the default). The only place the
 // library reads these variables; only the CLI and the JNI shim call it.
 NetOptions NetOptionsFromEnvironment();
 

@@ -8,6 +8,7 @@
 // does save memory. A Solver plans its training net unless NetOptions::share_buffers is false.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <memory>
 #include <set>
@@ -17,6 +18,7 @@
 #include "math/math.hpp"
 #include "net/net.hpp"
 #include "solvers/solver.hpp"
+#include "support/gpu_check.hpp"
 #include "support/gradient_checker.hpp"
 #include "support/scoped_env.hpp"
 
@@ -94,14 +96,18 @@ int DistinctDataBuffers(const Net& net) {
 // Two nets built from one NetParameter, with the same weights: one to leave as built, one to
 // plan.
 struct TwinNets {
-  explicit TwinNets(const caffe::NetParameter& param)
-      : plain(param, &ctx_a), shared(param, &ctx_b) {
+  explicit TwinNets(const caffe::NetParameter& param, const NetOptions& options = {},
+                    Device device = Device::Cpu())
+      : ctx_a(device, 5),
+        ctx_b(device, 5),
+        plain(param, &ctx_a, options),
+        shared(param, &ctx_b, options) {
     caffe::NetParameter weights;
     plain.ToProto(&weights);
     shared.CopyTrainedLayersFrom(weights);
   }
-  Context ctx_a{Device::Cpu(), 5};
-  Context ctx_b{Device::Cpu(), 5};
+  Context ctx_a;
+  Context ctx_b;
   Net plain;
   Net shared;
 };
@@ -126,10 +132,11 @@ size_t BlobBufferBytes(const Net& net) {
 // The plan a test applies: the two separate ones, or the joint one a Solver uses.
 enum class Plan { kSeparate, kJoint };
 
-void ExpectSameGradients(const std::string& text, bool shares_data, Plan how = Plan::kSeparate) {
+void ExpectSameGradients(const std::string& text, bool shares_data, Plan how = Plan::kSeparate,
+                         const NetOptions& options = {}) {
   caffe::NetParameter param = NetParam(text);
   param.mutable_state()->set_phase(caffe::TRAIN);
-  TwinNets twins(param);
+  TwinNets twins(param, options);
   Net& plain = twins.plain;
   Net& shared = twins.shared;
   const int diffs_before = DistinctDiffBuffers(shared);
@@ -231,6 +238,56 @@ TEST(BufferSharingTest, ResidualBlocksHaveTheSameGradients) {
 TEST(BufferSharingTest, JointPlanHasTheSameGradients) {
   ExpectSameGradients(kBranchyNet, false, Plan::kJoint);
   ExpectSameGradients(ResidualNet(), true, Plan::kJoint);
+}
+
+// The joint plan without recomputing (with it, the test above).
+TEST(BufferSharingTest, JointPlanWithoutRecomputingHasTheSameGradients) {
+  NetOptions options;
+  options.recompute = false;
+  ExpectSameGradients(kBranchyNet, false, Plan::kJoint, options);
+  ExpectSameGradients(ResidualNet(), true, Plan::kJoint, options);
+}
+
+// The fused BatchNorm + Scale + ReLU outputs that the next convolution's Backward reads are
+// written again in Backward rather than kept: the plan saves more, the gradients keep their bits
+// (the test above), and so they do after the batch grows past the plan.
+TEST(BufferSharingTest, RecomputedTopsSaveMoreAndSurviveALargerBatch) {
+  caffe::NetParameter param = NetParam(ResidualNet());
+  param.mutable_state()->set_phase(caffe::TRAIN);
+  NetOptions keep;
+  keep.recompute = false;
+  TwinNets kept(param, keep);
+  TwinNets twins(param);
+  const size_t saved_keeping = kept.shared.ShareTrainingBuffers();
+  const size_t saved = twins.shared.ShareTrainingBuffers();
+  EXPECT_GT(saved, saved_keeping);
+  // The three blocks' first BatchNorm + Scale + ReLU outputs (b*c0) are what it recomputes:
+  // 2 x 4 x 6 x 6 floats each, and none of them needs a buffer of its own through Backward.
+  EXPECT_GE(saved - saved_keeping, 3 * sizeof(float) * 2 * 4 * 6 * 6);
+
+  Net& plain = twins.plain;
+  Net& shared = twins.shared;
+  for (int batch : {2, 5, 3}) {
+    for (Net* net : {&plain, &shared}) {
+      net->blob_by_name("x")->Reshape({batch, 4, 6, 6});
+      net->blob_by_name("label")->Reshape({batch});
+      FillInputs(net);
+      Tensor* label = net->blob_by_name("label");
+      for (int i = 0; i < batch; ++i) label->mutable_cpu_data()[i] = static_cast<float>(i % 3);
+    }
+    for (int iteration = 0; iteration < 2; ++iteration) {
+      const float expected = plain.ForwardBackward();
+      EXPECT_EQ(shared.ForwardBackward(), expected) << "batch " << batch;
+      for (size_t k = 0; k < plain.learnable_params().size(); ++k) {
+        const Tensor& e = *plain.learnable_params()[k];
+        const Tensor& a = *shared.learnable_params()[k];
+        for (int i = 0; i < e.count(); ++i) {
+          ASSERT_EQ(e.cpu_diff()[i], a.cpu_diff()[i])
+              << plain.param_display_names()[k] << " element " << i << ", batch " << batch;
+        }
+      }
+    }
+  }
 }
 
 TEST(BufferSharingTest, JointPlanTakesLessThanTheTwoPlans) {
@@ -338,6 +395,32 @@ TEST(BufferSharingTest, SolverPlansItsTrainingNetUnlessTurnedOff) {
   }
   EXPECT_LT(planned, DistinctDiffBuffers(*unplanned->net()));
   EXPECT_LT(planned_data, DistinctDataBuffers(*unplanned->net()));
+}
+
+// The same on the GPU (BatchNorm's recomputation there is its own kernel): the planned net's
+// loss and gradients match the unplanned twin's. cuDNN may pick other algorithms for the twin,
+// hence a tolerance.
+TEST(BufferSharingGpuTest, RecomputedTopsGiveTheUnplannedGradients) {
+  CORTADO_REQUIRE_GPU();
+  caffe::NetParameter param = NetParam(ResidualNet());
+  param.mutable_state()->set_phase(caffe::TRAIN);
+  TwinNets twins(param, NetOptions{}, Device::Cuda(0));
+  ASSERT_GT(twins.shared.ShareTrainingBuffers(), 0u);
+  FillInputs(&twins.plain);
+  FillInputs(&twins.shared);
+  for (int iteration = 0; iteration < 2; ++iteration) {
+    const float expected = twins.plain.ForwardBackward();
+    EXPECT_NEAR(twins.shared.ForwardBackward(), expected, 1e-5f * std::max(1.0f, expected));
+    for (size_t k = 0; k < twins.plain.learnable_params().size(); ++k) {
+      const Tensor& e = *twins.plain.learnable_params()[k];
+      const Tensor& a = *twins.shared.learnable_params()[k];
+      for (int i = 0; i < e.count(); ++i) {
+        ASSERT_NEAR(e.cpu_diff()[i], a.cpu_diff()[i],
+                    1e-4f * std::max(1.0f, std::fabs(e.cpu_diff()[i])))
+            << twins.plain.param_display_names()[k] << " element " << i;
+      }
+    }
+  }
 }
 
 }  // namespace
