@@ -4,7 +4,9 @@
 # from the repository root on a machine with a GPU, PyTorch (with torchvision) and a CUDA build:
 #   bash bench/gpu/run.sh [path/to/cortado_gpu_bench]
 # SECTIONS (default "float32 tf32 amp search") picks the tables; "variants" adds ResNet-50 with
-# the fusions, the shared buffers or the legacy cuDNN search turned off, Cortado alone.
+# the fusions, the shared buffers or the legacy cuDNN search turned off, Cortado alone;
+# "recompute" ResNet-50 (float32 at batch 64, float16 at 128) with BatchNorm's outputs recomputed
+# in Backward (the default) and kept (CORTADO_RECOMPUTE=0), Cortado alone.
 #  - float32: both in strict float32 (Cortado's default; TF32 off in PyTorch), four nets.
 #  - tf32: Cortado's `precision: TF32` beside PyTorch with TF32 on, CaffeNet and ResNet-50.
 #  - amp: PyTorch's automatic mixed precision (float16 autocast, GradScaler, channels_last) on
@@ -102,8 +104,18 @@ for section in $sections; do
           "$(env "$setting" "$bench" bench/models/resnet50_train.prototxt 50 10)" -
       done
       ;;
+    recompute)
+      header "Cortado ResNet-50, BatchNorm outputs recomputed in Backward (default) or kept (RECOMPUTE=0)"
+      for spec in "64 float32" "128 float16"; do
+        read -r batch precision <<<"$spec"
+        for setting in CORTADO_RECOMPUTE=1 CORTADO_RECOMPUTE=0; do
+          row "resnet50 $precision ${setting#CORTADO_}" \
+            "$(env "$setting" "$bench" "$(model resnet50 "$batch")" 50 10 0 "$precision")" -
+        done
+      done
+      ;;
     *)
-      echo "unknown section '$section' (float32 tf32 amp search variants)" >&2
+      echo "unknown section '$section' (float32 tf32 amp search variants recompute)" >&2
       exit 2
       ;;
   esac

@@ -305,17 +305,27 @@ void LaunchBackward(Context& ctx, int num, int channels, int spatial, bool batch
   CORTADO_CUDA_CHECK_LAUNCH();
 }
 
-// top = x_norm * s (+ b), ReLU'd, rounded as Normalize rounds it.
-__global__ void AffineFromNormalised(int64_t count, int channels, int spatial, const float* x_norm,
+// top = x_norm * s (+ b), ReLU'd, rounded as Normalize rounds it: one block per (n, c) plane of
+// `units` packs of V values at a time, so the channel comes from one division per plane.
+template <int V>
+__global__ void AffineFromNormalised(int64_t planes, int channels, int units, const float* x_norm,
                                      const float* scale, const float* bias, bool relu,
                                      float relu_slope, float* top) {
-  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < count;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const int c = static_cast<int>((i / spatial) % channels);
-    float t = __fmul_rn(x_norm[i], scale[c]);
-    if (bias != nullptr) t = __fadd_rn(t, bias[c]);
-    if (relu) t = fmaxf(t, 0.0f) + relu_slope * fminf(t, 0.0f);
-    top[i] = t;
+  for (int64_t plane = blockIdx.x; plane < planes; plane += gridDim.x) {
+    const int c = static_cast<int>(plane % channels);
+    const float s = scale[c];
+    const float b = bias != nullptr ? bias[c] : 0.0f;
+    const int64_t base = plane * units;
+    for (int j = threadIdx.x; j < units; j += blockDim.x) {
+      Pack<V> v = Load<V>(x_norm, base + j);
+      for (int i = 0; i < V; ++i) {
+        float t = __fmul_rn(v.v[i], s);
+        if (bias != nullptr) t = __fadd_rn(t, b);
+        if (relu) t = fmaxf(t, 0.0f) + relu_slope * fminf(t, 0.0f);
+        v.v[i] = t;
+      }
+      Store<V>(top, base + j, v);
+    }
   }
 }
 
@@ -333,11 +343,15 @@ void BatchNormLayer::RecomputeTopGpu(Tensor* top) {
     return;
   }
   const Affine affine = FusedAffine();
-  const int blocks =
-      static_cast<int>(std::min<int64_t>((count + cuda::kThreads - 1) / cuda::kThreads, 65536));
-  AffineFromNormalised<<<blocks, cuda::kThreads, 0, stream>>>(
-      count, channels_, spatial_dim_, x_norm, affine.scale->gpu_data(),
-      affine.bias != nullptr ? affine.bias->gpu_data() : nullptr, relu_, relu_slope_, out);
+  const float* scale = affine.scale->gpu_data();
+  const float* bias = affine.bias != nullptr ? affine.bias->gpu_data() : nullptr;
+  const int64_t planes = static_cast<int64_t>(num_) * channels_;
+  const bool vector = spatial_dim_ % 4 == 0 && Aligned16(x_norm) && Aligned16(out);
+  const int units = vector ? spatial_dim_ / 4 : spatial_dim_;
+  const int threads = std::min(cuda::kThreads, (units + 31) / 32 * 32);
+  const int blocks = static_cast<int>(std::min<int64_t>(planes, int64_t{1} << 20));
+  (vector ? AffineFromNormalised<4> : AffineFromNormalised<1>)<<<blocks, threads, 0, stream>>>(
+      planes, channels_, units, x_norm, scale, bias, relu_, relu_slope_, out);
   CORTADO_CUDA_CHECK_LAUNCH();
 }
 

@@ -406,18 +406,24 @@ TEST(BufferSharingGpuTest, RecomputedTopsGiveTheUnplannedGradients) {
   param.mutable_state()->set_phase(caffe::TRAIN);
   TwinNets twins(param, NetOptions{}, Device::Cuda(0));
   ASSERT_GT(twins.shared.ShareTrainingBuffers(), 0u);
-  FillInputs(&twins.plain);
-  FillInputs(&twins.shared);
-  for (int iteration = 0; iteration < 2; ++iteration) {
+  // 6 x 6 as planned (the kernel's float4 path), then 5 x 5 (one value at a time) and 7 x 7
+  // (grown past the plan).
+  for (int side : {6, 5, 7}) {
+    for (Net* net : {&twins.plain, &twins.shared}) {
+      net->blob_by_name("x")->Reshape({2, 4, side, side});
+      FillInputs(net);
+    }
     const float expected = twins.plain.ForwardBackward();
-    EXPECT_NEAR(twins.shared.ForwardBackward(), expected, 1e-5f * std::max(1.0f, expected));
+    EXPECT_NEAR(twins.shared.ForwardBackward(), expected, 1e-5f * std::max(1.0f, expected))
+        << side << " x " << side;
     for (size_t k = 0; k < twins.plain.learnable_params().size(); ++k) {
       const Tensor& e = *twins.plain.learnable_params()[k];
       const Tensor& a = *twins.shared.learnable_params()[k];
       for (int i = 0; i < e.count(); ++i) {
         ASSERT_NEAR(e.cpu_diff()[i], a.cpu_diff()[i],
                     1e-4f * std::max(1.0f, std::fabs(e.cpu_diff()[i])))
-            << twins.plain.param_display_names()[k] << " element " << i;
+            << twins.plain.param_display_names()[k] << " element " << i << ", " << side << " x "
+            << side;
       }
     }
   }
