@@ -160,8 +160,8 @@ void GradientExchange::RunCommThread() {
   }
 }
 
-void GradientExchange::ReduceHost(float* data, size_t count) {
-  comm_->AllReduceAs(data, count, wire_);
+void GradientExchange::ReduceHost(float* data, size_t count, comm::WireType wire) {
+  comm_->AllReduceAs(data, count, wire);
   ScaleHost(data, count, scale_);
 }
 
@@ -194,7 +194,7 @@ void GradientExchange::Finish(const std::vector<DeviceBuffer>& gradients) {
   for (const DeviceBuffer& buffer : gradients) {
     const size_t count = static_cast<size_t>(buffer.count);
     if (ctx_->device().is_cpu() || count == 0) {
-      ReduceHost(buffer.data, count);
+      ReduceHost(buffer.data, count, wire_);
       continue;
     }
 #if CORTADO_WITH_CUDA
@@ -210,7 +210,7 @@ void GradientExchange::Finish(const std::vector<DeviceBuffer>& gradients) {
     CORTADO_CUDA_CHECK(cudaMemcpyAsync(staged, buffer.data, count * sizeof(float),
                                        cudaMemcpyDeviceToHost, stream));
     CORTADO_CUDA_CHECK(cudaStreamSynchronize(stream));
-    ReduceHost(staged, count);
+    ReduceHost(staged, count, wire_);
     CORTADO_CUDA_CHECK(cudaMemcpyAsync(buffer.data, staged, count * sizeof(float),
                                        cudaMemcpyHostToDevice, stream));
     CORTADO_CUDA_CHECK(cudaStreamSynchronize(stream));
@@ -255,8 +255,7 @@ void GradientExchange::AverageStatistics() {
   float* at = statistics_staging_.data();
   for (const Tensor* t : statistics_) at = std::copy_n(t->cpu_data(), t->count(), at);
   // Statistics, not gradients: summed in float32 whatever the gradients travel as.
-  comm_->AllReduce(statistics_staging_.data(), total);
-  ScaleHost(statistics_staging_.data(), total, scale_);
+  ReduceHost(statistics_staging_.data(), total, comm::WireType::kFloat32);
   const float* from = statistics_staging_.data();
   for (Tensor* t : statistics_) {
     std::copy_n(from, t->count(), t->mutable_cpu_data());

@@ -87,8 +87,8 @@ class GradientExchange {
   // Queues buckets in order while `ready(bucket)` holds (root's thread).
   void StartBucketsUpTo(int layer);
   void RunCommThread();
-  // Exchanges one host range in place (sum, then scale), on the calling thread.
-  void ReduceHost(float* data, size_t count);
+  // Exchanges one host range in place (sum as `wire` values, then scale), on the calling thread.
+  void ReduceHost(float* data, size_t count, comm::WireType wire);
   // The BatchNorm statistics become their mean over the ranks.
   void AverageStatistics();
 

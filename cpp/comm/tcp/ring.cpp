@@ -67,8 +67,7 @@ void RingTransfer::Advance() {
 void RingTransfer::SumStaged() {
   const RecvPiece& piece = recvs_[recv_index_];
   const size_t staged = received_ - summed_;
-  const size_t element = wire_ == WireType::kFloat32 ? sizeof(float) : sizeof(uint16_t);
-  const size_t values = staged / element;
+  const size_t values = staged / WireBytes();
   // data + summed_ is aligned: pieces start on values and summed_ counts whole values.
   if (wire_ == WireType::kFloat32) {
     float* dst = reinterpret_cast<float*>(piece.data + summed_);
@@ -86,12 +85,12 @@ void RingTransfer::SumStaged() {
       math::AddToFloat16(acc, src, values, dst);
     }
   }
-  summed_ += values * element;
-  const size_t rest = staged - values * element;
+  summed_ += values * WireBytes();
+  const size_t rest = staged - values * WireBytes();
   if (rest > 0) {
     // A value split between two reads waits at the front of staging for its other bytes.
     char* bytes = reinterpret_cast<char*>(staging_.data());
-    std::memmove(bytes, bytes + values * element, rest);
+    std::memmove(bytes, bytes + values * WireBytes(), rest);
   }
 }
 
@@ -193,8 +192,7 @@ void RingTransfer::Run(const RingLinks& links, const char* op) {
     // rather than let the next rank idle until the chunk fills.
     if (send_index_ < sends_.size() && recv_index_ < recvs_.size() &&
         sends_[send_index_].gate == static_cast<int>(recv_index_) && recvs_[recv_index_].sum &&
-        received_ - summed_ >= (wire_ == WireType::kFloat32 ? sizeof(float) : sizeof(uint16_t)) &&
-        sent_ >= summed_) {
+        received_ - summed_ >= WireBytes() && sent_ >= summed_) {
       SumStaged();
       Advance();
       send_ready = true;

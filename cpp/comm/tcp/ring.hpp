@@ -77,6 +77,10 @@ class RingTransfer {
 
   // The values summed pieces carry: float32 (the default), or a 16-bit type; set before Run.
   void set_wire(WireType wire) { wire_ = wire; }
+  // Bytes of one value on the wire.
+  size_t WireBytes() const {
+    return wire_ == WireType::kFloat32 ? sizeof(float) : sizeof(uint16_t);
+  }
 
   // The streams of the next Run; cleared (keeping their capacity) by Reset.
   void Reset();
