@@ -3,6 +3,7 @@
 // one per input in Backward, which gathers over the output windows that cover its element
 // (no atomics, and the terms are added in the CPU code's order). STOCHASTIC is GPU-only.
 #include <cfloat>
+#include <cstdint>
 
 #include "core/cuda.hpp"
 #include "layers/pooling_layer.hpp"
@@ -44,28 +45,43 @@ __device__ int AveDivisor(int ph, int pw, const PoolShape& s) {
   return (hend - hstart) * (wend - wstart);
 }
 
-// The first maximum wins on ties (strict >); an empty window gives 0 and index -1.
-__global__ void MaxForward(int64_t count, const float* x, PoolShape s, float* top, float* index) {
+// The first maximum wins on ties (strict >); an empty window gives 0 and index -1. Each output's
+// choice goes to `index` (h * W + w, as float: Caffe's mask top) or, when `offsets` is given, to
+// one byte: the place in the unclipped window, (h - hstart) * kernel_w + (w - wstart), or
+// kNoOffset for an empty window (a quarter of the memory, for windows of at most 255 values).
+constexpr uint8_t kNoOffset = 255;
+__global__ void MaxForward(int64_t count, const float* x, PoolShape s, float* top, float* index,
+                           uint8_t* offsets) {
   CORTADO_KERNEL_LOOP(i, count) {
     const OutputPosition o = Locate(i, s);
     const float* src = x + static_cast<int64_t>(o.plane) * s.height * s.width;
-    const int hstart = max(o.ph * s.stride_h - s.pad_h, 0);
-    const int wstart = max(o.pw * s.stride_w - s.pad_w, 0);
-    const int hend = min(o.ph * s.stride_h - s.pad_h + s.kernel_h, s.height);
-    const int wend = min(o.pw * s.stride_w - s.pad_w + s.kernel_w, s.width);
+    const int hfirst = o.ph * s.stride_h - s.pad_h;
+    const int wfirst = o.pw * s.stride_w - s.pad_w;
+    const int hstart = max(hfirst, 0);
+    const int wstart = max(wfirst, 0);
+    const int hend = min(hfirst + s.kernel_h, s.height);
+    const int wend = min(wfirst + s.kernel_w, s.width);
     float best = -FLT_MAX;
-    int best_index = -1;
+    int best_index = -1, best_h = 0, best_w = 0;
     for (int h = hstart; h < hend; ++h) {
       for (int w = wstart; w < wend; ++w) {
         const int at = h * s.width + w;
         if (src[at] > best) {
           best = src[at];
           best_index = at;
+          best_h = h;
+          best_w = w;
         }
       }
     }
     top[i] = best_index < 0 ? 0.0f : best;
-    index[i] = static_cast<float>(best_index);
+    if (offsets != nullptr) {
+      offsets[i] = best_index < 0
+                       ? kNoOffset
+                       : static_cast<uint8_t>((best_h - hfirst) * s.kernel_w + (best_w - wfirst));
+    } else {
+      index[i] = static_cast<float>(best_index);
+    }
   }
 }
 
@@ -183,6 +199,24 @@ __global__ void IndexBackward(int64_t count, const float* top_diff, const float*
   }
 }
 
+// MAX with byte offsets (MaxForward): the same sums as IndexBackward, in the same order.
+__global__ void OffsetBackward(int64_t count, const float* top_diff, const uint8_t* offsets,
+                               PoolShape s, float* bottom_diff) {
+  CORTADO_KERNEL_LOOP(i, count) {
+    const InputPosition p = Covering(i, s);
+    const int64_t out_plane = static_cast<int64_t>(p.plane) * s.pooled_h * s.pooled_w;
+    float gradient = 0.0f;
+    for (int ph = p.ph_begin; ph < p.ph_end; ++ph) {
+      const int row = (p.h - (ph * s.stride_h - s.pad_h)) * s.kernel_w;
+      for (int pw = p.pw_begin; pw < p.pw_end; ++pw) {
+        const int64_t out = out_plane + ph * s.pooled_w + pw;
+        if (offsets[out] == row + (p.w - (pw * s.stride_w - s.pad_w))) gradient += top_diff[out];
+      }
+    }
+    bottom_diff[i] = gradient;
+  }
+}
+
 __global__ void AveBackward(int64_t count, const float* top_diff, PoolShape s, float* bottom_diff) {
   CORTADO_KERNEL_LOOP(i, count) {
     const InputPosition p = Covering(i, s);
@@ -234,13 +268,18 @@ void PoolingLayer::ForwardGpu(const std::vector<Tensor*>& bottom, const std::vec
   const cudaStream_t stream = cuda::Stream(*ctx_);
   if (pool_ == caffe::PoolingParameter::MAX) {
     float* index = nullptr;
+    uint8_t* offsets = nullptr;
     if (top.size() > 1) {
       index = top[1]->mutable_gpu_data();
+    } else if (MaxOffsetsFit()) {
+      gpu_index_.Reshape({static_cast<int>((count + 3) / 4)});  // one byte per output
+      offsets = reinterpret_cast<uint8_t*>(gpu_index_.mutable_gpu_data());
     } else {
       gpu_index_.ReshapeLike(*top[0]);
       index = gpu_index_.mutable_gpu_data();
     }
-    MaxForward<<<cuda::Blocks(count), cuda::kThreads, 0, stream>>>(count, x, shape, y, index);
+    MaxForward<<<cuda::Blocks(count), cuda::kThreads, 0, stream>>>(count, x, shape, y, index,
+                                                                   offsets);
   } else if (pool_ == caffe::PoolingParameter::AVE) {
     AveForward<<<cuda::Blocks(count), cuda::kThreads, 0, stream>>>(count, x, shape, y);
   } else if (phase() == caffe::TRAIN) {  // STOCHASTIC
@@ -266,7 +305,11 @@ void PoolingLayer::BackwardGpu(const std::vector<Tensor*>& top,
   const int64_t count = bottom[0]->count();
   const cudaStream_t stream = cuda::Stream(*ctx_);
   const bool stochastic = pool_ == caffe::PoolingParameter::STOCHASTIC;
-  if (pool_ == caffe::PoolingParameter::MAX || (stochastic && phase() == caffe::TRAIN)) {
+  if (pool_ == caffe::PoolingParameter::MAX && top.size() == 1 && MaxOffsetsFit()) {
+    const auto* offsets = reinterpret_cast<const uint8_t*>(gpu_index_.gpu_data());
+    OffsetBackward<<<cuda::Blocks(count), cuda::kThreads, 0, stream>>>(count, top_diff, offsets,
+                                                                       shape, bottom_diff);
+  } else if (pool_ == caffe::PoolingParameter::MAX || (stochastic && phase() == caffe::TRAIN)) {
     const float* index = top.size() > 1 ? top[1]->gpu_data() : gpu_index_.gpu_data();
     IndexBackward<<<cuda::Blocks(count), cuda::kThreads, 0, stream>>>(count, top_diff, index, shape,
                                                                       bottom_diff);

@@ -58,8 +58,10 @@ class PoolingLayer final : public Layer {
   // Argmax per output when MAX runs without a mask top.
   std::vector<int> max_idx_;
   // GPU, one per output: the index (h * W + w, as float) of MAX's maximum when there is no
-  // mask top, or of the element STOCHASTIC drew in TRAIN.
+  // mask top, or of the element STOCHASTIC drew in TRAIN. For MAX without a mask top whose
+  // window holds at most 255 values, one byte per output instead (its place in the window).
   Tensor gpu_index_;
+  bool MaxOffsetsFit() const { return kernel_h_ * kernel_w_ <= 255; }
 };
 
 }  // namespace cortado

@@ -265,6 +265,7 @@ TEST(PoolingGpuTest, MatchesCpu) {
       {"pool: MAX kernel_size: 3 stride: 2 pad: 1", {2, 2, 6, 6}, 2},
       {"pool: MAX kernel_size: 2 stride: 2 round_mode: FLOOR", {1, 2, 5, 5}, 1},
       {"pool: MAX kernel_size: 1 stride: 2", {1, 2, 4, 4}, 2},  // last window outside: 0
+      {"pool: MAX kernel_size: 1 stride: 2", {1, 2, 4, 4}, 1},
       {"pool: MAX global_pooling: true", {2, 3, 5, 4}, 1},
       {"pool: MAX global_pooling: true", {2, 3, 5, 4}, 2},
       {"pool: AVE kernel_size: 3 stride: 2", {2, 2, 7, 6}, 1},
@@ -281,6 +282,52 @@ TEST(PoolingGpuTest, MatchesCpu) {
   for (const Case& c : cases) {
     SCOPED_TRACE(c.param + " tops " + std::to_string(c.tops));
     CheckGpuMatchesCpu(PoolParam(c.param, c.tops), {c.shape});
+  }
+}
+
+// MAX without a mask top keeps one byte per output (the maximum's place in its window) where the
+// window holds at most 255 values, and Caffe's float index beyond. Either way the GPU routes
+// each top diff to the element the CPU does, first maximum on ties, and sums them in the same
+// order: on values with many ties (as after a ReLU) the bottom diffs are the CPU's, bit for bit.
+TEST(PoolingGpuTest, MaxRoutesGradientsLikeTheCpuOnTiesWithBytesOrFloatIndices) {
+  CORTADO_REQUIRE_GPU();
+  struct Case {
+    std::string param;
+    std::vector<int> shape;
+  };
+  const std::vector<Case> cases = {
+      {"pool: MAX kernel_size: 3 stride: 2", {2, 4, 13, 13}},             // CaffeNet's
+      {"pool: MAX kernel_size: 3 stride: 2 pad: 1", {2, 3, 12, 11}},      // ResNet's
+      {"pool: MAX kernel_h: 15 kernel_w: 17 stride: 1", {1, 2, 17, 18}},  // 255 values: bytes
+      {"pool: MAX global_pooling: true", {2, 3, 16, 16}},                 // 256: float indices
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.param);
+    Context cpu_ctx(Device::Cpu(), 3), gpu_ctx(Device::Cuda(0), 3);
+    auto cpu = CreateLayer(PoolParam(c.param), &cpu_ctx);
+    auto gpu = CreateLayer(PoolParam(c.param), &gpu_ctx);
+    Tensor cpu_bottom(c.shape), gpu_bottom(c.shape), cpu_top, gpu_top;
+    std::mt19937 gen(7);
+    std::uniform_int_distribution<int> level(-3, 2);  // max(0, level): half of the values are 0
+    for (int i = 0; i < cpu_bottom.count(); ++i) {
+      cpu_bottom.mutable_cpu_data()[i] = static_cast<float>(std::max(0, level(gen)));
+    }
+    gpu_bottom.CopyFrom(cpu_bottom);
+    cpu->Initialize({&cpu_bottom}, {&cpu_top});
+    gpu->Initialize({&gpu_bottom}, {&gpu_top});
+    cpu->Forward({&cpu_bottom}, {&cpu_top});
+    gpu->Forward({&gpu_bottom}, {&gpu_top});
+    std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+    for (int i = 0; i < cpu_top.count(); ++i) {
+      cpu_top.mutable_cpu_diff()[i] = u(gen);
+      ASSERT_EQ(cpu_top.cpu_data()[i], gpu_top.cpu_data()[i]) << "top " << i;
+    }
+    gpu_top.CopyFrom(cpu_top, /*copy_diff=*/true);
+    cpu->Backward({&cpu_top}, {true}, {&cpu_bottom});
+    gpu->Backward({&gpu_top}, {true}, {&gpu_bottom});
+    for (int i = 0; i < cpu_bottom.count(); ++i) {
+      ASSERT_EQ(cpu_bottom.cpu_diff()[i], gpu_bottom.cpu_diff()[i]) << "bottom diff " << i;
+    }
   }
 }
 
