@@ -9,6 +9,34 @@
 #include "math/math.hpp"
 
 namespace cortado {
+namespace {
+
+// One row of the fused top: y = relu(z * s + b) for z = normalised(i), each step rounded as the
+// Scale and ReLU layers round it (`has_bias`, `relu` as fused), also storing z in x_norm when
+// given. Forward and RecomputeTops both write through it, so they agree bit for bit.
+template <typename Normalised>
+void AffineRow(int n, Normalised normalised, float sc, float bc, bool has_bias, bool relu,
+               float slope, float* x_norm, float* y) {
+  if (has_bias && relu) {  // the common case, without branches in the loop
+    for (int i = 0; i < n; ++i) {
+      const float z = normalised(i);
+      if (x_norm != nullptr) x_norm[i] = z;
+      const float v = z * sc + bc;
+      y[i] = std::max(v, 0.0f) + slope * std::min(v, 0.0f);
+    }
+    return;
+  }
+  for (int i = 0; i < n; ++i) {
+    const float z = normalised(i);
+    if (x_norm != nullptr) x_norm[i] = z;
+    float v = z * sc;
+    if (has_bias) v += bc;
+    if (relu) v = std::max(v, 0.0f) + slope * std::min(v, 0.0f);
+    y[i] = v;
+  }
+}
+
+}  // namespace
 
 void BatchNormLayer::Setup(const std::vector<Tensor*>& bottom,
                            const std::vector<Tensor*>& /*top*/) {
@@ -125,39 +153,13 @@ void BatchNormLayer::ForwardCpu(const std::vector<Tensor*>& bottom,
       float* xn = x_norm + offset;
       float* y = out + offset;
       // Divide (not multiply by 1 / std) to round as Caffe does.
+      auto normalised = [x, mean, sd](int i) { return (x[i] - mean) / sd; };
       if (s == nullptr) {
-        for (int i = 0; i < spatial_dim_; ++i) xn[i] = (x[i] - mean) / sd;
+        for (int i = 0; i < spatial_dim_; ++i) xn[i] = normalised(i);
         if (xn != y) math::Copy(spatial_dim_, xn, y);
-      } else if (xn == y) {  // x_norm is not kept: only the fused top is written
-        if (b != nullptr && relu) {
-          for (int i = 0; i < spatial_dim_; ++i) {
-            const float v = (x[i] - mean) / sd * sc + bc;
-            y[i] = std::max(v, 0.0f) + slope * std::min(v, 0.0f);
-          }
-        } else {
-          for (int i = 0; i < spatial_dim_; ++i) {
-            float v = (x[i] - mean) / sd * sc;
-            if (b != nullptr) v += bc;
-            if (relu) v = std::max(v, 0.0f) + slope * std::min(v, 0.0f);
-            y[i] = v;
-          }
-        }
-      } else if (b != nullptr && relu) {
-        for (int i = 0; i < spatial_dim_; ++i) {
-          const float z = (x[i] - mean) / sd;
-          xn[i] = z;
-          const float v = z * sc + bc;
-          y[i] = std::max(v, 0.0f) + slope * std::min(v, 0.0f);
-        }
-      } else {
-        for (int i = 0; i < spatial_dim_; ++i) {
-          const float z = (x[i] - mean) / sd;
-          xn[i] = z;
-          float v = z * sc;
-          if (b != nullptr) v += bc;
-          if (relu) v = std::max(v, 0.0f) + slope * std::min(v, 0.0f);
-          y[i] = v;
-        }
+      } else {  // x_norm kept, or not (then only the fused top is written)
+        AffineRow(spatial_dim_, normalised, sc, bc, b != nullptr, relu, slope,
+                  xn != y ? xn : nullptr, y);
       }
     }
   }
@@ -291,20 +293,9 @@ void BatchNormLayer::RecomputeTops(const std::vector<Tensor*>& top) {
     for (int n = 0; n < num_; ++n) {
       const int offset = (n * channels_ + c) * spatial_dim_;
       const float* xn = x_norm + offset;
-      float* y = out + offset;
-      if (b != nullptr && relu) {
-        for (int i = 0; i < spatial_dim_; ++i) {
-          const float v = xn[i] * sc + bc;
-          y[i] = std::max(v, 0.0f) + slope * std::min(v, 0.0f);
-        }
-      } else {
-        for (int i = 0; i < spatial_dim_; ++i) {
-          float v = xn[i] * sc;
-          if (b != nullptr) v += bc;
-          if (relu) v = std::max(v, 0.0f) + slope * std::min(v, 0.0f);
-          y[i] = v;
-        }
-      }
+      AffineRow(
+          spatial_dim_, [xn](int i) { return xn[i]; }, sc, bc, b != nullptr, relu, slope, nullptr,
+          out + offset);
     }
   }
 }
