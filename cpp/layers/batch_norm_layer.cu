@@ -50,13 +50,26 @@ __device__ double2 CombineParts(const double2* parts, int count) {
   return total;
 }
 
+// The fused ReLU's mask in the backward passes. The Scale's output t = y * s (+ b), rounded as
+// Normalize rounds it, is positive exactly where the ReLU's output is, so the mask comes from
+// x_norm (y) and the Scale without reading the top. scale == nullptr: no ReLU.
+struct ReluMask {
+  const float* scale = nullptr;
+  const float* bias = nullptr;
+  float slope = 0.0f;
+};
+__device__ __forceinline__ float Masked(const ReluMask& m, float s, float b, float y, float dy) {
+  float t = __fmul_rn(y, s);
+  if (m.bias != nullptr) t = __fadd_rn(t, b);
+  return t > 0.0f ? dy : dy * m.slope;
+}
+
 // Block (c, part): over its chunk of channel c, either (kGradient) the sums of a and a * b, or
 // the sums of a - k and (a - k)^2 with k the channel's first value (stored in shift[c]).
-// kGradient with relu_out: a is dy masked by the ReLU, a * (relu_out > 0 ? 1 : slope).
+// kGradient with a ReLU mask: a is dy masked by the ReLU (b is x_norm).
 template <int V, bool kGradient>
-__global__ void ChannelPartials(ChannelLayout layout, const float* a, const float* b,
-                                const float* relu_out, float slope, float* shift,
-                                double2* partials) {
+__global__ void ChannelPartials(ChannelLayout layout, const float* a, const float* b, ReluMask mask,
+                                float* shift, double2* partials) {
   const int c = blockIdx.x / layout.parts;
   const int part = blockIdx.x - c * layout.parts;
   const uint32_t begin = static_cast<uint32_t>(part) * layout.chunk_units;
@@ -70,10 +83,11 @@ __global__ void ChannelPartials(ChannelLayout layout, const float* a, const floa
     const Pack<V> x = Load<V>(a, at);
     if constexpr (kGradient) {
       const Pack<V> y = Load<V>(b, at);
-      if (relu_out != nullptr) {
-        const Pack<V> r = Load<V>(relu_out, at);
+      if (mask.scale != nullptr) {
+        const float ms = mask.scale[c];
+        const float mb = mask.bias != nullptr ? mask.bias[c] : 0.0f;
         for (int i = 0; i < V; ++i) {
-          const float g = r.v[i] > 0.0f ? x.v[i] : x.v[i] * slope;
+          const float g = Masked(mask, ms, mb, y.v[i], x.v[i]);
           s1[i] += g;
           s2[i] += g * y.v[i];
         }
@@ -176,18 +190,17 @@ __global__ void GlobalStatistics(int channels, const float* mean_sum, const floa
   }
 }
 
-// Reverse block order as Normalize. h = dy, masked by the ReLU when relu_out is given; g = s[c] *
+// Reverse block order as Normalize. h = dy, masked by the ReLU when `mask` has one; g = s[c] *
 // h when scale is given (fused), else h. With partials, their sums A = sum(h) and B = sum(h * y)
 // go (part 0) to mean_dy = A / m and mean_dyy = B / m and into the Scale's diffs (scale_grad +=
 // B, bias_grad += A, each when given). dx (when given): with batch statistics (subtract) dx = (g -
 // s * A / m - s * B / m * y) / std, else (stored statistics, constants) dx = g / std. May be in
 // place (dx == dy).
 template <int V>
-__global__ void BatchBackward(ChannelLayout layout, const float* dy, const float* y,
-                              const float* relu_out, float slope, const float* scale,
-                              const double2* partials, bool subtract, const float* std_dev,
-                              float* mean_dy, float* mean_dyy, float* scale_grad, float* bias_grad,
-                              float* dx) {
+__global__ void BatchBackward(ChannelLayout layout, const float* dy, const float* y, ReluMask mask,
+                              const float* scale, const double2* partials, bool subtract,
+                              const float* std_dev, float* mean_dy, float* mean_dyy,
+                              float* scale_grad, float* bias_grad, float* dx) {
   const int block = gridDim.x - 1 - blockIdx.x;
   const int c = block / layout.parts;
   const int part = block - c * layout.parts;
@@ -213,20 +226,22 @@ __global__ void BatchBackward(ChannelLayout layout, const float* dy, const float
   const float sd = std_dev[c];
   const float s = scale != nullptr ? scale[c] : 1.0f;
   const float a = subtract ? means[0] : 0.0f, b = subtract ? means[1] : 0.0f;
+  const float mask_s = mask.scale != nullptr ? mask.scale[c] : 1.0f;
+  const float mask_b = mask.bias != nullptr ? mask.bias[c] : 0.0f;
   const uint32_t begin = static_cast<uint32_t>(part) * layout.chunk_units;
   const uint32_t end = min(begin + layout.chunk_units, layout.units);
   for (uint32_t q = begin + threadIdx.x; q < end; q += blockDim.x) {
     const int64_t at = layout.At(q, c);
     Pack<V> g = Load<V>(dy, at);
-    if (relu_out != nullptr) {
-      const Pack<V> r = Load<V>(relu_out, at);
-      for (int i = 0; i < V; ++i) g.v[i] = r.v[i] > 0.0f ? g.v[i] : g.v[i] * slope;
+    Pack<V> v{};
+    if (mask.scale != nullptr || subtract) v = Load<V>(y, at);
+    if (mask.scale != nullptr) {
+      for (int i = 0; i < V; ++i) g.v[i] = Masked(mask, mask_s, mask_b, v.v[i], g.v[i]);
     }
     if (scale != nullptr) {
       for (int i = 0; i < V; ++i) g.v[i] *= s;
     }
     if (subtract) {
-      const Pack<V> v = Load<V>(y, at);
       for (int i = 0; i < V; ++i) g.v[i] = (g.v[i] - a - b * v.v[i]) / sd;
     } else {
       for (int i = 0; i < V; ++i) g.v[i] = g.v[i] / sd;
@@ -273,7 +288,7 @@ void LaunchForward(Context& ctx, int num, int channels, int spatial, bool batch_
   if (batch_statistics) {
     partials = Partials(ctx, layout, &shift);
     ChannelPartials<V, false>
-        <<<blocks, cuda::kThreads, 0, stream>>>(layout, x, nullptr, nullptr, 0.0f, shift, partials);
+        <<<blocks, cuda::kThreads, 0, stream>>>(layout, x, nullptr, ReluMask{}, shift, partials);
     CORTADO_CUDA_CHECK_LAUNCH();
   }
   Normalize<V><<<blocks, cuda::kThreads, 0, stream>>>(
@@ -285,7 +300,7 @@ void LaunchForward(Context& ctx, int num, int channels, int spatial, bool batch_
 // Partial sums are taken when batch statistics need them or the Scale's diffs are wanted.
 template <int V>
 void LaunchBackward(Context& ctx, int num, int channels, int spatial, bool batch_statistics,
-                    bool sums, const float* dy, const float* y, const float* relu_out, float slope,
+                    bool sums, const float* dy, const float* y, const ReluMask& mask,
                     const float* scale, const float* std_dev, float* mean_dy, float* mean_dyy,
                     float* scale_grad, float* bias_grad, float* dx) {
   const ChannelLayout layout = MakeLayout(num, channels, spatial, V);
@@ -296,12 +311,12 @@ void LaunchBackward(Context& ctx, int num, int channels, int spatial, bool batch
   if (sums) {
     partials = Partials(ctx, layout, nullptr);
     ChannelPartials<V, true>
-        <<<blocks, cuda::kThreads, 0, stream>>>(layout, dy, y, relu_out, slope, nullptr, partials);
+        <<<blocks, cuda::kThreads, 0, stream>>>(layout, dy, y, mask, nullptr, partials);
     CORTADO_CUDA_CHECK_LAUNCH();
   }
-  BatchBackward<V><<<blocks, cuda::kThreads, 0, stream>>>(
-      layout, dy, y, relu_out, slope, scale, partials, batch_statistics, std_dev, mean_dy, mean_dyy,
-      scale_grad, bias_grad, dx);
+  BatchBackward<V><<<blocks, cuda::kThreads, 0, stream>>>(layout, dy, y, mask, scale, partials,
+                                                          batch_statistics, std_dev, mean_dy,
+                                                          mean_dyy, scale_grad, bias_grad, dx);
   CORTADO_CUDA_CHECK_LAUNCH();
 }
 
@@ -404,19 +419,23 @@ void BatchNormLayer::BackwardGpu(const std::vector<Tensor*>& top,
   CORTADO_CHECK(keep_x_norm_, "{}: Backward after DropBackwardState", Describe());
   const float* dy = top[0]->gpu_diff();
   float* dx = propagate_down[0] ? bottom[0]->mutable_gpu_diff() : nullptr;
-  const float* relu_out = relu_ ? top[0]->gpu_data() : nullptr;
   const float* scale = affine.scale != nullptr ? affine.scale->gpu_data() : nullptr;
+  ReluMask mask;
+  if (relu_) {
+    mask.scale = scale;
+    mask.bias = affine.bias != nullptr ? affine.bias->gpu_data() : nullptr;
+    mask.slope = relu_slope_;
+  }
   float* stats = gpu_stats_.mutable_gpu_data();
   const float* std_dev = stats + channels_;
   const float* y = x_norm_.gpu_data();
-  const bool vector = spatial_dim_ % 4 == 0 && Aligned16(dy) && Aligned16(y) &&
-                      (dx == nullptr || Aligned16(dx)) &&
-                      (relu_out == nullptr || Aligned16(relu_out));
+  const bool vector =
+      spatial_dim_ % 4 == 0 && Aligned16(dy) && Aligned16(y) && (dx == nullptr || Aligned16(dx));
   (vector ? LaunchBackward<4>
           : LaunchBackward<1>)(*ctx_, num_, channels_, spatial_dim_, !use_global_stats_,
-                               !use_global_stats_ || param_grads, dy, y, relu_out, relu_slope_,
-                               scale, std_dev, stats + 2 * channels_, stats + 3 * channels_,
-                               scale_grad, bias_grad, dx);
+                               !use_global_stats_ || param_grads, dy, y, mask, scale, std_dev,
+                               stats + 2 * channels_, stats + 3 * channels_, scale_grad, bias_grad,
+                               dx);
 }
 
 }  // namespace cortado

@@ -44,9 +44,10 @@ class BatchNormLayer final : public Layer {
   // For a net that never runs this layer backward (test nets): Forward then writes the top
   // directly and keeps no normalised copy, and Backward is an error.
   void DropBackwardState() { keep_x_norm_ = false; }
-  // Backward works from its own normalised copy, and reads the top only for a fused ReLU's mask.
+  // Backward works from its own normalised copy alone: a fused ReLU's mask is where
+  // x_norm * s (+ b) is positive, computed as Forward computed it.
   bool BackwardReadsBottomData(int /*index*/) const override { return false; }
-  bool BackwardReadsTopData(int /*index*/) const override { return relu_; }
+  bool BackwardReadsTopData(int /*index*/) const override { return false; }
   // The top is x_norm, or relu(x_norm * s + b) fused, from the normalised copy Backward keeps.
   bool CanRecomputeTops() const override { return keep_x_norm_; }
   void RecomputeTops(const std::vector<Tensor*>& top) override;
