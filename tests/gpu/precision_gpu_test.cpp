@@ -139,6 +139,7 @@ std::vector<float> ExactValues(int count, uint32_t seed) {
   return v;
 }
 
+#if CORTADO_WITH_CUDA  // the copies are math::gpu functions, which exist only with CUDA
 // Every path of the copies (half.cu): odd channels above 16 (the general tile), even channels
 // above 16 (channel pairs; 64-position tiles, or 32 when hw is that small), 2 to 16 channels, one
 // channel; sizes that leave partial tiles on both axes. beta = 0 must not read the destination
@@ -214,6 +215,7 @@ TEST(MixedPrecisionGpuTest, CopiesRoundToNearestEven) {
   EXPECT_EQ(back.cpu_data()[2], 1.0f);
   EXPECT_EQ(back.cpu_data()[3], 1.0f + 0x1p-6f);
 }
+#endif  // CORTADO_WITH_CUDA
 
 // The product of near-ones again: float16 rounds 1 + 1e-4 to 1 (as TF32 does), so the mixed
 // product sums to exactly 1024, in a float32 result.
