@@ -36,6 +36,15 @@ void AffineRow(int n, Normalised normalised, float sc, float bc, bool has_bias, 
   }
 }
 
+// dy masked by the fused ReLU: dy where the Scale's output y * sc + bc is positive, else
+// dy * slope. Adding a zero bias (no bias term) does not change the sign test, and both sides
+// are computed unconditionally so that the choice is a blend the compiler can vectorise.
+inline float MaskedGradient(float y, float dy, float sc, float bc, float slope) {
+  const float v = y * sc + bc;
+  const float leaky = dy * slope;
+  return v > 0.0f ? dy : leaky;
+}
+
 }  // namespace
 
 void BatchNormLayer::Setup(const std::vector<Tensor*>& bottom,
@@ -203,13 +212,7 @@ void BatchNormLayer::BackwardCpu(const std::vector<Tensor*>& top,
         } else {
           const float sc = s[c];
           const float bc = bias != nullptr ? bias[c] : 0.0f;
-          // Adding a zero bias does not change the sign test. Both sides are computed
-          // unconditionally so that the choice is a blend the compiler can vectorise.
-          auto gi = [=](int i) {
-            const float v = yn[i] * sc + bc;
-            const float leaky = dy[i] * slope;
-            return v > 0.0f ? dy[i] : leaky;
-          };
+          auto gi = [=](int i) { return MaskedGradient(yn[i], dy[i], sc, bc, slope); };
           math::LaneSum2(
               spatial_dim_, gi, [gi, yn](int i) { return gi(i) * yn[i]; }, &a, &b);
         }
@@ -245,11 +248,7 @@ void BatchNormLayer::BackwardCpu(const std::vector<Tensor*>& top,
       const float* dy = top_diff + offset;
       const float* yn = y + offset;
       float* dx = diff + offset;
-      auto gi = [=](int i) {
-        const float v = yn[i] * sc + bc;
-        const float leaky = dy[i] * slope;
-        return v > 0.0f ? dy[i] : leaky;
-      };
+      auto gi = [=](int i) { return MaskedGradient(yn[i], dy[i], sc, bc, slope); };
       if (use_global_stats_) {
         if (relu) {
           for (int i = 0; i < spatial_dim_; ++i) dx[i] = gi(i) * sc / sd;

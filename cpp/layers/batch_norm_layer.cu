@@ -50,18 +50,28 @@ __device__ double2 CombineParts(const double2* parts, int count) {
   return total;
 }
 
-// The fused ReLU's mask in the backward passes. The Scale's output t = y * s (+ b), rounded as
-// Normalize rounds it, is positive exactly where the ReLU's output is, so the mask comes from
-// x_norm (y) and the Scale without reading the top. scale == nullptr: no ReLU.
+// The fused Scale's output for a normalised value: v * s (+ b), each step rounded (as
+// scale_layer.cu rounds it). Normalize, AffineFromNormalised and the ReLU's mask all compute it
+// here, so a recomputed top and the mask agree with Forward bit for bit.
+__device__ __forceinline__ float ScaleShift(float v, float s, float b, bool has_bias) {
+  const float t = __fmul_rn(v, s);
+  return has_bias ? __fadd_rn(t, b) : t;
+}
+// The ReLU of slope `slope` (as relu_layer.cu computes it).
+__device__ __forceinline__ float Relu(float t, float slope) {
+  return fmaxf(t, 0.0f) + slope * fminf(t, 0.0f);
+}
+
+// The fused ReLU's mask in the backward passes. The Scale's output t = ScaleShift(y, ...) is
+// positive exactly where the ReLU's output is, so the mask comes from x_norm (y) and the Scale
+// without reading the top. scale == nullptr: no ReLU.
 struct ReluMask {
   const float* scale = nullptr;
   const float* bias = nullptr;
   float slope = 0.0f;
 };
 __device__ __forceinline__ float Masked(const ReluMask& m, float s, float b, float y, float dy) {
-  float t = __fmul_rn(y, s);
-  if (m.bias != nullptr) t = __fadd_rn(t, b);
-  return t > 0.0f ? dy : dy * m.slope;
+  return ScaleShift(y, s, b, m.bias != nullptr) > 0.0f ? dy : dy * m.slope;
 }
 
 // Block (c, part): over its chunk of channel c, either (kGradient) the sums of a and a * b, or
@@ -170,10 +180,8 @@ __global__ void Normalize(ChannelLayout layout, const float* x, const double2* p
       const float s = scale[c];
       const float b = bias != nullptr ? bias[c] : 0.0f;
       for (int i = 0; i < V; ++i) {
-        float t = __fmul_rn(v.v[i], s);
-        if (bias != nullptr) t = __fadd_rn(t, b);
-        if (relu) t = fmaxf(t, 0.0f) + relu_slope * fminf(t, 0.0f);
-        v.v[i] = t;
+        const float t = ScaleShift(v.v[i], s, b, bias != nullptr);
+        v.v[i] = relu ? Relu(t, relu_slope) : t;
       }
     }
     Store<V>(top, at, v);
@@ -334,10 +342,8 @@ __global__ void AffineFromNormalised(int64_t planes, int channels, int units, co
     for (int j = threadIdx.x; j < units; j += blockDim.x) {
       Pack<V> v = Load<V>(x_norm, base + j);
       for (int i = 0; i < V; ++i) {
-        float t = __fmul_rn(v.v[i], s);
-        if (bias != nullptr) t = __fadd_rn(t, b);
-        if (relu) t = fmaxf(t, 0.0f) + relu_slope * fminf(t, 0.0f);
-        v.v[i] = t;
+        const float t = ScaleShift(v.v[i], s, b, bias != nullptr);
+        v.v[i] = relu ? Relu(t, relu_slope) : t;
       }
       Store<V>(top, base + j, v);
     }
