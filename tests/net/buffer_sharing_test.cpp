@@ -129,6 +129,26 @@ size_t BlobBufferBytes(const Net& net) {
   return bytes;
 }
 
+// The learnable parameters' gradients of two twins: equal bit for bit (tolerance 0), or within
+// `tolerance` relative to the larger of 1 and the expected value. `where` names the step.
+void ExpectSameParamDiffs(const Net& expected, const Net& actual, float tolerance,
+                          const std::string& where) {
+  for (size_t k = 0; k < expected.learnable_params().size(); ++k) {
+    const Tensor& e = *expected.learnable_params()[k];
+    const Tensor& a = *actual.learnable_params()[k];
+    for (int i = 0; i < e.count(); ++i) {
+      if (tolerance == 0.0f) {
+        ASSERT_EQ(e.cpu_diff()[i], a.cpu_diff()[i])
+            << expected.param_display_names()[k] << " element " << i << ", " << where;
+      } else {
+        ASSERT_NEAR(e.cpu_diff()[i], a.cpu_diff()[i],
+                    tolerance * std::max(1.0f, std::fabs(e.cpu_diff()[i])))
+            << expected.param_display_names()[k] << " element " << i << ", " << where;
+      }
+    }
+  }
+}
+
 // The plan a test applies: the two separate ones, or the joint one a Solver uses.
 enum class Plan { kSeparate, kJoint };
 
@@ -167,14 +187,8 @@ void ExpectSameGradients(const std::string& text, bool shares_data, Plan how = P
     const float expected = plain.ForwardBackward();
     const float loss = shared.ForwardBackward();
     EXPECT_EQ(loss, expected) << "iteration " << iteration;
-    for (size_t k = 0; k < plain.learnable_params().size(); ++k) {
-      const Tensor& e = *plain.learnable_params()[k];
-      const Tensor& a = *shared.learnable_params()[k];
-      for (int i = 0; i < e.count(); ++i) {
-        ASSERT_EQ(e.cpu_diff()[i], a.cpu_diff()[i])
-            << plain.param_display_names()[k] << " element " << i << ", iteration " << iteration;
-      }
-    }
+    ASSERT_NO_FATAL_FAILURE(
+        ExpectSameParamDiffs(plain, shared, 0.0f, "iteration " + std::to_string(iteration)));
     const Tensor& ex = *plain.blob_by_name("x");
     const Tensor& ax = *shared.blob_by_name("x");
     for (int i = 0; i < ex.count(); ++i) {
@@ -278,14 +292,8 @@ TEST(BufferSharingTest, RecomputedTopsSaveMoreAndSurviveALargerBatch) {
     for (int iteration = 0; iteration < 2; ++iteration) {
       const float expected = plain.ForwardBackward();
       EXPECT_EQ(shared.ForwardBackward(), expected) << "batch " << batch;
-      for (size_t k = 0; k < plain.learnable_params().size(); ++k) {
-        const Tensor& e = *plain.learnable_params()[k];
-        const Tensor& a = *shared.learnable_params()[k];
-        for (int i = 0; i < e.count(); ++i) {
-          ASSERT_EQ(e.cpu_diff()[i], a.cpu_diff()[i])
-              << plain.param_display_names()[k] << " element " << i << ", batch " << batch;
-        }
-      }
+      ASSERT_NO_FATAL_FAILURE(
+          ExpectSameParamDiffs(plain, shared, 0.0f, "batch " + std::to_string(batch)));
     }
   }
 }
@@ -416,16 +424,8 @@ TEST(BufferSharingGpuTest, RecomputedTopsGiveTheUnplannedGradients) {
     const float expected = twins.plain.ForwardBackward();
     EXPECT_NEAR(twins.shared.ForwardBackward(), expected, 1e-5f * std::max(1.0f, expected))
         << side << " x " << side;
-    for (size_t k = 0; k < twins.plain.learnable_params().size(); ++k) {
-      const Tensor& e = *twins.plain.learnable_params()[k];
-      const Tensor& a = *twins.shared.learnable_params()[k];
-      for (int i = 0; i < e.count(); ++i) {
-        ASSERT_NEAR(e.cpu_diff()[i], a.cpu_diff()[i],
-                    1e-4f * std::max(1.0f, std::fabs(e.cpu_diff()[i])))
-            << twins.plain.param_display_names()[k] << " element " << i << ", " << side << " x "
-            << side;
-      }
-    }
+    ASSERT_NO_FATAL_FAILURE(ExpectSameParamDiffs(
+        twins.plain, twins.shared, 1e-4f, std::to_string(side) + " x " + std::to_string(side)));
   }
 }
 
