@@ -9,11 +9,14 @@
 #include <algorithm>
 #include <chrono>
 #include <csignal>
+#include <cstdint>
 #include <future>
 #include <memory>
 #include <mutex>
+#include <random>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "comm/communicator.hpp"
@@ -135,6 +138,51 @@ TEST(UcxCommunicatorTest, ChunkSizesThatAreNoWholeNumberOfFloatsSumCorrectly) {
     ASSERT_TRUE(AllOk(outcomes)) << Describe(outcomes);
     EXPECT_EQ(outcomes[1].result, outcomes[0].result);
     EXPECT_EQ(outcomes[2].result, outcomes[0].result);
+  }
+}
+
+// Over TCP the summing receives add each range UCX unpacks straight into place (RangeSum). With
+// segments of an odd number of bytes, UCX's ranges split floats between them.
+TEST(UcxCommunicatorTest, SegmentsThatSplitFloatsSumCorrectlyOverTcp) {
+  testing::ScopedEnv tx("UCX_TCP_TX_SEG_SIZE", "1027");
+  testing::ScopedEnv rx("UCX_TCP_RX_SEG_SIZE", "1027");
+  EveryOperationAsProcesses("tcp", {"tcp/"}, "");
+}
+
+TEST(RangeSumTest, AddsEveryFloatOnceHoweverTheRangesFall) {
+  std::mt19937 random(5);
+  std::uniform_real_distribution<float> value(-100.0f, 100.0f);
+  for (size_t count : {size_t{0}, size_t{1}, size_t{3}, size_t{1000}}) {
+    SCOPED_TRACE(std::to_string(count) + " floats");
+    std::vector<float> dst(count);
+    std::vector<float> src(count);
+    for (size_t i = 0; i < count; ++i) {
+      dst[i] = value(random);
+      src[i] = value(random);
+    }
+    std::vector<float> expected(count);
+    for (size_t i = 0; i < count; ++i) expected[i] = dst[i] + src[i];
+    // Ranges of 1 to 13 bytes, most of them splitting floats, added in a shuffled order.
+    const size_t bytes = count * sizeof(float);
+    std::vector<std::pair<size_t, size_t>> ranges;
+    for (size_t at = 0; at < bytes;) {
+      const size_t length = std::min<size_t>(1 + random() % 13, bytes - at);
+      ranges.emplace_back(at, length);
+      at += length;
+    }
+    std::shuffle(ranges.begin(), ranges.end(), random);
+    RangeSum sum;
+    sum.Reset(dst.data(), bytes);
+    EXPECT_EQ(sum.bytes(), bytes);
+    const auto* raw = reinterpret_cast<const uint8_t*>(src.data());
+    for (const auto& [at, length] : ranges) ASSERT_TRUE(sum.Add(at, raw + at, length));
+    EXPECT_EQ(sum.pending(), 0u);
+    for (size_t i = 0; i < count; ++i) ASSERT_EQ(dst[i], expected[i]) << "float " << i;
+    // Ranges outside the buffer are refused and add nothing.
+    const std::vector<float> before = dst;
+    EXPECT_FALSE(sum.Add(bytes, raw, 1));
+    EXPECT_FALSE(sum.Add(bytes + 1, raw, 0));
+    EXPECT_EQ(dst, before);
   }
 }
 

@@ -7,10 +7,12 @@
 // piece is one UCX tag message of at most chunk_bytes whose tag is the operation's sequence
 // number (high 32 bits; every rank counts its operations alike) and the piece's index in its
 // stream (low 32 bits), so pieces of one operation never match another's. Receives are posted
-// a window ahead; a summed piece lands in one of the window's staging slots (mapped with
-// ucp_mem_map once, so registered once for RDMA), is added into place in stream order, and only
-// then may the send gated on it go out. Sends are posted as soon as their gate allows, a window
-// at a time.
+// a window ahead. Over RDMA and shared memory a summed piece lands in one of the window's
+// staging slots (mapped with ucp_mem_map once, so registered once for RDMA) and is added into
+// place in stream order; over TCP, where UCX copies each message out of its own receive
+// segments anyway, the receive's datatype adds it into place as it leaves them (RangeSum). Only
+// then may the send gated on the piece go out. Sends are posted as soon as their gate allows, a
+// window at a time.
 //
 // Progress. One thread (the caller's) drives the UCX worker: it progresses until nothing is
 // left to do, then arms the worker's event descriptor and polls it beside an eventfd that Abort
@@ -136,6 +138,22 @@ std::string Transports(ucp_ep_h ep) {
   return found.empty() ? std::string("?") : fmt::format("{}", fmt::join(found, "+"));
 }
 
+// A UCX generic datatype whose receives sum: the "buffer" of a receive is its RangeSum, and
+// each range UCX unpacks is added into place straight from UCX's receive segment. It only
+// receives.
+ucs_status_t UnpackSum(void* state, size_t offset, const void* src, size_t length) {
+  return static_cast<RangeSum*>(state)->Add(offset, src, length) ? UCS_OK
+                                                                 : UCS_ERR_MESSAGE_TRUNCATED;
+}
+const ucp_generic_dt_ops_t kSumType = {
+    [](void*, const void* buffer, size_t) { return const_cast<void*>(buffer); },  // start_pack
+    [](void*, void* buffer, size_t) { return buffer; },                           // start_unpack
+    [](void* state) { return static_cast<RangeSum*>(state)->bytes(); },           // packed_size
+    [](void*, size_t, void*, size_t) -> size_t { return 0; },                     // pack
+    UnpackSum,                                                                    // unpack
+    [](void*) {},                                                                 // finish
+};
+
 // A request's outcome, written by UCX's callbacks during ucp_worker_progress.
 struct Completion {
   bool done = false;
@@ -190,6 +208,7 @@ class UcxCommunicator final : public Communicator {
   struct Pending {
     void* request = nullptr;  // null once released (or never needed)
     Completion completion;
+    RangeSum sum;  // a piece summed as UCX unpacks it
   };
 
   void SetUp(const CommOptions& options, std::unique_ptr<TcpListener> listener);
@@ -241,6 +260,11 @@ class UcxCommunicator final : public Communicator {
   Link prev_;
   std::vector<float> staging_;  // kRecvWindow slots of chunk_bytes_
   ucp_mem_h staging_memh_ = nullptr;
+  // Over TCP, UCX copies every message out of its receive segments into the receive's buffer.
+  // Summed pieces then go through kSumType, which adds each range into place as it leaves the
+  // segment, instead of into a staging slot to be added later: one copy fewer. RDMA and
+  // shared memory keep the staging slots, which rendezvous fills without a copy. 0 otherwise.
+  ucp_datatype_t sum_type_ = 0;
   std::string description_;
 
   uint32_t sequence_ = 0;
@@ -275,6 +299,7 @@ UcxCommunicator::UcxCommunicator(const CommOptions& options, std::unique_ptr<Tcp
     Shutdown();  // closes the endpoints too
     if (staging_memh_ != nullptr) ucp_mem_unmap(context_, staging_memh_);
     if (worker_ != nullptr) ucp_worker_destroy(worker_);
+    if (sum_type_ != 0) ucp_dt_destroy(sum_type_);
     if (context_ != nullptr) ucp_cleanup(context_);
     throw;
   }
@@ -287,7 +312,8 @@ void UcxCommunicator::SetUp(const CommOptions& options, std::unique_ptr<TcpListe
   bootstrap_ = listener != nullptr ? CreateTcpCommunicator(boot, std::move(listener))
                                    : CreateCommunicator(boot);
 
-  if (CarriedByTcp()) {
+  const bool tcp = CarriedByTcp();
+  if (tcp) {
     // Over TCP, rendezvous costs every piece a handshake that queues behind the data on a busy
     // link (half a 1 Gbit/s link's rate); eager messages land straight in the receives posted
     // ahead. Receive segments of 256 KiB rather than 8 KiB cut UCX's per-segment work (1.3x on
@@ -320,6 +346,13 @@ void UcxCommunicator::SetUp(const CommOptions& options, std::unique_ptr<TcpListe
   status = ucp_worker_create(context_, &worker_params, &worker_);
   if (status != UCS_OK) {
     CORTADO_THROW(kComm, "{}: ucp_worker_create: {}", self, ucs_status_string(status));
+  }
+  if (tcp) {
+    status = ucp_dt_create_generic(&kSumType, nullptr, &sum_type_);
+    if (status != UCS_OK) {
+      sum_type_ = 0;
+      CORTADO_THROW(kComm, "{}: ucp_dt_create_generic: {}", self, ucs_status_string(status));
+    }
   }
   status = ucp_worker_get_efd(worker_, &worker_fd_);
   if (status != UCS_OK) {
@@ -461,6 +494,7 @@ UcxCommunicator::~UcxCommunicator() {
   }
   if (staging_memh_ != nullptr) ucp_mem_unmap(context_, staging_memh_);
   ucp_worker_destroy(worker_);
+  if (sum_type_ != 0) ucp_dt_destroy(sum_type_);
   ucp_cleanup(context_);
 }
 
@@ -635,7 +669,11 @@ void UcxCommunicator::PostRecv(size_t i, uint64_t tag) {
   param.user_data = &state.completion;
   param.datatype = ucp_dt_make_contig(1);
   void* buffer = piece.data;
-  if (piece.sum) {
+  if (piece.sum && sum_type_ != 0) {
+    state.sum.Reset(reinterpret_cast<float*>(piece.data), piece.bytes);
+    buffer = &state.sum;
+    param.datatype = sum_type_;
+  } else if (piece.sum) {
     buffer = reinterpret_cast<char*>(staging_.data()) + (i % kRecvWindow) * chunk_bytes_;
     param.op_attr_mask |= UCP_OP_ATTR_FIELD_MEMH;
     param.memh = staging_memh_;
@@ -734,7 +772,7 @@ void UcxCommunicator::Run(const char* op, double timeout_s) {
                       "protocol error: do both run the same operations?)",
                       rank(), From().name, state.completion.info.length, recvs_[ready].bytes, op);
       }
-      if (recvs_[ready].sum) Sum(ready);
+      if (recvs_[ready].sum && sum_type_ == 0) Sum(ready);
       ++ready;
       moved = true;
     }
@@ -896,6 +934,50 @@ std::unique_ptr<Communicator> MakeUcx(const CommOptions& options) {
 }
 
 }  // namespace
+
+void RangeSum::Reset(float* dst, size_t bytes) {
+  dst_ = dst;
+  bytes_ = bytes;
+  split_.clear();
+}
+
+void RangeSum::AddByte(size_t at, uint8_t byte) {
+  const size_t index = at / sizeof(float);
+  auto it =
+      std::find_if(split_.begin(), split_.end(), [&](const Split& s) { return s.index == index; });
+  if (it == split_.end()) {
+    split_.push_back({index, {0, 0, 0, 0}, 0});
+    it = split_.end() - 1;
+  }
+  it->bytes[at % sizeof(float)] = byte;
+  it->have |= static_cast<uint8_t>(1u << (at % sizeof(float)));
+  if (it->have == 0xF) {
+    float value;
+    std::memcpy(&value, it->bytes, sizeof(value));
+    dst_[index] += value;
+    split_.erase(it);
+  }
+}
+
+bool RangeSum::Add(size_t offset, const void* src, size_t length) {
+  if (offset > bytes_ || length > bytes_ - offset) return false;
+  const auto* bytes = static_cast<const uint8_t*>(src);
+  const size_t end = offset + length;
+  // [first, last): the floats this range holds whole.
+  const size_t first = std::min(end, (offset + sizeof(float) - 1) / sizeof(float) * sizeof(float));
+  const size_t last = std::max(first, end / sizeof(float) * sizeof(float));
+  for (size_t at = offset; at < first; ++at) AddByte(at, bytes[at - offset]);
+  const uint8_t* whole = bytes + (first - offset);
+  float* dst = dst_ + first / sizeof(float);
+  const size_t n = (last - first) / sizeof(float);
+  for (size_t k = 0; k < n; ++k) {
+    float value;
+    std::memcpy(&value, whole + k * sizeof(float), sizeof(value));
+    dst[k] += value;
+  }
+  for (size_t at = last; at < end; ++at) AddByte(at, bytes[at - offset]);
+  return true;
+}
 
 std::unique_ptr<Communicator> CreateUcxCommunicator(const CommOptions& options,
                                                     std::unique_ptr<TcpListener> listener) {

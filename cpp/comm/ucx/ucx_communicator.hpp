@@ -18,7 +18,10 @@
 // never writes into a caller's buffer afterwards.
 #pragma once
 
+#include <cstddef>
+#include <cstdint>
 #include <memory>
+#include <vector>
 
 #include "comm/communicator.hpp"
 #include "comm/tcp/tcp_communicator.hpp"
@@ -30,6 +33,33 @@ namespace cortado::comm {
 // connection is made or options.connect_timeout_s has passed.
 std::unique_ptr<Communicator> CreateUcxCommunicator(const CommOptions& options,
                                                     std::unique_ptr<TcpListener> listener);
+
+// Adds a received buffer of floats into place from byte ranges of it that may come in any order
+// and may split a float between two of them: how UCX unpacks a message over TCP, one receive
+// segment at a time, into the ucx backend's summing receives. Each float is added once, when
+// all four of its bytes have come, so the result is the same however the ranges fall.
+class RangeSum {
+ public:
+  void Reset(float* dst, size_t bytes);
+  size_t bytes() const { return bytes_; }
+  // Adds the bytes [offset, offset + length) of the buffer, at `src`. False, adding nothing,
+  // when they do not lie within it.
+  bool Add(size_t offset, const void* src, size_t length);
+  // Floats some but not all of whose bytes have come.
+  size_t pending() const { return split_.size(); }
+
+ private:
+  void AddByte(size_t at, uint8_t byte);
+
+  struct Split {
+    size_t index;  // of the float in dst_
+    uint8_t bytes[4];
+    uint8_t have;  // bit b: byte b has come
+  };
+  float* dst_ = nullptr;
+  size_t bytes_ = 0;
+  std::vector<Split> split_;
+};
 
 // For a process whose runtime handles SIGSEGV itself (the JVM: its null checks and safepoints
 // fault on purpose): UCX installs its own handlers for SIGSEGV, SIGBUS, SIGILL and SIGFPE when
