@@ -4,7 +4,6 @@
 // one-wide operands, against a product in double; beta = 0 never reads C.
 #include <gtest/gtest.h>
 
-#include <cmath>
 #include <limits>
 #include <random>
 #include <string>

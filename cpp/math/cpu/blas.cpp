@@ -24,8 +24,12 @@ void Gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const fl
   // those are done here.
   if (m == 0 || n == 0) return;
   if (k == 0) {
-    for (size_t i = 0; i < static_cast<size_t>(m) * n; ++i)
-      c[i] = beta == 0.0f ? 0.0f : beta * c[i];
+    // C = beta * C, and with beta 0 C is not read (BLAS's rule).
+    if (beta == 0.0f) {
+      Set(m * n, 0.0f, c);
+    } else {
+      Scale(m * n, beta, c);
+    }
     return;
   }
   const dnnl_status_t status = dnnl_sgemm(trans_a ? 'T' : 'N', trans_b ? 'T' : 'N', m, n, k, alpha,
