@@ -11,8 +11,9 @@
 #  - tf32: Cortado's `precision: TF32` beside PyTorch with TF32 on, CaffeNet and ResNet-50.
 #  - amp: PyTorch's automatic mixed precision (float16 autocast, GradScaler, channels_last) on
 #    ResNet-50 at batch 128 and CaffeNet at batch 256, beside Cortado in float32, TF32, float16
-#    and bfloat16 (AMP_PRECISIONS picks; float16-all and bfloat16-all run the 1x1 convolutions
-#    in the half type too, which training leaves in TF32).
+#    and bfloat16 (AMP_PRECISIONS picks; float16-floatblobs keeps the blobs in float32 between
+#    layers as before half blobs, float16-all does too and runs the 1x1 convolutions in the half
+#    type, float16-nchw and float16-nhwc put every convolution on the half blobs in that layout).
 #  - search: Cortado with each convolution's cuDNN algorithm search given the whole 1 GiB limit
 #    (CORTADO_CUDNN_SEARCH_SCALE=0) instead of a scratch sized to the layer.
 # Peak memory: the most each allocated during the timed iterations, after the warm-up (PyTorch's
@@ -84,10 +85,17 @@ for section in $sections; do
       for spec in "resnet50 128" "caffenet 256"; do
         read -r net batch <<<"$spec"
         theirs=$(python3 bench/gpu/pytorch_train.py --mode=amp --batch="$batch" $net)
-        for precision in ${AMP_PRECISIONS:-float32 tf32 float16 bfloat16}; do
-          # float16-all: 1x1 convolutions in float16 too (CORTADO_HALF_CONVOLUTIONS=all)
-          row "$net $precision vs amp" "$(CORTADO_HALF_CONVOLUTIONS=${precision#*-} \
-            "$bench" "$(model $net "$batch")" 50 10 0 "${precision%-all}")" "$theirs"
+        for choice in ${AMP_PRECISIONS:-float32 tf32 float16 bfloat16}; do
+          # A precision and a variant: float16-floatblobs keeps every blob in float32 between
+          # layers (CORTADO_HALF_TENSORS=0; then float16-all puts the 1x1 convolutions in
+          # float16 too, CORTADO_HALF_CONVOLUTIONS=all); float16-nchw and float16-nhwc put every
+          # convolution on the half blobs in that layout (CORTADO_HALF_CONV_LAYOUT; default auto).
+          precision=${choice%%-*}
+          variant=${choice#"$precision"}
+          row "$net $choice vs amp" "$(CORTADO_HALF_CONVOLUTIONS=${variant#-} \
+            CORTADO_HALF_TENSORS=$([[ $variant == -floatblobs || $variant == -all ]] && echo 0 || echo 1) \
+            CORTADO_HALF_CONV_LAYOUT=$([[ $variant == -nchw || $variant == -nhwc ]] && echo "${variant#-}" || echo auto) \
+            "$bench" "$(model $net "$batch")" 50 10 0 "$precision")" "$theirs"
         done
       done
       ;;

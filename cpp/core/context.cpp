@@ -129,4 +129,16 @@ int Context::CudaDeviceCount() {
 #endif
 }
 
+const char* HalfTypeName(HalfType type) {
+  switch (type) {
+    case HalfType::kFloat16:
+      return "float16";
+    case HalfType::kBFloat16:
+      return "bfloat16";
+    case HalfType::kNone:
+      break;
+  }
+  return "float32";
+}
+
 }  // namespace cortado

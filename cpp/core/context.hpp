@@ -11,6 +11,8 @@
 #include <random>
 #include <string>
 
+#include "core/half_type.hpp"
+
 namespace cortado {
 
 enum class DeviceType { kCpu, kCuda };
@@ -69,9 +71,10 @@ class Context {
 
   // The reduced precision CUDA convolutions (cuDNN) and inner products compute in (the solver's
   // `precision: FLOAT16 | BFLOAT16`): their operands are rounded to it, their sums kept in
-  // float32, and tensors and weights stay float32. kNone by default. Like allow_tf32, set it
+  // float32, and the weights stay float32 (a net keeps activations in it between the layers
+  // that compute in it: Net, Tensor::set_home_type). kNone by default. Like allow_tf32, set it
   // before building nets. The CPU ignores it.
-  enum class HalfType { kNone, kFloat16, kBFloat16 };
+  using HalfType = cortado::HalfType;
   void set_half_compute(HalfType type) { half_compute_ = type; }
   HalfType half_compute() const { return half_compute_; }
 

@@ -193,6 +193,7 @@ void* SyncedMemory::mutable_host_data() {
   if (parent_) return static_cast<char*>(parent_->mutable_host_data()) + offset_;
   ToHost();
   head_ = Head::kHost;
+  ++version_;
   return host_;
 }
 
@@ -206,6 +207,7 @@ void* SyncedMemory::mutable_device_data() {
   if (parent_) return static_cast<char*>(parent_->mutable_device_data()) + offset_;
   ToDevice();
   head_ = Head::kDevice;
+  ++version_;
   return device_;
 }
 

@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 
 namespace cortado {
@@ -33,6 +34,9 @@ class SyncedMemory {
   void* mutable_device_data();
 
   size_t size() const { return bytes_; }
+  // Counts the mutable accesses (either side, through any view of it): a copy converted from
+  // this buffer is current while the version it was made at is (Tensor's twins).
+  uint64_t version() const { return parent_ ? parent_->version() : version_; }
   Head head() const { return parent_ ? parent_->head() : head_; }
   // The memory this one is a view of (nullptr if it holds its own), and where in it it starts.
   const std::shared_ptr<SyncedMemory>& parent() const { return parent_; }
@@ -53,6 +57,7 @@ class SyncedMemory {
   // legacy default stream.
   void* stream_ = nullptr;
   Head head_ = Head::kUninitialized;
+  uint64_t version_ = 0;
 };
 
 // Host memory held by all SyncedMemory buffers of the process now, and the most at any time

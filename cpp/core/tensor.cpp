@@ -8,8 +8,14 @@
 #include <cmath>
 #include <cstring>
 
+#include "core/config.hpp"
 #include "core/error.hpp"
+#include "math/half_convert.hpp"
 #include "proto/caffe.pb.h"
+
+#if CORTADO_WITH_CUDA
+#include "core/cuda.hpp"
+#endif
 
 namespace cortado {
 
@@ -31,22 +37,28 @@ void Tensor::Reshape(const std::vector<int>& shape) {
                     fmt::join(shape, " "));
     }
   }
+  // Values written through a twin reach the home while the twin still matches its shape.
+  if (data_twin_.written) Home(data_, data_twin_);
+  if (diff_twin_.written) Home(diff_, diff_twin_);
   shape_ = shape;
   count_ = static_cast<int>(count);
+  const size_t value = value_bytes();
   if (count_ > capacity_ || !data_) {
     capacity_ = count_;
-    data_ =
-        std::make_shared<SyncedMemory>(sizeof(float) * static_cast<size_t>(capacity_), device_id_);
-    diff_ =
-        std::make_shared<SyncedMemory>(sizeof(float) * static_cast<size_t>(capacity_), device_id_);
+    data_ = std::make_shared<SyncedMemory>(value * static_cast<size_t>(capacity_), device_id_);
+    diff_ = std::make_shared<SyncedMemory>(value * static_cast<size_t>(capacity_), device_id_);
+    data_twin_ = Twin{};
+    diff_twin_ = Twin{};
   } else {
     // A buffer taken with UseDataBuffer or UseDiffBuffer that is too small for the new shape.
-    const size_t bytes = sizeof(float) * static_cast<size_t>(capacity_);
-    if (data_->size() < sizeof(float) * static_cast<size_t>(count_)) {
+    const size_t bytes = value * static_cast<size_t>(capacity_);
+    if (data_->size() < value * static_cast<size_t>(count_)) {
       data_ = std::make_shared<SyncedMemory>(bytes, device_id_);
+      data_twin_ = Twin{};
     }
-    if (diff_->size() < sizeof(float) * static_cast<size_t>(count_)) {
+    if (diff_->size() < value * static_cast<size_t>(count_)) {
       diff_ = std::make_shared<SyncedMemory>(bytes, device_id_);
+      diff_twin_ = Twin{};
     }
   }
 }
@@ -107,62 +119,203 @@ int Tensor::offset(const std::vector<int>& indices) const {
   return result;
 }
 
+// ---- home buffers and twins ------------------------------------------------------------------
+
+void Tensor::set_home_type(HalfType type) {
+  if (type == home_) return;
+  home_ = type;
+  data_twin_ = Twin{};
+  diff_twin_ = Twin{};
+  const size_t bytes = value_bytes() * static_cast<size_t>(capacity_);
+  if (data_ != nullptr && data_->size() < value_bytes() * static_cast<size_t>(count_)) {
+    data_ = std::make_shared<SyncedMemory>(bytes, device_id_);
+  }
+  if (diff_ != nullptr && diff_->size() < value_bytes() * static_cast<size_t>(count_)) {
+    diff_ = std::make_shared<SyncedMemory>(bytes, device_id_);
+  }
+}
+
+void Tensor::Convert(SyncedMemory& from, HalfType from_type, SyncedMemory& to, HalfType to_type,
+                     bool on_device) const {
+  CORTADO_CHECK((from_type == HalfType::kNone) != (to_type == HalfType::kNone),
+                "a conversion from {} to {}", HalfTypeName(from_type), HalfTypeName(to_type));
+  const HalfType half = from_type == HalfType::kNone ? to_type : from_type;
+  if (on_device) {
+#if CORTADO_WITH_CUDA
+    void* stream = cuda::CurrentStream();
+    if (from_type == HalfType::kNone) {
+      math::FloatsToHalfGpu(stream, half, count_, static_cast<const float*>(from.device_data()),
+                            to.mutable_device_data());
+    } else {
+      math::HalfToFloatsGpu(stream, half, count_, from.device_data(),
+                            static_cast<float*>(to.mutable_device_data()));
+    }
+    return;
+#else
+    CORTADO_THROW(kUnimplemented, "device memory requested in a build without CUDA");
+#endif
+  }
+  if (from_type == HalfType::kNone) {
+    math::FloatsToHalfHost(half, count_, static_cast<const float*>(from.host_data()),
+                           to.mutable_host_data());
+  } else {
+    math::HalfToFloatsHost(half, count_, from.host_data(),
+                           static_cast<float*>(to.mutable_host_data()));
+  }
+}
+
+namespace {
+// Where a buffer's current values are: on the device (alone or synced with the host).
+bool OnDevice(const SyncedMemory& memory) {
+  return memory.head() == SyncedMemory::Head::kDevice ||
+         memory.head() == SyncedMemory::Head::kSynced;
+}
+}  // namespace
+
+SyncedMemory& Tensor::Home(const std::shared_ptr<SyncedMemory>& home, Twin& twin) const {
+  CORTADO_CHECK(home != nullptr, "tensor has no data (never reshaped)");
+  if (twin.written) {
+    twin.written = false;
+    Convert(*twin.memory, home_ == HalfType::kNone ? twin.type : HalfType::kNone, *home, home_,
+            OnDevice(*twin.memory));
+    // A 16-bit twin widened into a float32 home matches it exactly; a float32 twin rounded into a
+    // 16-bit home does not, and is converted back at its next read.
+    twin.current = home_ == HalfType::kNone;
+    twin.version = home->version();
+  }
+  return *home;
+}
+
+SyncedMemory& Tensor::TwinOf(const std::shared_ptr<SyncedMemory>& home, Twin& twin, HalfType type,
+                             bool write, Side side) const {
+  CORTADO_CHECK(home != nullptr, "tensor has no data (never reshaped)");
+  const size_t bytes = ValueBytes(type) * static_cast<size_t>(count_);
+  if (twin.memory == nullptr || twin.memory->size() < bytes || twin.type != type) {
+    if (twin.written) Home(home, twin);
+    twin.memory = std::make_shared<SyncedMemory>(ValueBytes(type) * static_cast<size_t>(capacity_),
+                                                 device_id_);
+    twin.type = type;
+    twin.current = false;
+  }
+  if (!twin.written && (!twin.current || twin.version != home->version())) {
+    // Never written, the home holds zeros, as a new twin does.
+    const bool both_new = home->head() == SyncedMemory::Head::kUninitialized &&
+                          twin.memory->head() == SyncedMemory::Head::kUninitialized;
+    // Converted where the twin is wanted: a device twin of a home written on the host is
+    // uploaded first and converted there.
+    if (!both_new && count_ > 0) Convert(*home, home_, *twin.memory, type, side == Side::kDevice);
+    twin.current = true;
+    twin.version = home->version();
+  }
+  if (write) twin.written = true;
+  return *twin.memory;
+}
+
+void Tensor::FlushTwins() {
+  if (data_twin_.written) Home(data_, data_twin_);
+  if (diff_twin_.written) Home(diff_, diff_twin_);
+}
+
+namespace {
+const void* PointerOn(SyncedMemory& memory, bool write, bool host) {
+  if (host) return write ? memory.mutable_host_data() : memory.host_data();
+  return write ? memory.mutable_device_data() : memory.device_data();
+}
+}  // namespace
+
+const float* Tensor::FloatPointer(const std::shared_ptr<SyncedMemory>& home, Twin& twin, bool write,
+                                  Side side) const {
+  SyncedMemory& memory = home_ == HalfType::kNone
+                             ? Home(home, twin)
+                             : TwinOf(home, twin, HalfType::kNone, write, side);
+  return static_cast<const float*>(PointerOn(memory, write, side == Side::kHost));
+}
+
+const void* Tensor::HalfPointer(const std::shared_ptr<SyncedMemory>& home, Twin& twin,
+                                HalfType type, bool write, Side side) const {
+  CORTADO_CHECK(type != HalfType::kNone, "a 16-bit view asked for as float32");
+  if (home_ == type) return PointerOn(Home(home, twin), write, side == Side::kHost);
+  if (home_ != HalfType::kNone) {
+    CORTADO_THROW(kInternal, "a tensor of shape {} kept in {} has no {} view", ShapeString(),
+                  HalfTypeName(home_), HalfTypeName(type));
+  }
+  return PointerOn(TwinOf(home, twin, type, write, side), write, side == Side::kHost);
+}
+
 const float* Tensor::cpu_data() const {
-  CORTADO_CHECK(data_ != nullptr, "tensor has no data (never reshaped)");
-  return static_cast<const float*>(data_->host_data());
+  return FloatPointer(data_, data_twin_, false, Side::kHost);
 }
 const float* Tensor::cpu_diff() const {
-  CORTADO_CHECK(diff_ != nullptr, "tensor has no diff (never reshaped)");
-  return static_cast<const float*>(diff_->host_data());
+  return FloatPointer(diff_, diff_twin_, false, Side::kHost);
 }
 float* Tensor::mutable_cpu_data() {
-  CORTADO_CHECK(data_ != nullptr, "tensor has no data (never reshaped)");
-  return static_cast<float*>(data_->mutable_host_data());
+  return const_cast<float*>(FloatPointer(data_, data_twin_, true, Side::kHost));
 }
 float* Tensor::mutable_cpu_diff() {
-  CORTADO_CHECK(diff_ != nullptr, "tensor has no diff (never reshaped)");
-  return static_cast<float*>(diff_->mutable_host_data());
+  return const_cast<float*>(FloatPointer(diff_, diff_twin_, true, Side::kHost));
 }
 const float* Tensor::gpu_data() const {
-  CORTADO_CHECK(data_ != nullptr, "tensor has no data (never reshaped)");
-  return static_cast<const float*>(data_->device_data());
+  return FloatPointer(data_, data_twin_, false, Side::kDevice);
 }
 const float* Tensor::gpu_diff() const {
-  CORTADO_CHECK(diff_ != nullptr, "tensor has no diff (never reshaped)");
-  return static_cast<const float*>(diff_->device_data());
+  return FloatPointer(diff_, diff_twin_, false, Side::kDevice);
 }
 float* Tensor::mutable_gpu_data() {
-  CORTADO_CHECK(data_ != nullptr, "tensor has no data (never reshaped)");
-  return static_cast<float*>(data_->mutable_device_data());
+  return const_cast<float*>(FloatPointer(data_, data_twin_, true, Side::kDevice));
 }
 float* Tensor::mutable_gpu_diff() {
-  CORTADO_CHECK(diff_ != nullptr, "tensor has no diff (never reshaped)");
-  return static_cast<float*>(diff_->mutable_device_data());
+  return const_cast<float*>(FloatPointer(diff_, diff_twin_, true, Side::kDevice));
+}
+const void* Tensor::gpu_half_data(HalfType type) const {
+  return HalfPointer(data_, data_twin_, type, false, Side::kDevice);
+}
+const void* Tensor::gpu_half_diff(HalfType type) const {
+  return HalfPointer(diff_, diff_twin_, type, false, Side::kDevice);
+}
+void* Tensor::mutable_gpu_half_data(HalfType type) {
+  return const_cast<void*>(HalfPointer(data_, data_twin_, type, true, Side::kDevice));
+}
+void* Tensor::mutable_gpu_half_diff(HalfType type) {
+  return const_cast<void*>(HalfPointer(diff_, diff_twin_, type, true, Side::kDevice));
+}
+const void* Tensor::cpu_half_data(HalfType type) const {
+  return HalfPointer(data_, data_twin_, type, false, Side::kHost);
+}
+void* Tensor::mutable_cpu_half_data(HalfType type) {
+  return const_cast<void*>(HalfPointer(data_, data_twin_, type, true, Side::kHost));
 }
 
 void Tensor::ShareData(const Tensor& other) {
   CORTADO_CHECK_EQ(count_, other.count(), "ShareData between {} and {}", ShapeString(),
                    other.ShapeString());
+  CORTADO_CHECK(home_ == other.home_, "ShareData between a tensor kept in {} and one kept in {}",
+                HalfTypeName(home_), HalfTypeName(other.home_));
+  if (data_ != other.data_) data_twin_ = Twin{};
   data_ = other.data_;
 }
 
 void Tensor::ShareDiff(const Tensor& other) {
   CORTADO_CHECK_EQ(count_, other.count(), "ShareDiff between {} and {}", ShapeString(),
                    other.ShapeString());
+  CORTADO_CHECK(home_ == other.home_, "ShareDiff between a tensor kept in {} and one kept in {}",
+                HalfTypeName(home_), HalfTypeName(other.home_));
+  if (diff_ != other.diff_) diff_twin_ = Twin{};
   diff_ = other.diff_;
 }
 
 void Tensor::UseDataBuffer(std::shared_ptr<SyncedMemory> buffer) {
-  CORTADO_CHECK(buffer != nullptr && buffer->size() >= sizeof(float) * static_cast<size_t>(count_),
+  CORTADO_CHECK(buffer != nullptr && buffer->size() >= value_bytes() * static_cast<size_t>(count_),
                 "data buffer of {} bytes for a tensor of shape {}", buffer ? buffer->size() : 0,
                 ShapeString());
+  if (data_ != buffer) data_twin_ = Twin{};
   data_ = std::move(buffer);
 }
 
 void Tensor::UseDiffBuffer(std::shared_ptr<SyncedMemory> buffer) {
-  CORTADO_CHECK(buffer != nullptr && buffer->size() >= sizeof(float) * static_cast<size_t>(count_),
+  CORTADO_CHECK(buffer != nullptr && buffer->size() >= value_bytes() * static_cast<size_t>(count_),
                 "diff buffer of {} bytes for a tensor of shape {}", buffer ? buffer->size() : 0,
                 ShapeString());
+  if (diff_ != buffer) diff_twin_ = Twin{};
   diff_ = std::move(buffer);
 }
 

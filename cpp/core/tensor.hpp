@@ -2,6 +2,14 @@
 // Tensor: Caffe's Blob. An N-D float32 array (row-major, NCHW for images) with a data buffer
 // and a gradient ("diff") buffer of the same shape, each a SyncedMemory.
 //
+// Mixed precision: a tensor may keep its values (data and diff) in a 16-bit type instead, its
+// "home" type (set_home_type; a net does it for the blobs that only layers computing in that
+// type touch). Either view can be read and written whatever the home type: the other one is a
+// "twin", a converted copy the tensor keeps (same layout, rounded to nearest even), remade when
+// the home values have changed since (SyncedMemory::version). A write through a twin's mutable
+// pointer is converted into the home at the next access to the home or to the other view
+// through this tensor; tensors that share the buffer see it only after that.
+//
 // Reshape keeps the allocation when the new count fits (Caffe's behaviour), so nets can
 // reshape every iteration without reallocating. Not thread-safe.
 #pragma once
@@ -10,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "core/half_type.hpp"
 #include "core/synced_memory.hpp"
 
 namespace caffe {
@@ -72,6 +81,25 @@ class Tensor {
     return cpu_diff()[offset(n, c, h, w)];
   }
 
+  // The type the values are kept in (kNone: float32) and its bytes per value. Setting it keeps
+  // the buffers (and their sharing with other tensors) but not their values: set it before
+  // the values matter, on every tensor that shares the buffers alike (Net does).
+  void set_home_type(HalfType type);
+  HalfType home_type() const { return home_; }
+  size_t value_bytes() const { return ValueBytes(home_); }
+  // The values in `type` (not kNone) on the GPU: the home buffer when it is of that type, else
+  // the twin. A tensor whose home is one 16-bit type has no twin of the other (kInternal).
+  const void* gpu_half_data(HalfType type) const;
+  const void* gpu_half_diff(HalfType type) const;
+  void* mutable_gpu_half_data(HalfType type);
+  void* mutable_gpu_half_diff(HalfType type);
+  // Converts what was written through either twin into the home now, so that tensors sharing
+  // the buffers see it (Net does this after each pass of a layer that computes in 16 bits).
+  void FlushTwins();
+  // The same on the host (for tests and tools; the net's layers use the GPU ones).
+  const void* cpu_half_data(HalfType type) const;
+  void* mutable_cpu_half_data(HalfType type);
+
   const std::shared_ptr<SyncedMemory>& data() const { return data_; }
   const std::shared_ptr<SyncedMemory>& diff() const { return diff_; }
 
@@ -82,6 +110,7 @@ class Tensor {
   // may use too (Net::ShareDiffBuffers). A later Reshape beyond the buffer's size gives the
   // tensor a diff buffer of its own again.
   void UseDiffBuffer(std::shared_ptr<SyncedMemory> buffer);
+  // (Buffers hold count() values of the home type: value_bytes() each.)
   // The same for the data (Net::ShareDataBuffers).
   void UseDataBuffer(std::shared_ptr<SyncedMemory> buffer);
 
@@ -104,12 +133,38 @@ class Tensor {
   bool ShapeEquals(const caffe::BlobProto& proto) const;
 
  private:
+  // A converted copy of a buffer in the other type (float32 for a 16-bit home, `type` for a
+  // float32 one).
+  struct Twin {
+    std::shared_ptr<SyncedMemory> memory;
+    HalfType type = HalfType::kNone;  // a float32 home's twin: its 16-bit type
+    bool current = false;             // holds the home's values as of `version`
+    uint64_t version = 0;
+    bool written = false;  // written through: the home is to be converted from it
+  };
+  enum class Side { kHost, kDevice };
+  // The home buffer, any written twin converted into it first.
+  SyncedMemory& Home(const std::shared_ptr<SyncedMemory>& home, Twin& twin) const;
+  // The twin of `home` in `type` (kNone: float32), current and, with `write`, marked written.
+  SyncedMemory& TwinOf(const std::shared_ptr<SyncedMemory>& home, Twin& twin, HalfType type,
+                       bool write, Side side) const;
+  // home -> twin or twin -> home, on the device or on the host.
+  void Convert(SyncedMemory& from, HalfType from_type, SyncedMemory& to, HalfType to_type,
+               bool on_device) const;
+  const void* HalfPointer(const std::shared_ptr<SyncedMemory>& home, Twin& twin, HalfType type,
+                          bool write, Side side) const;
+  const float* FloatPointer(const std::shared_ptr<SyncedMemory>& home, Twin& twin, bool write,
+                            Side side) const;
+
   std::shared_ptr<SyncedMemory> data_;
   std::shared_ptr<SyncedMemory> diff_;
   std::vector<int> shape_;
   int count_ = 0;
   int capacity_ = 0;
   int device_id_ = 0;
+  HalfType home_ = HalfType::kNone;
+  mutable Twin data_twin_;
+  mutable Twin diff_twin_;
 };
 
 // Shape of a BlobProto as a string ("2 3 4 5 (120)"), for error messages.

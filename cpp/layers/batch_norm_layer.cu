@@ -6,15 +6,22 @@
 // order (every block of a channel gets the same bits) before it normalises. Fixed grid, fixed
 // order, no atomics: results repeat bit for bit. The mean and variance come from one read: sums
 // of x - k and (x - k)^2 with k the channel's first value, which keeps the single-pass variance
-// free of cancellation. Loads and stores are float4 where the spatial size allows. No host reads.
+// free of cancellation. Loads and stores are of 4 values where the spatial size allows. No host
+// reads.
 // Fused with a Scale (and ReLU), the normalising pass also writes relu(x_norm * s + b) (rounded
 // step by step, as scale_layer.cu and relu_layer.cu do), and the backward passes take the ReLU's
 // mask and the Scale's factor into g and add the Scale's diffs from the same partial sums.
+// In a 16-bit type (Layer::HalfTensors) the same kernels read and write x, the top, dy, dx and the
+// kept x_norm in that type, computing in float32 and rounding each stored value once; the
+// statistics, the running sums and the Scale's parameters and diffs stay float32.
 #include <algorithm>
 #include <cstdint>
+#include <memory>
+#include <type_traits>
 
 #include "core/cuda.hpp"
 #include "layers/batch_norm_layer.hpp"
+#include "layers/half_values.cuh"
 #include "math/cuda/reduce_helpers.cuh"
 
 namespace cortado {
@@ -26,6 +33,8 @@ using cuda::FastDiv;
 using cuda::Load;
 using cuda::Pack;
 using cuda::Store;
+using half_values::Narrow;
+using half_values::Widen;
 
 // Values of one channel per block in the reductions (each thread then sums about 32).
 constexpr int kChunk = 8192;
@@ -77,15 +86,16 @@ __device__ __forceinline__ float Masked(const ReluMask& m, float s, float b, flo
 // Block (c, part): over its chunk of channel c, either (kGradient) the sums of a and a * b, or
 // the sums of a - k and (a - k)^2 with k the channel's first value (stored in shift[c]).
 // kGradient with a ReLU mask: a is dy masked by the ReLU (b is x_norm).
-template <int V, bool kGradient>
-__global__ void ChannelPartials(ChannelLayout layout, const float* a, const float* b, ReluMask mask,
+template <int V, bool kGradient, typename T>
+__global__ void ChannelPartials(ChannelLayout layout, const T* a, const T* b, ReluMask mask,
                                 float* shift, double2* partials) {
   const int c = blockIdx.x / layout.parts;
   const int part = blockIdx.x - c * layout.parts;
   const uint32_t begin = static_cast<uint32_t>(part) * layout.chunk_units;
   const uint32_t end = min(begin + layout.chunk_units, layout.units);
-  const float k =
-      kGradient || layout.units == 0 ? 0.0f : a[static_cast<int64_t>(c) * layout.rows.divisor * V];
+  const float k = kGradient || layout.units == 0
+                      ? 0.0f
+                      : Widen(a[static_cast<int64_t>(c) * layout.rows.divisor * V]);
   float s1[V], s2[V];
   for (int i = 0; i < V; ++i) s1[i] = s2[i] = 0.0f;
   for (uint32_t q = begin + threadIdx.x; q < end; q += blockDim.x) {
@@ -132,13 +142,14 @@ __global__ void ChannelPartials(ChannelLayout layout, const float* a, const floa
 // and the running sums mean_sum = f * mean_sum + mean, var_sum = f * var_sum + m / (m - 1) *
 // var, norm = f * norm + 1. Without: mean and std as stored. Then x_norm = top = (x - mean) /
 // std (divided, as the CPU code, to round alike); may be in place. Fused (scale given): top =
-// x_norm * s[c] (+ b[c]), then the ReLU of slope relu_slope when relu.
-template <int V>
-__global__ void Normalize(ChannelLayout layout, const float* x, const double2* partials,
+// x_norm * s[c] (+ b[c]), then the ReLU of slope relu_slope when relu. In a 16-bit T the fused top
+// comes from x_norm as stored (rounded to T), as AffineFromNormalised and the backward mask see it.
+template <int V, typename T>
+__global__ void Normalize(ChannelLayout layout, const T* x, const double2* partials,
                           const float* shift, float fraction, float bias_correction, float eps,
                           float* mean, float* std_dev, float* mean_sum, float* var_sum, float* norm,
                           const float* scale, const float* bias, bool relu, float relu_slope,
-                          float* x_norm, float* top) {
+                          T* x_norm, T* top) {
   const int block = gridDim.x - 1 - blockIdx.x;
   const int c = block / layout.parts;
   const int part = block - c * layout.parts;
@@ -177,6 +188,9 @@ __global__ void Normalize(ChannelLayout layout, const float* x, const double2* p
     for (int i = 0; i < V; ++i) v.v[i] = (v.v[i] - mu) / sd;
     Store<V>(x_norm, at, v);
     if (scale != nullptr) {
+      if constexpr (!std::is_same_v<T, float>) {
+        for (int i = 0; i < V; ++i) v.v[i] = Widen(Narrow<T>(v.v[i]));
+      }
       const float s = scale[c];
       const float b = bias != nullptr ? bias[c] : 0.0f;
       for (int i = 0; i < V; ++i) {
@@ -204,11 +218,11 @@ __global__ void GlobalStatistics(int channels, const float* mean_sum, const floa
 // B, bias_grad += A, each when given). dx (when given): with batch statistics (subtract) dx = (g -
 // s * A / m - s * B / m * y) / std, else (stored statistics, constants) dx = g / std. May be in
 // place (dx == dy).
-template <int V>
-__global__ void BatchBackward(ChannelLayout layout, const float* dy, const float* y, ReluMask mask,
+template <int V, typename T>
+__global__ void BatchBackward(ChannelLayout layout, const T* dy, const T* y, ReluMask mask,
                               const float* scale, const double2* partials, bool subtract,
                               const float* std_dev, float* mean_dy, float* mean_dyy,
-                              float* scale_grad, float* bias_grad, float* dx) {
+                              float* scale_grad, float* bias_grad, T* dx) {
   const int block = gridDim.x - 1 - blockIdx.x;
   const int c = block / layout.parts;
   const int part = block - c * layout.parts;
@@ -258,9 +272,13 @@ __global__ void BatchBackward(ChannelLayout layout, const float* dy, const float
   }
 }
 
-bool Aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+// Whether p can be read and written 4 values of T at a time (16 bytes for float, 8 for 16 bits).
+template <typename T>
+bool AlignedFor4(const void* p) {
+  return reinterpret_cast<uintptr_t>(p) % (4 * sizeof(T)) == 0;
+}
 
-// The chunking of a [num, channels, spatial] tensor for V-float units.
+// The chunking of a [num, channels, spatial] tensor for V-value units.
 ChannelLayout MakeLayout(int num, int channels, int spatial, int v) {
   return cuda::MakeChannelLayout(num, channels, spatial, v, kChunk);
 }
@@ -282,11 +300,11 @@ struct FusedOps {
   float relu_slope = 0.0f;
 };
 
-template <int V>
+template <int V, typename T>
 void LaunchForward(Context& ctx, int num, int channels, int spatial, bool batch_statistics,
-                   const float* x, float fraction, float bias_correction, float eps, float* mean,
+                   const T* x, float fraction, float bias_correction, float eps, float* mean,
                    float* std_dev, float* mean_sum, float* var_sum, float* norm,
-                   const FusedOps& fused, float* x_norm, float* top) {
+                   const FusedOps& fused, T* x_norm, T* top) {
   const ChannelLayout layout = MakeLayout(num, channels, spatial, V);
   const int blocks = channels * layout.parts;
   if (blocks == 0) return;
@@ -295,22 +313,22 @@ void LaunchForward(Context& ctx, int num, int channels, int spatial, bool batch_
   float* shift = nullptr;
   if (batch_statistics) {
     partials = Partials(ctx, layout, &shift);
-    ChannelPartials<V, false>
+    ChannelPartials<V, false, T>
         <<<blocks, cuda::kThreads, 0, stream>>>(layout, x, nullptr, ReluMask{}, shift, partials);
     CORTADO_CUDA_CHECK_LAUNCH();
   }
-  Normalize<V><<<blocks, cuda::kThreads, 0, stream>>>(
+  Normalize<V, T><<<blocks, cuda::kThreads, 0, stream>>>(
       layout, x, partials, shift, fraction, bias_correction, eps, mean, std_dev, mean_sum, var_sum,
       norm, fused.scale, fused.bias, fused.relu, fused.relu_slope, x_norm, top);
   CORTADO_CUDA_CHECK_LAUNCH();
 }
 
 // Partial sums are taken when batch statistics need them or the Scale's diffs are wanted.
-template <int V>
+template <int V, typename T>
 void LaunchBackward(Context& ctx, int num, int channels, int spatial, bool batch_statistics,
-                    bool sums, const float* dy, const float* y, const ReluMask& mask,
-                    const float* scale, const float* std_dev, float* mean_dy, float* mean_dyy,
-                    float* scale_grad, float* bias_grad, float* dx) {
+                    bool sums, const T* dy, const T* y, const ReluMask& mask, const float* scale,
+                    const float* std_dev, float* mean_dy, float* mean_dyy, float* scale_grad,
+                    float* bias_grad, T* dx) {
   const ChannelLayout layout = MakeLayout(num, channels, spatial, V);
   const int blocks = channels * layout.parts;
   if (blocks == 0) return;
@@ -318,22 +336,22 @@ void LaunchBackward(Context& ctx, int num, int channels, int spatial, bool batch
   double2* partials = nullptr;
   if (sums) {
     partials = Partials(ctx, layout, nullptr);
-    ChannelPartials<V, true>
+    ChannelPartials<V, true, T>
         <<<blocks, cuda::kThreads, 0, stream>>>(layout, dy, y, mask, nullptr, partials);
     CORTADO_CUDA_CHECK_LAUNCH();
   }
-  BatchBackward<V><<<blocks, cuda::kThreads, 0, stream>>>(layout, dy, y, mask, scale, partials,
-                                                          batch_statistics, std_dev, mean_dy,
-                                                          mean_dyy, scale_grad, bias_grad, dx);
+  BatchBackward<V, T><<<blocks, cuda::kThreads, 0, stream>>>(layout, dy, y, mask, scale, partials,
+                                                             batch_statistics, std_dev, mean_dy,
+                                                             mean_dyy, scale_grad, bias_grad, dx);
   CORTADO_CUDA_CHECK_LAUNCH();
 }
 
 // top = x_norm * s (+ b), ReLU'd, rounded as Normalize rounds it: one block per (n, c) plane of
 // `units` packs of V values at a time, so the channel comes from one division per plane.
-template <int V>
-__global__ void AffineFromNormalised(int64_t planes, int channels, int units, const float* x_norm,
+template <int V, typename T>
+__global__ void AffineFromNormalised(int64_t planes, int channels, int units, const T* x_norm,
                                      const float* scale, const float* bias, bool relu,
-                                     float relu_slope, float* top) {
+                                     float relu_slope, T* top) {
   for (int64_t plane = blockIdx.x; plane < planes; plane += gridDim.x) {
     const int c = static_cast<int>(plane % channels);
     const float s = scale[c];
@@ -355,25 +373,30 @@ __global__ void AffineFromNormalised(int64_t planes, int channels, int units, co
 void BatchNormLayer::RecomputeTopGpu(Tensor* top) {
   const int64_t count = top->count();
   if (count == 0) return;
-  const float* x_norm = x_norm_.gpu_data();
-  float* out = top->mutable_gpu_data();
-  const cudaStream_t stream = cuda::Stream(*ctx_);
-  if (scale_ == nullptr) {
-    CORTADO_CUDA_CHECK(
-        cudaMemcpyAsync(out, x_norm, sizeof(float) * count, cudaMemcpyDeviceToDevice, stream));
-    return;
-  }
-  const Affine affine = FusedAffine();
-  const float* scale = affine.scale->gpu_data();
-  const float* bias = affine.bias != nullptr ? affine.bias->gpu_data() : nullptr;
-  const int64_t planes = static_cast<int64_t>(num_) * channels_;
-  const bool vector = spatial_dim_ % 4 == 0 && Aligned16(x_norm) && Aligned16(out);
-  const int units = vector ? spatial_dim_ / 4 : spatial_dim_;
-  const int threads = std::min(cuda::kThreads, (units + 31) / 32 * 32);
-  const int blocks = static_cast<int>(std::min<int64_t>(planes, int64_t{1} << 20));
-  (vector ? AffineFromNormalised<4> : AffineFromNormalised<1>)<<<blocks, threads, 0, stream>>>(
-      planes, channels_, units, x_norm, scale, bias, relu_, relu_slope_, out);
-  CORTADO_CUDA_CHECK_LAUNCH();
+  const HalfType h = HalfTensors();
+  half_values::WithValueType(h, [&](auto tag) {
+    using T = decltype(tag);
+    const T* x_norm = half_values::Data<T>(x_norm_, h);
+    T* out = half_values::MutableData<T>(*top, h);
+    const cudaStream_t stream = cuda::Stream(*ctx_);
+    if (scale_ == nullptr) {
+      CORTADO_CUDA_CHECK(
+          cudaMemcpyAsync(out, x_norm, sizeof(T) * count, cudaMemcpyDeviceToDevice, stream));
+      return;
+    }
+    const Affine affine = FusedAffine();
+    const float* scale = affine.scale->gpu_data();
+    const float* bias = affine.bias != nullptr ? affine.bias->gpu_data() : nullptr;
+    const int64_t planes = static_cast<int64_t>(num_) * channels_;
+    const bool vector = spatial_dim_ % 4 == 0 && AlignedFor4<T>(x_norm) && AlignedFor4<T>(out);
+    const int units = vector ? spatial_dim_ / 4 : spatial_dim_;
+    const int threads = std::min(cuda::kThreads, (units + 31) / 32 * 32);
+    const int blocks = static_cast<int>(std::min<int64_t>(planes, int64_t{1} << 20));
+    (vector ? AffineFromNormalised<4, T>
+            : AffineFromNormalised<1, T>)<<<blocks, threads, 0, stream>>>(
+        planes, channels_, units, x_norm, scale, bias, relu_, relu_slope_, out);
+    CORTADO_CUDA_CHECK_LAUNCH();
+  });
 }
 
 void BatchNormLayer::ForwardGpu(const std::vector<Tensor*>& bottom,
@@ -381,9 +404,15 @@ void BatchNormLayer::ForwardGpu(const std::vector<Tensor*>& bottom,
   gpu_stats_.Reshape(std::vector<int>{4, channels_});
   float* mean = gpu_stats_.mutable_gpu_data();
   float* std_dev = mean + channels_;
-  const float* x = bottom[0]->gpu_data();
-  float* out = top[0]->mutable_gpu_data();
-  float* x_norm = keep_x_norm_ ? x_norm_.mutable_gpu_data() : out;
+  const HalfType h = HalfTensors();
+  // The kept copy lives in the type the passes use. set_home_type keeps a float32 buffer that
+  // is large enough, so a buffer of the new size replaces it (half the memory in 16 bits); its
+  // values do not matter, Forward writes all of them.
+  if (keep_x_norm_ && x_norm_.home_type() != h) {
+    x_norm_.set_home_type(h);
+    x_norm_.UseDataBuffer(std::make_shared<SyncedMemory>(x_norm_.value_bytes() *
+                                                         static_cast<size_t>(x_norm_.count())));
+  }
   float *mean_sum = nullptr, *var_sum = nullptr, *norm = nullptr;
   float bias_correction = 1.0f;
   if (use_global_stats_) {
@@ -406,11 +435,18 @@ void BatchNormLayer::ForwardGpu(const std::vector<Tensor*>& bottom,
     fused.relu = relu_;
     fused.relu_slope = relu_slope_;
   }
-  const bool vector = spatial_dim_ % 4 == 0 && Aligned16(x) && Aligned16(x_norm) && Aligned16(out);
-  (vector ? LaunchForward<4> : LaunchForward<1>)(*ctx_, num_, channels_, spatial_dim_,
-                                                 !use_global_stats_, x, moving_average_fraction_,
-                                                 bias_correction, eps_, mean, std_dev, mean_sum,
-                                                 var_sum, norm, fused, x_norm, out);
+  half_values::WithValueType(h, [&](auto tag) {
+    using T = decltype(tag);
+    const T* x = half_values::Data<T>(*bottom[0], h);
+    T* out = half_values::MutableData<T>(*top[0], h);
+    T* x_norm = keep_x_norm_ ? half_values::MutableData<T>(x_norm_, h) : out;
+    const bool vector =
+        spatial_dim_ % 4 == 0 && AlignedFor4<T>(x) && AlignedFor4<T>(x_norm) && AlignedFor4<T>(out);
+    (vector ? LaunchForward<4, T>
+            : LaunchForward<1, T>)(*ctx_, num_, channels_, spatial_dim_, !use_global_stats_, x,
+                                   moving_average_fraction_, bias_correction, eps_, mean, std_dev,
+                                   mean_sum, var_sum, norm, fused, x_norm, out);
+  });
 }
 
 void BatchNormLayer::BackwardGpu(const std::vector<Tensor*>& top,
@@ -423,25 +459,29 @@ void BatchNormLayer::BackwardGpu(const std::vector<Tensor*>& top,
   const bool param_grads = scale_grad != nullptr || bias_grad != nullptr;
   if (!propagate_down[0] && !param_grads) return;
   CORTADO_CHECK(keep_x_norm_, "{}: Backward after DropBackwardState", Describe());
-  const float* dy = top[0]->gpu_diff();
-  float* dx = propagate_down[0] ? bottom[0]->mutable_gpu_diff() : nullptr;
-  const float* scale = affine.scale != nullptr ? affine.scale->gpu_data() : nullptr;
-  ReluMask mask;
-  if (relu_) {
-    mask.scale = scale;
-    mask.bias = affine.bias != nullptr ? affine.bias->gpu_data() : nullptr;
-    mask.slope = relu_slope_;
-  }
-  float* stats = gpu_stats_.mutable_gpu_data();
-  const float* std_dev = stats + channels_;
-  const float* y = x_norm_.gpu_data();
-  const bool vector =
-      spatial_dim_ % 4 == 0 && Aligned16(dy) && Aligned16(y) && (dx == nullptr || Aligned16(dx));
-  (vector ? LaunchBackward<4>
-          : LaunchBackward<1>)(*ctx_, num_, channels_, spatial_dim_, !use_global_stats_,
-                               !use_global_stats_ || param_grads, dy, y, mask, scale, std_dev,
-                               stats + 2 * channels_, stats + 3 * channels_, scale_grad, bias_grad,
-                               dx);
+  const HalfType h = HalfTensors();
+  half_values::WithValueType(h, [&](auto tag) {
+    using T = decltype(tag);
+    const T* dy = half_values::Diff<T>(*top[0], h);
+    T* dx = propagate_down[0] ? half_values::MutableDiff<T>(*bottom[0], h) : nullptr;
+    const float* scale = affine.scale != nullptr ? affine.scale->gpu_data() : nullptr;
+    ReluMask mask;
+    if (relu_) {
+      mask.scale = scale;
+      mask.bias = affine.bias != nullptr ? affine.bias->gpu_data() : nullptr;
+      mask.slope = relu_slope_;
+    }
+    float* stats = gpu_stats_.mutable_gpu_data();
+    const float* std_dev = stats + channels_;
+    const T* y = half_values::Data<T>(x_norm_, h);
+    const bool vector = spatial_dim_ % 4 == 0 && AlignedFor4<T>(dy) && AlignedFor4<T>(y) &&
+                        (dx == nullptr || AlignedFor4<T>(dx));
+    (vector ? LaunchBackward<4, T>
+            : LaunchBackward<1, T>)(*ctx_, num_, channels_, spatial_dim_, !use_global_stats_,
+                                    !use_global_stats_ || param_grads, dy, y, mask, scale, std_dev,
+                                    stats + 2 * channels_, stats + 3 * channels_, scale_grad,
+                                    bias_grad, dx);
+  });
 }
 
 }  // namespace cortado

@@ -31,6 +31,9 @@ class BatchNormLayer final : public Layer {
  public:
   using Layer::Layer;
   const char* type() const override { return "BatchNorm"; }
+  // The GPU passes read and write the bottom and top (and keep x_norm) in the 16-bit type,
+  // fused Scale and ReLU included; statistics and parameters stay float32.
+  bool TakesHalfTensors() const override { return true; }
   int ExactNumBottomBlobs() const override { return 1; }
   int ExactNumTopBlobs() const override { return 1; }
   void Setup(const std::vector<Tensor*>& bottom, const std::vector<Tensor*>& top) override;
@@ -70,7 +73,8 @@ class BatchNormLayer final : public Layer {
   int spatial_dim_ = 0;      // product of the dimensions after the channel axis
   std::vector<float> mean_;  // per channel, of the last forward
   std::vector<float> std_;   // per channel: sqrt(var + eps) of the last forward
-  Tensor x_norm_;            // the normalised output, kept for Backward (top may be in-place)
+  Tensor x_norm_;            // the normalised output, kept for Backward (top may be in-place);
+                             // on the GPU in the type of HalfTensors()
   bool keep_x_norm_ = true;  // false: DropBackwardState
   // GPU passes: per channel on the device, rows [0] mean and [1] std of the last forward,
   // [2] mean(dy) and [3] mean(dy * y) of the last backward.

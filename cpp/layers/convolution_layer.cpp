@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "layers/convolution_layer.hpp"
 
+#include "core/config.hpp"
 #include "core/logging.hpp"
 
 namespace cortado {
@@ -21,14 +22,23 @@ void ConvolutionLayer::ComputeOutputShape() {
   }
 }
 
+// engine CAFFE keeps im2col + GEMM on either device; otherwise the fast path of the context's
+// device: oneDNN on the CPU, cuDNN on a GPU (each when the build has it).
+bool ConvolutionLayer::WantsFastPath() const {
+  return param_.convolution_param().engine() != caffe::ConvolutionParameter::CAFFE &&
+         num_spatial_axes_ == 2 && channel_axis_ == 1;
+}
+
+bool ConvolutionLayer::TakesHalfTensors() const {
+  return CORTADO_WITH_CUDNN && ctx_->device().is_cuda() && WantsFastPath();
+}
+
 void ConvolutionLayer::Reshape(const std::vector<Tensor*>& bottom,
                                const std::vector<Tensor*>& top) {
   BaseConvolutionLayer::Reshape(bottom, top);
-  // engine CAFFE keeps im2col + GEMM on either device; otherwise the fast path of the context's
-  // device: oneDNN on the CPU, cuDNN on a GPU (each when the build has it).
-  const bool wanted = param_.convolution_param().engine() != caffe::ConvolutionParameter::CAFFE;
-  if (!wanted || num_spatial_axes_ != 2 || channel_axis_ != 1) {
+  if (!WantsFastPath()) {
     fast_.reset();
+    fast_half_ = HalfType::kNone;
     return;
   }
   math::ConvolutionShape shape;
@@ -47,14 +57,17 @@ void ConvolutionLayer::Reshape(const std::vector<Tensor*>& bottom,
   shape.dilation_w = dilation_[1];
   shape.group = group_;
   shape.bias = bias_term_;
-  if (fast_ && shape == fast_shape_) return;
+  const HalfType half = HalfTensors();
+  if (fast_ && shape == fast_shape_ && half == fast_half_) return;
 #if CORTADO_WITH_CUDA
-  fast_ = ctx_->device().is_cuda() ? math::MakeGpuConvolution(*ctx_, shape)
+  fast_ = ctx_->device().is_cuda() ? math::MakeGpuConvolution(*ctx_, shape, half)
                                    : math::MakeFastConvolution(shape);
 #else
   fast_ = math::MakeFastConvolution(shape);
 #endif
   fast_shape_ = shape;
+  // A build without cuDNN has no plan for half tensors (nor takes them).
+  fast_half_ = fast_ != nullptr ? half : HalfType::kNone;
   CORTADO_LOG_DEBUG("{}: {}", Describe(), fast_ ? fast_->Name() : std::string("im2col + GEMM"));
 }
 

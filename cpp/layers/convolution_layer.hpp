@@ -16,6 +16,9 @@
 // (convolution_layer.cu). Differences from Caffe: none in results beyond float rounding (see
 // base_conv_layer.hpp for how the batch is chunked into GEMMs); a kernel larger than the padded
 // input is an error naming the shapes.
+// Mixed precision: on cuDNN the layer takes half tensors (Layer::HalfTensors): its GPU passes
+// read and write its bottoms' and tops' 16-bit views, while the weights, bias and their
+// gradients stay float32 (math::MakeGpuConvolution).
 #pragma once
 
 #include <memory>
@@ -30,6 +33,9 @@ class ConvolutionLayer final : public BaseConvolutionLayer {
   using BaseConvolutionLayer::BaseConvolutionLayer;
   const char* type() const override { return "Convolution"; }
   void Reshape(const std::vector<Tensor*>& bottom, const std::vector<Tensor*>& top) override;
+  // On a GPU context whose build has cuDNN, where the layer runs on it (not engine CAFFE, a 2-D
+  // convolution over axis 1): the im2col + GEMM passes stay float32.
+  bool TakesHalfTensors() const override;
 
  protected:
   bool reverse_dimensions() const override { return false; }
@@ -40,9 +46,14 @@ class ConvolutionLayer final : public BaseConvolutionLayer {
   CORTADO_GPU_PASSES;
 
  private:
+  // Whether the geometry and engine take the fast path (oneDNN or cuDNN, where the build has it).
+  bool WantsFastPath() const;
+
   // The fast path's plan for the current shape; null when im2col + GEMM is used.
   std::unique_ptr<math::ConvolutionPlan> fast_;
   math::ConvolutionShape fast_shape_;
+  // The half type of the tensors fast_ was made for (HalfTensors() then; kNone: float32).
+  HalfType fast_half_ = HalfType::kNone;
 };
 
 }  // namespace cortado

@@ -32,6 +32,11 @@ class EltwiseLayer final : public Layer {
   bool BackwardReadsTopData(int /*index*/) const override {
     return op_ != caffe::EltwiseParameter::SUM || relu_;
   }
+  // A SUM of two bottoms (a ResNet's residual sum) on the GPU.
+  bool TakesHalfTensors() const override {
+    return param_.eltwise_param().operation() == caffe::EltwiseParameter::SUM &&
+           param_.bottom_size() == 2;
+  }
 
  protected:
   void ForwardCpu(const std::vector<Tensor*>& bottom, const std::vector<Tensor*>& top) override;

@@ -1,12 +1,21 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "layers/layer.hpp"
 
+#include <cstdlib>
+#include <string>
+
 #include "core/logging.hpp"
 
 namespace cortado {
 
 Layer::Layer(const caffe::LayerParameter& param, Context* ctx) : param_(param), ctx_(ctx) {
   CORTADO_CHECK(ctx_ != nullptr, "layer '{}' created without a context", param.name());
+}
+
+HalfType Layer::HalfTensors() const {
+  if (!TakesHalfTensors() || !ctx_->device().is_cuda()) return HalfType::kNone;
+  const char* value = std::getenv("CORTADO_HALF_TENSORS");
+  return value != nullptr && std::string(value) == "0" ? HalfType::kNone : ctx_->half_compute();
 }
 
 std::string Layer::Describe() const { return fmt::format("layer '{}' ({})", name(), type()); }

@@ -100,6 +100,16 @@ class Layer {
   }
   void set_param_propagate_down(int index, bool value);
 
+  // Mixed precision: whether this layer's GPU passes can read and write its bottoms and tops in
+  // the context's 16-bit type (Context::half_compute). Net keeps a blob in that type
+  // (Tensor::set_home_type) when every layer that reads or writes it can. Default false.
+  virtual bool TakesHalfTensors() const { return false; }
+  // The type this layer's GPU passes use for its bottoms' and tops' values: the context's 16-bit
+  // type where TakesHalfTensors(), the context is on a CUDA device and CORTADO_HALF_TENSORS is not
+  // 0; kNone (float32) otherwise. They take each tensor's view in it (Tensor::gpu_half_data),
+  // whatever that tensor's home type.
+  HalfType HalfTensors() const;
+
   // Set by the Net when another layer's passes compute this layer too (it fuses BatchNorm with
   // the Scale and ReLU that follow it in place): Forward and Backward then do nothing.
   const Layer* fused_into() const { return fused_into_; }

@@ -6,11 +6,15 @@
 #include <cstdint>
 
 #include "core/cuda.hpp"
+#include "layers/half_values.cuh"
 #include "layers/pooling_layer.hpp"
 #include "math/gpu.hpp"
 
 namespace cortado {
 namespace {
+
+using half_values::Narrow;
+using half_values::Widen;
 
 struct PoolShape {
   int height, width, pooled_h, pooled_w;
@@ -50,11 +54,12 @@ __device__ int AveDivisor(int ph, int pw, const PoolShape& s) {
 // one byte: the place in the unclipped window, (h - hstart) * kernel_w + (w - wstart), or
 // kNoOffset for an empty window (a quarter of the memory, for windows of at most 255 values).
 constexpr uint8_t kNoOffset = 255;
-__global__ void MaxForward(int64_t count, const float* x, PoolShape s, float* top, float* index,
+template <typename T>
+__global__ void MaxForward(int64_t count, const T* x, PoolShape s, T* top, float* index,
                            uint8_t* offsets) {
   CORTADO_KERNEL_LOOP(i, count) {
     const OutputPosition o = Locate(i, s);
-    const float* src = x + static_cast<int64_t>(o.plane) * s.height * s.width;
+    const T* src = x + static_cast<int64_t>(o.plane) * s.height * s.width;
     const int hfirst = o.ph * s.stride_h - s.pad_h;
     const int wfirst = o.pw * s.stride_w - s.pad_w;
     const int hstart = max(hfirst, 0);
@@ -66,15 +71,16 @@ __global__ void MaxForward(int64_t count, const float* x, PoolShape s, float* to
     for (int h = hstart; h < hend; ++h) {
       for (int w = wstart; w < wend; ++w) {
         const int at = h * s.width + w;
-        if (src[at] > best) {
-          best = src[at];
+        const float v = Widen(src[at]);
+        if (v > best) {
+          best = v;
           best_index = at;
           best_h = h;
           best_w = w;
         }
       }
     }
-    top[i] = best_index < 0 ? 0.0f : best;
+    top[i] = Narrow<T>(best_index < 0 ? 0.0f : best);
     if (offsets != nullptr) {
       offsets[i] = best_index < 0
                        ? kNoOffset
@@ -85,10 +91,11 @@ __global__ void MaxForward(int64_t count, const float* x, PoolShape s, float* to
   }
 }
 
-__global__ void AveForward(int64_t count, const float* x, PoolShape s, float* top) {
+template <typename T>
+__global__ void AveForward(int64_t count, const T* x, PoolShape s, T* top) {
   CORTADO_KERNEL_LOOP(i, count) {
     const OutputPosition o = Locate(i, s);
-    const float* src = x + static_cast<int64_t>(o.plane) * s.height * s.width;
+    const T* src = x + static_cast<int64_t>(o.plane) * s.height * s.width;
     const int pool_size = AveDivisor(o.ph, o.pw, s);
     const int hstart = max(o.ph * s.stride_h - s.pad_h, 0);
     const int wstart = max(o.pw * s.stride_w - s.pad_w, 0);
@@ -96,9 +103,9 @@ __global__ void AveForward(int64_t count, const float* x, PoolShape s, float* to
     const int wend = min(o.pw * s.stride_w - s.pad_w + s.kernel_w, s.width);
     float sum = 0.0f;
     for (int h = hstart; h < hend; ++h) {
-      for (int w = wstart; w < wend; ++w) sum += src[h * s.width + w];
+      for (int w = wstart; w < wend; ++w) sum += Widen(src[h * s.width + w]);
     }
-    top[i] = pool_size > 0 ? sum / pool_size : 0.0f;
+    top[i] = Narrow<T>(pool_size > 0 ? sum / pool_size : 0.0f);
   }
 }
 
@@ -182,8 +189,9 @@ __device__ InputPosition Covering(int64_t i, const PoolShape& s) {
 
 // MAX, and STOCHASTIC in TRAIN: the top diffs of the windows whose recorded index is this
 // element.
-__global__ void IndexBackward(int64_t count, const float* top_diff, const float* index, PoolShape s,
-                              float* bottom_diff) {
+template <typename T>
+__global__ void IndexBackward(int64_t count, const T* top_diff, const float* index, PoolShape s,
+                              T* bottom_diff) {
   CORTADO_KERNEL_LOOP(i, count) {
     const InputPosition p = Covering(i, s);
     const int64_t out_plane = static_cast<int64_t>(p.plane) * s.pooled_h * s.pooled_w;
@@ -192,16 +200,17 @@ __global__ void IndexBackward(int64_t count, const float* top_diff, const float*
     for (int ph = p.ph_begin; ph < p.ph_end; ++ph) {
       for (int pw = p.pw_begin; pw < p.pw_end; ++pw) {
         const int64_t out = out_plane + ph * s.pooled_w + pw;
-        if (static_cast<int>(index[out]) == self) gradient += top_diff[out];
+        if (static_cast<int>(index[out]) == self) gradient += Widen(top_diff[out]);
       }
     }
-    bottom_diff[i] = gradient;
+    bottom_diff[i] = Narrow<T>(gradient);
   }
 }
 
 // MAX with byte offsets (MaxForward): the same sums as IndexBackward, in the same order.
-__global__ void OffsetBackward(int64_t count, const float* top_diff, const uint8_t* offsets,
-                               PoolShape s, float* bottom_diff) {
+template <typename T>
+__global__ void OffsetBackward(int64_t count, const T* top_diff, const uint8_t* offsets,
+                               PoolShape s, T* bottom_diff) {
   CORTADO_KERNEL_LOOP(i, count) {
     const InputPosition p = Covering(i, s);
     const int64_t out_plane = static_cast<int64_t>(p.plane) * s.pooled_h * s.pooled_w;
@@ -210,24 +219,27 @@ __global__ void OffsetBackward(int64_t count, const float* top_diff, const uint8
       const int row = (p.h - (ph * s.stride_h - s.pad_h)) * s.kernel_w;
       for (int pw = p.pw_begin; pw < p.pw_end; ++pw) {
         const int64_t out = out_plane + ph * s.pooled_w + pw;
-        if (offsets[out] == row + (p.w - (pw * s.stride_w - s.pad_w))) gradient += top_diff[out];
+        if (offsets[out] == row + (p.w - (pw * s.stride_w - s.pad_w))) {
+          gradient += Widen(top_diff[out]);
+        }
       }
     }
-    bottom_diff[i] = gradient;
+    bottom_diff[i] = Narrow<T>(gradient);
   }
 }
 
-__global__ void AveBackward(int64_t count, const float* top_diff, PoolShape s, float* bottom_diff) {
+template <typename T>
+__global__ void AveBackward(int64_t count, const T* top_diff, PoolShape s, T* bottom_diff) {
   CORTADO_KERNEL_LOOP(i, count) {
     const InputPosition p = Covering(i, s);
     const int64_t out_plane = static_cast<int64_t>(p.plane) * s.pooled_h * s.pooled_w;
     float gradient = 0.0f;
     for (int ph = p.ph_begin; ph < p.ph_end; ++ph) {
       for (int pw = p.pw_begin; pw < p.pw_end; ++pw) {
-        gradient += top_diff[out_plane + ph * s.pooled_w + pw] / AveDivisor(ph, pw, s);
+        gradient += Widen(top_diff[out_plane + ph * s.pooled_w + pw]) / AveDivisor(ph, pw, s);
       }
     }
-    bottom_diff[i] = gradient;
+    bottom_diff[i] = Narrow<T>(gradient);
   }
 }
 
@@ -262,10 +274,34 @@ __global__ void StochasticBackwardTest(int64_t count, const float* x, const floa
 void PoolingLayer::ForwardGpu(const std::vector<Tensor*>& bottom, const std::vector<Tensor*>& top) {
   const PoolShape shape = {height_,   width_,    pooled_h_, pooled_w_, kernel_h_,
                            kernel_w_, stride_h_, stride_w_, pad_h_,    pad_w_};
-  const float* x = bottom[0]->gpu_data();
-  float* y = top[0]->mutable_gpu_data();
   const int64_t count = top[0]->count();
   const cudaStream_t stream = cuda::Stream(*ctx_);
+  if (const HalfType half = HalfTensors(); half != HalfType::kNone) {  // MAX or AVE, one top
+    half_values::WithValueType(half, [&](auto tag) {
+      using T = decltype(tag);
+      const T* x = half_values::Data<T>(*bottom[0], half);
+      T* y = half_values::MutableData<T>(*top[0], half);
+      if (pool_ == caffe::PoolingParameter::MAX) {
+        float* index = nullptr;
+        uint8_t* offsets = nullptr;
+        if (MaxOffsetsFit()) {
+          gpu_index_.Reshape({static_cast<int>((count + 3) / 4)});
+          offsets = reinterpret_cast<uint8_t*>(gpu_index_.mutable_gpu_data());
+        } else {
+          gpu_index_.ReshapeLike(*top[0]);
+          index = gpu_index_.mutable_gpu_data();
+        }
+        MaxForward<T><<<cuda::Blocks(count), cuda::kThreads, 0, stream>>>(count, x, shape, y, index,
+                                                                          offsets);
+      } else {
+        AveForward<T><<<cuda::Blocks(count), cuda::kThreads, 0, stream>>>(count, x, shape, y);
+      }
+      CORTADO_CUDA_CHECK_LAUNCH();
+    });
+    return;
+  }
+  const float* x = bottom[0]->gpu_data();
+  float* y = top[0]->mutable_gpu_data();
   if (pool_ == caffe::PoolingParameter::MAX) {
     float* index = nullptr;
     uint8_t* offsets = nullptr;
@@ -278,10 +314,10 @@ void PoolingLayer::ForwardGpu(const std::vector<Tensor*>& bottom, const std::vec
       gpu_index_.ReshapeLike(*top[0]);
       index = gpu_index_.mutable_gpu_data();
     }
-    MaxForward<<<cuda::Blocks(count), cuda::kThreads, 0, stream>>>(count, x, shape, y, index,
-                                                                   offsets);
+    MaxForward<float>
+        <<<cuda::Blocks(count), cuda::kThreads, 0, stream>>>(count, x, shape, y, index, offsets);
   } else if (pool_ == caffe::PoolingParameter::AVE) {
-    AveForward<<<cuda::Blocks(count), cuda::kThreads, 0, stream>>>(count, x, shape, y);
+    AveForward<float><<<cuda::Blocks(count), cuda::kThreads, 0, stream>>>(count, x, shape, y);
   } else if (phase() == caffe::TRAIN) {  // STOCHASTIC
     gpu_index_.ReshapeLike(*top[0]);
     float* index = gpu_index_.mutable_gpu_data();
@@ -300,25 +336,44 @@ void PoolingLayer::BackwardGpu(const std::vector<Tensor*>& top,
   if (!propagate_down[0]) return;
   const PoolShape shape = {height_,   width_,    pooled_h_, pooled_w_, kernel_h_,
                            kernel_w_, stride_h_, stride_w_, pad_h_,    pad_w_};
-  const float* top_diff = top[0]->gpu_diff();
-  float* bottom_diff = bottom[0]->mutable_gpu_diff();
   const int64_t count = bottom[0]->count();
   const cudaStream_t stream = cuda::Stream(*ctx_);
+  if (const HalfType half = HalfTensors(); half != HalfType::kNone) {  // MAX or AVE, one top
+    half_values::WithValueType(half, [&](auto tag) {
+      using T = decltype(tag);
+      const T* dy = half_values::Diff<T>(*top[0], half);
+      T* dx = half_values::MutableDiff<T>(*bottom[0], half);
+      if (pool_ == caffe::PoolingParameter::MAX && MaxOffsetsFit()) {
+        const auto* offsets = reinterpret_cast<const uint8_t*>(gpu_index_.gpu_data());
+        OffsetBackward<T>
+            <<<cuda::Blocks(count), cuda::kThreads, 0, stream>>>(count, dy, offsets, shape, dx);
+      } else if (pool_ == caffe::PoolingParameter::MAX) {
+        IndexBackward<T><<<cuda::Blocks(count), cuda::kThreads, 0, stream>>>(
+            count, dy, gpu_index_.gpu_data(), shape, dx);
+      } else {
+        AveBackward<T><<<cuda::Blocks(count), cuda::kThreads, 0, stream>>>(count, dy, shape, dx);
+      }
+      CORTADO_CUDA_CHECK_LAUNCH();
+    });
+    return;
+  }
+  const float* top_diff = top[0]->gpu_diff();
+  float* bottom_diff = bottom[0]->mutable_gpu_diff();
   const bool stochastic = pool_ == caffe::PoolingParameter::STOCHASTIC;
   if (pool_ == caffe::PoolingParameter::MAX && top.size() == 1 && MaxOffsetsFit()) {
     const auto* offsets = reinterpret_cast<const uint8_t*>(gpu_index_.gpu_data());
-    OffsetBackward<<<cuda::Blocks(count), cuda::kThreads, 0, stream>>>(count, top_diff, offsets,
-                                                                       shape, bottom_diff);
+    OffsetBackward<float><<<cuda::Blocks(count), cuda::kThreads, 0, stream>>>(
+        count, top_diff, offsets, shape, bottom_diff);
   } else if (pool_ == caffe::PoolingParameter::MAX || (stochastic && phase() == caffe::TRAIN)) {
     const float* index = top.size() > 1 ? top[1]->gpu_data() : gpu_index_.gpu_data();
-    IndexBackward<<<cuda::Blocks(count), cuda::kThreads, 0, stream>>>(count, top_diff, index, shape,
-                                                                      bottom_diff);
+    IndexBackward<float><<<cuda::Blocks(count), cuda::kThreads, 0, stream>>>(count, top_diff, index,
+                                                                             shape, bottom_diff);
   } else if (stochastic) {
     StochasticBackwardTest<<<cuda::Blocks(count), cuda::kThreads, 0, stream>>>(
         count, bottom[0]->gpu_data(), top[0]->gpu_data(), top_diff, shape, bottom_diff);
   } else {
-    AveBackward<<<cuda::Blocks(count), cuda::kThreads, 0, stream>>>(count, top_diff, shape,
-                                                                    bottom_diff);
+    AveBackward<float>
+        <<<cuda::Blocks(count), cuda::kThreads, 0, stream>>>(count, top_diff, shape, bottom_diff);
   }
   CORTADO_CUDA_CHECK_LAUNCH();
 }

@@ -38,6 +38,12 @@ class PoolingLayer final : public Layer {
   }
   void Setup(const std::vector<Tensor*>& bottom, const std::vector<Tensor*>& top) override;
   void Reshape(const std::vector<Tensor*>& bottom, const std::vector<Tensor*>& top) override;
+  // MAX and AVE with one top on the GPU (STOCHASTIC and the mask top stay float32).
+  bool TakesHalfTensors() const override {
+    const auto pool = param_.pooling_param().pool();
+    return (pool == caffe::PoolingParameter::MAX || pool == caffe::PoolingParameter::AVE) &&
+           param_.top_size() == 1;
+  }
 
  protected:
   void ForwardCpu(const std::vector<Tensor*>& bottom, const std::vector<Tensor*>& top) override;

@@ -18,6 +18,7 @@ class ReLULayer final : public Layer {
  public:
   using Layer::Layer;
   const char* type() const override { return "ReLU"; }
+  bool TakesHalfTensors() const override { return true; }
   int ExactNumBottomBlobs() const override { return 1; }
   int ExactNumTopBlobs() const override { return 1; }
 

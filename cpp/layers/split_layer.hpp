@@ -18,6 +18,7 @@ class SplitLayer final : public Layer {
   void Reshape(const std::vector<Tensor*>& bottom, const std::vector<Tensor*>& top) override;
   bool BackwardReadsBottomData(int /*index*/) const override { return false; }
   bool BackwardReadsTopData(int /*index*/) const override { return false; }
+  bool TakesHalfTensors() const override { return true; }
 
  protected:
   void ForwardCpu(const std::vector<Tensor*>&, const std::vector<Tensor*>&) override {}

@@ -10,6 +10,8 @@
 #include <string>
 
 #include "core/context.hpp"
+#include "core/error.hpp"
+#include "core/half_type.hpp"
 
 namespace cortado::math {
 
@@ -45,6 +47,23 @@ class ConvolutionPlan {
                                float* diff_bias) = 0;
   // The implementation chosen, for logs ("oneDNN jit:avx2").
   virtual std::string Name() const = 0;
+
+  // The same three passes on half tensors (Layer::HalfTensors), for a plan made for them
+  // (MakeGpuConvolution's half_tensors): src, dst and their gradients are NCHW values of the
+  // plan's 16-bit type; weights, bias and their gradients stay float32 and are used as above.
+  // Other plans throw kInternal.
+  virtual void ForwardHalf(const void* /*src*/, const float* /*weights*/, const float* /*bias*/,
+                           void* /*dst*/) {
+    CORTADO_THROW(kInternal, "{}: not a plan for half tensors", Name());
+  }
+  virtual void BackwardDataHalf(const void* /*diff_dst*/, const float* /*weights*/,
+                                void* /*diff_src*/) {
+    CORTADO_THROW(kInternal, "{}: not a plan for half tensors", Name());
+  }
+  virtual void BackwardWeightsHalf(const void* /*src*/, const void* /*diff_dst*/,
+                                   float* /*diff_weights*/, float* /*diff_bias*/) {
+    CORTADO_THROW(kInternal, "{}: not a plan for half tensors", Name());
+  }
 };
 
 // A plan for `shape`, or nullptr when no fast implementation exists in this build or for this
@@ -57,6 +76,24 @@ std::unique_ptr<ConvolutionPlan> MakeFastConvolution(const ConvolutionShape& sha
 // runs in strict float32, as Caffe and the CPU path compute, unless the context allows TF32
 // (Context::allow_tf32) or has a half type (Context::half_compute: the operands are rounded to
 // it, in NHWC, and the sums kept in float32; pointers and results stay float32 NCHW).
-std::unique_ptr<ConvolutionPlan> MakeGpuConvolution(Context& ctx, const ConvolutionShape& shape);
+// With half_tensors (a 16-bit type, the layer's Layer::HalfTensors) the plan is for the *Half
+// passes instead: it computes in that type whatever the shape (there are no float32 copies to
+// save), in the layout HalfTensorConvLayout() gives when the plan is made.
+std::unique_ptr<ConvolutionPlan> MakeGpuConvolution(Context& ctx, const ConvolutionShape& shape,
+                                                    HalfType half_tensors = HalfType::kNone);
+
+// How a convolution on half tensors lays out what cuDNN reads and writes: kNhwc transposes the
+// NCHW tensors into NHWC copies in the context's half scratch and the results back (tensor
+// cores' native layout), kNchw runs cuDNN on the tensors themselves, and kAuto (the default)
+// picks per shape: NHWC where the convolution does at least 256 multiply-adds per element it
+// would transpose (2 (C / group) K R S / (C + K)), NCHW below, where the transposes cost more
+// than the layout saves (ResNet-50's 1x1 convolutions; bench/RESULTS.md). CUDA builds only.
+enum class HalfConvLayout { kAuto, kNhwc, kNchw };
+// CORTADO_HALF_CONV_LAYOUT=auto|nhwc|nchw, read once per process (default auto; another value
+// is kInvalidArgument), unless SetHalfTensorConvLayout has set it since.
+HalfConvLayout HalfTensorConvLayout();
+// Makes the plans made from now on use `layout` (tests run both in one process); returns the
+// layout before. Plans already made keep theirs.
+HalfConvLayout SetHalfTensorConvLayout(HalfConvLayout layout);
 
 }  // namespace cortado::math

@@ -110,4 +110,21 @@ void Col2imNd(Context& ctx, const float* columns, int num_spatial_axes, const in
               const int* column_shape, const int* kernel_shape, const int* pad, const int* stride,
               const int* dilation, float* image);
 
+// Half tensors (Layer::HalfTensors): 16-bit values of `type` on both sides, exactly (one rounding
+// where a float32 bias is added). [n, c, hw] (NCHW) into [n, hw, c] (NHWC), for cuDNN.
+void HalfNchwToNhwc(Context& ctx, Context::HalfType type, int n, int c, int hw, const void* src,
+                    void* dst);
+// [n, hw, c] back into [n, c, hw], adding bias[c] (float32 values; none when null) before the
+// rounding.
+void HalfNhwcToNchw(Context& ctx, Context::HalfType type, int n, int c, int hw, const void* src,
+                    const float* bias, void* dst);
+// x[n, c, :] += bias[c] on [n, c, hw] values of `type`, added in float32 and rounded once.
+void AddChannelBiasHalf(Context& ctx, Context::HalfType type, int n, int c, int hw,
+                        const float* bias, void* x);
+// sums[c] += the float32 sum of x[:, c, :] over [n, c, hw] values of `type` (a bias gradient),
+// in a fixed order, so the result repeats bit for bit. Its partial sums use the context's reduce
+// buffer (cuda::Resources::ReduceBuffer).
+void SumChannelsHalf(Context& ctx, Context::HalfType type, int n, int c, int hw, const void* x,
+                     float* sums);
+
 }  // namespace cortado::math::gpu

@@ -275,6 +275,7 @@ void Net::Init(const caffe::NetParameter& in_param) {
     output_blobs_.push_back(blobs_[blob_id].get());
     output_blob_indices_.push_back(blob_id);
   }
+  KeepHalfTensors();
   FlattenParamDiffs();
   CORTADO_LOG_DEBUG("net '{}' ({}) built: {} layers, {} blobs, {} learnable params", name_,
                     caffe::Phase_Name(phase_), layers_.size(), blobs_.size(),
@@ -434,6 +435,11 @@ float Net::ForwardFromTo(int start, int end) {
         }
       }
       loss += layers_[i]->Forward(bottom_vecs_[i], top_vecs_[i]);
+      // A 16-bit layer's writes to float32 blobs (their twins) reach the blobs themselves, which
+      // other layers may read through tensors sharing them (a Split's tops).
+      if (layers_[i]->HalfTensors() != HalfType::kNone) {
+        for (Tensor* top : top_vecs_[i]) top->FlushTwins();
+      }
     } catch (const Error& e) {
       throw Error(e.code(), fmt::format("forward of {}: {}", DescribeLayer(i), e.what()), e.file(),
                   e.line());
@@ -452,6 +458,9 @@ void Net::BackwardFromTo(int start, int end) {
       try {
         if (!recomputed_.empty()) RecomputeBlobsFor(i);
         layers_[i]->Backward(top_vecs_[i], bottom_need_backward_[i], bottom_vecs_[i]);
+        if (layers_[i]->HalfTensors() != HalfType::kNone) {
+          for (Tensor* bottom : bottom_vecs_[i]) bottom->FlushTwins();
+        }
       } catch (const Error& e) {
         throw Error(e.code(), fmt::format("backward of {}: {}", DescribeLayer(i), e.what()),
                     e.file(), e.line());

@@ -139,6 +139,9 @@ class Net {
   // Tops of Input layers, and blobs no layer consumes.
   const std::vector<Tensor*>& input_blobs() const { return input_blobs_; }
   const std::vector<Tensor*>& output_blobs() const { return output_blobs_; }
+  // How many blobs the net keeps in a 16-bit type between layers (mixed precision on the GPU:
+  // the blobs that only layers computing in it touch; Layer::TakesHalfTensors).
+  int num_half_blobs() const { return num_half_blobs_; }
   const std::vector<int>& output_blob_indices() const { return output_blob_indices_; }
 
   bool has_blob(const std::string& name) const { return blob_index_.count(name) != 0; }
@@ -211,6 +214,10 @@ class Net {
   bool FusableInPlace(int i, int blob, const char* type) const;
   // Tells layers that never run backward to keep nothing for it.
   void DropUnneededBackwardState();
+  // Mixed precision on the GPU: keeps in the 16-bit type of its layers (Layer::HalfTensors)
+  // every blob that only such layers read and write and that is not an output of the net
+  // (Tensor::set_home_type); returns how many (half_tensors.cpp).
+  int KeepHalfTensors();
   // Puts the learnable parameters' diffs into flat_diff_ (memory_plan.cpp).
   void FlattenParamDiffs();
   // Throws kInternal unless every learnable parameter's diff is still its view of flat_diff_.
@@ -274,6 +281,7 @@ class Net {
   std::vector<float> blob_loss_weights_;
   std::vector<std::vector<int>> param_id_vecs_;
   std::vector<Tensor*> input_blobs_;
+  int num_half_blobs_ = 0;
   std::vector<Tensor*> output_blobs_;
   std::vector<int> output_blob_indices_;
   std::vector<std::shared_ptr<Tensor>> params_;

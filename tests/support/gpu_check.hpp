@@ -49,6 +49,9 @@ struct GpuCheckOptions {
   bool allow_tf32 = false;
   // The GPU side's mixed precision (Context::set_half_compute).
   Context::HalfType half = Context::HalfType::kNone;
+  // With `half`: the GPU side's bottoms and tops keep their values in it (Tensor::set_home_type),
+  // as a net's half blobs do; else they are float32 and the layer reads and writes their twins.
+  bool half_homes = false;
 };
 
 namespace detail {
@@ -83,6 +86,7 @@ inline void CheckGpuMatchesCpu(const caffe::LayerParameter& param,
   for (int i = 0; i < num_bottoms; ++i) {
     cpu_bottom_store.push_back(std::make_unique<Tensor>(bottom_shapes[i]));
     gpu_bottom_store.push_back(std::make_unique<Tensor>(bottom_shapes[i]));
+    if (options.half_homes) gpu_bottom_store.back()->set_home_type(options.half);
     Tensor* c = cpu_bottom_store.back().get();
     if (options.fill_bottom) {
       options.fill_bottom(i, c);
@@ -106,6 +110,7 @@ inline void CheckGpuMatchesCpu(const caffe::LayerParameter& param,
       top_store.push_back(std::make_unique<Tensor>());
       cpu_top.push_back(top_store.back().get());
       top_store.push_back(std::make_unique<Tensor>());
+      if (options.half_homes) top_store.back()->set_home_type(options.half);
       gpu_top.push_back(top_store.back().get());
     }
   }

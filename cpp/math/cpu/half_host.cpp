@@ -8,6 +8,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "math/half_convert.hpp"
+
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #include <cpuid.h>
 #include <immintrin.h>
@@ -90,6 +92,28 @@ void AddToFloat16(const float* acc, const uint16_t* in, size_t n, uint16_t* out)
   if (HasF16c()) i = AddF16c(acc, in, n, out);
 #endif
   for (; i < n; ++i) out[i] = FloatToFloat16(acc[i] + Float16ToFloat(in[i]));
+}
+
+}  // namespace cortado::math
+
+namespace cortado::math {
+
+void FloatsToHalfHost(HalfType type, int64_t count, const float* src, void* dst) {
+  auto* out = static_cast<uint16_t*>(dst);
+  if (type == HalfType::kFloat16) {
+    FloatsToFloat16(src, static_cast<size_t>(count), out);
+  } else {
+    for (int64_t i = 0; i < count; ++i) out[i] = FloatToBFloat16(src[i]);
+  }
+}
+
+void HalfToFloatsHost(HalfType type, int64_t count, const void* src, float* dst) {
+  const auto* in = static_cast<const uint16_t*>(src);
+  if (type == HalfType::kFloat16) {
+    Float16sToFloats(in, static_cast<size_t>(count), dst);
+  } else {
+    for (int64_t i = 0; i < count; ++i) dst[i] = BFloat16ToFloat(in[i]);
+  }
 }
 
 }  // namespace cortado::math

@@ -35,7 +35,18 @@
 // 0.274 ms forward / backward in TF32 and 0.300 / 0.524 in float16 with its copies, its 3x3
 // (64 -> 64, 576) 0.430 / 0.688 against 0.158 / 0.309, and res4's 1x1 (1024 -> 256, 410) 0.080 /
 // 0.287 against 0.085 / 0.194. CORTADO_HALF_CONVOLUTIONS=all runs every one in the half type.
+//
+// Half tensors (the *Half passes, for a Convolution layer whose blobs a net keeps in the half
+// type): the layer's tensors are already NCHW float16/bfloat16, so there is no float32 copy to
+// save and the convolution always computes in the half type; only the weights are copied in (and
+// the filter gradient added to the float32 one), as above. CORTADO_HALF_CONV_LAYOUT picks how
+// cuDNN sees the tensors: nhwc (the default) transposes them into NHWC copies in the half scratch
+// and the results back (16-bit on both sides, the bias added on the way back); nchw gives cuDNN
+// the tensors themselves, with NCHW descriptors and the bias added in place after. Plans are
+// cached per layout as well (the engines differ), and the graph API's search leaves out the same
+// engines as above.
 #include <algorithm>
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
@@ -56,11 +67,15 @@ namespace {
 // Whether a convolution of shape `s` runs in the half type under mixed precision (see the file
 // comment): when it does at least 256 multiply-adds per element copied, or every one with
 // CORTADO_HALF_CONVOLUTIONS=all.
+// At least 256 multiply-adds per element a copy (or transpose) of its operands moves.
+bool MuchWorkPerElement(const ConvolutionShape& s) {
+  const double work = 2.0 * (s.channels / s.group) * s.num_output * s.kernel_h * s.kernel_w;
+  return work >= 256.0 * (s.channels + s.num_output);
+}
 bool HalfPays(const ConvolutionShape& s) {
   const char* env = std::getenv("CORTADO_HALF_CONVOLUTIONS");
   if (env != nullptr && std::strcmp(env, "all") == 0) return true;
-  const double work = 2.0 * (s.channels / s.group) * s.num_output * s.kernel_h * s.kernel_w;
-  return work >= 256.0 * (s.channels + s.num_output);
+  return MuchWorkPerElement(s);
 }
 
 size_t WorkspaceLimit() {
@@ -151,11 +166,12 @@ class Descriptor {
 // The tensors of a convolution pass: input x, filter w, output y.
 enum : int64_t { kX = 1, kW = 2, kY = 3 };
 
-// A packed 4-D tensor of logical dims [N, C, H, W] (filters [K, C, R, S]): NCHW float32, or
-// NHWC in the half type `type` (the layout the mixed-precision copies use).
-Descriptor PackedTensor(int64_t uid, const std::vector<int64_t>& dims, cudnnDataType_t type) {
+// A packed 4-D tensor of logical dims [N, C, H, W] (filters [K, C, R, S]) of `type`, NCHW or
+// NHWC (the layout of the mixed-precision copies).
+Descriptor PackedTensor(int64_t uid, const std::vector<int64_t>& dims, cudnnDataType_t type,
+                        bool nhwc) {
   std::vector<int64_t> strides(dims.size(), 1);
-  if (type == CUDNN_DATA_FLOAT) {
+  if (!nhwc) {
     for (int i = static_cast<int>(dims.size()) - 2; i >= 0; --i) {
       strides[i] = strides[i + 1] * dims[i + 1];
     }
@@ -202,13 +218,13 @@ struct GraphPass {
 
 // The operation graph of one pass: y = conv(x, w) forward, dx from dy, or dw += from x and dy.
 Descriptor* BuildGraph(GraphPass& out, cudnnHandle_t handle, const ConvolutionShape& s, Pass pass,
-                       cudnnDataType_t type) {
+                       cudnnDataType_t type, bool nhwc) {
   const std::vector<int64_t> x_dims = {s.num, s.channels, s.height, s.width};
   const std::vector<int64_t> w_dims = {s.num_output, s.channels / s.group, s.kernel_h, s.kernel_w};
   const std::vector<int64_t> y_dims = {s.num, s.num_output, s.output_h(), s.output_w()};
-  out.parts.push_back(PackedTensor(kX, x_dims, type));
-  out.parts.push_back(PackedTensor(kW, w_dims, type));
-  out.parts.push_back(PackedTensor(kY, y_dims, type));
+  out.parts.push_back(PackedTensor(kX, x_dims, type, nhwc));
+  out.parts.push_back(PackedTensor(kW, w_dims, type, nhwc));
+  out.parts.push_back(PackedTensor(kY, y_dims, type, nhwc));
   const Descriptor& x = out.parts[0];
   const Descriptor& w = out.parts[1];
   const Descriptor& y = out.parts[2];
@@ -348,11 +364,11 @@ void Execute(cudnnHandle_t handle, const Descriptor& plan, void* x, void* w, voi
 std::shared_ptr<GraphPass> SearchGraphPass(cudnnHandle_t handle, cudaStream_t stream,
                                            const ConvolutionShape& s, Pass pass, void* x, void* w,
                                            void* y, void* workspace, size_t limit, bool tf32,
-                                           cudnnDataType_t type) {
+                                           cudnnDataType_t type, bool nhwc) {
   const size_t max_candidates = MaxCandidates();
   constexpr int kRuns = 3;
   auto spec = std::make_shared<GraphPass>();
-  Descriptor* graph = BuildGraph(*spec, handle, s, pass, type);
+  Descriptor* graph = BuildGraph(*spec, handle, s, pass, type, nhwc);
 
   std::vector<Descriptor> candidates;
   std::vector<int64_t> engines;
@@ -454,24 +470,32 @@ bool Aligned(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
 class CudnnConvolution final : public ConvolutionPlan {
  public:
-  CudnnConvolution(Context& ctx, const ConvolutionShape& s) : ctx_(ctx), shape_(s) {
+  CudnnConvolution(Context& ctx, const ConvolutionShape& s, HalfType half_tensors)
+      : ctx_(ctx), shape_(s), half_tensors_(half_tensors != HalfType::kNone) {
     auto& res = cuda::Get(ctx_);
     handle_ = res.cudnn;
     half_ = ctx.half_compute();
     tf32_ = ctx.allow_tf32();
-    if (half_ != Context::HalfType::kNone && !HalfPays(s)) {
+    if (half_tensors_) {
+      // The tensors are in the half type already: no copies to weigh against the tensor cores.
+      half_ = half_tensors;
+      const HalfConvLayout layout = HalfTensorConvLayout();
+      nhwc_ = layout == HalfConvLayout::kNhwc ||
+              (layout == HalfConvLayout::kAuto && MuchWorkPerElement(s));
+    } else if (half_ != Context::HalfType::kNone && !HalfPays(s)) {
       half_ = Context::HalfType::kNone;
       tf32_ = true;
+    } else {
+      nhwc_ = half_ != Context::HalfType::kNone;
     }
     // Under mixed precision the convolution itself sees NHWC float16/bfloat16 copies of its
-    // operands (tensor cores' layout) and sums in float32; the bias stays on the float32 NCHW
-    // output.
+    // operands (tensor cores' layout; or the half tensors themselves in NCHW) and sums in
+    // float32; with float32 tensors the bias stays on the float32 NCHW output.
     const cudnnDataType_t type = half_ == Context::HalfType::kFloat16    ? CUDNN_DATA_HALF
                                  : half_ == Context::HalfType::kBFloat16 ? CUDNN_DATA_BFLOAT16
                                                                          : CUDNN_DATA_FLOAT;
     data_type_ = type;
-    const cudnnTensorFormat_t format =
-        half_ != Context::HalfType::kNone ? CUDNN_TENSOR_NHWC : CUDNN_TENSOR_NCHW;
+    const cudnnTensorFormat_t format = nhwc_ ? CUDNN_TENSOR_NHWC : CUDNN_TENSOR_NCHW;
     CORTADO_CUDNN_CHECK(cudnnCreateTensorDescriptor(&src_));
     CORTADO_CUDNN_CHECK(cudnnCreateTensorDescriptor(&dst_));
     CORTADO_CUDNN_CHECK(cudnnCreateTensorDescriptor(&float_dst_));
@@ -515,6 +539,7 @@ class CudnnConvolution final : public ConvolutionPlan {
   }
 
   void Forward(const float* src, const float* weights, const float* bias, float* dst) override {
+    CheckTensors(false);
     const float one = 1.0f, zero = 0.0f;
     if (half_ != Context::HalfType::kNone) {
       HalfOperands h = Operands();
@@ -547,6 +572,7 @@ class CudnnConvolution final : public ConvolutionPlan {
   }
 
   void BackwardData(const float* diff_dst, const float* weights, float* diff_src) override {
+    CheckTensors(false);
     const float one = 1.0f, zero = 0.0f;
     if (half_ != Context::HalfType::kNone) {
       // A layer asks for the filter gradient first, then the data gradient of the same output
@@ -584,6 +610,7 @@ class CudnnConvolution final : public ConvolutionPlan {
 
   void BackwardWeights(const float* src, const float* diff_dst, float* diff_weights,
                        float* diff_bias) override {
+    CheckTensors(false);
     const float one = 1.0f, zero = 0.0f;
     if (diff_weights != nullptr && half_ != Context::HalfType::kNone) {
       // The filter gradient comes out in the half type, then is added to the float32 one.
@@ -621,9 +648,140 @@ class CudnnConvolution final : public ConvolutionPlan {
     }
   }
 
-  std::string Name() const override { return Describe(*plans_); }
+  void ForwardHalf(const void* src, const float* weights, const float* bias, void* dst) override {
+    CheckTensors(true);
+    const ConvolutionShape& s = shape_;
+    if (!shape_.bias) bias = nullptr;
+    if (nhwc_) {
+      HalfOperands h = Operands();
+      gpu::HalfNchwToNhwc(ctx_, half_, s.num, s.channels, s.height * s.width, src, h.src);
+      ToHalf(Slot::kFilter, weights, h.filter);
+      RunHalf(Pass::kForward, h.src, h.filter, h.dst);
+      gpu::HalfNhwcToNchw(ctx_, half_, s.num, s.num_output, s.output_h() * s.output_w(), h.dst,
+                          bias, dst);
+      return;
+    }
+    void* filter = HalfFilter();
+    gpu::ToHalf(ctx_, half_, FilterCount(), weights, filter);
+    RunHalf(Pass::kForward, const_cast<void*>(src), filter, dst);
+    if (bias != nullptr) {
+      gpu::AddChannelBiasHalf(ctx_, half_, s.num, s.num_output, s.output_h() * s.output_w(), bias,
+                              dst);
+    }
+  }
+
+  void BackwardDataHalf(const void* diff_dst, const float* weights, void* diff_src) override {
+    CheckTensors(true);
+    const ConvolutionShape& s = shape_;
+    if (nhwc_) {
+      // The filter-gradient call before left this output gradient's NHWC copy in the scratch,
+      // unless the scratch was asked for since: once here, by Operands (the same size, so the
+      // same place).
+      HalfOperands h = Operands();
+      const bool reuse = diff_dst == dst_copied_from_ &&
+                         cuda::Get(ctx_).half_scratch_calls() == dst_copied_at_ + 1;
+      if (!reuse) {
+        gpu::HalfNchwToNhwc(ctx_, half_, s.num, s.num_output, s.output_h() * s.output_w(), diff_dst,
+                            h.dst);
+      }
+      dst_copied_from_ = nullptr;
+      ToHalf(Slot::kFilter, weights, h.filter);
+      RunHalf(Pass::kData, h.src, h.filter, h.dst);
+      gpu::HalfNhwcToNchw(ctx_, half_, s.num, s.channels, s.height * s.width, h.src, nullptr,
+                          diff_src);
+      return;
+    }
+    void* filter = HalfFilter();
+    gpu::ToHalf(ctx_, half_, FilterCount(), weights, filter);
+    RunHalf(Pass::kData, diff_src, filter, const_cast<void*>(diff_dst));
+  }
+
+  void BackwardWeightsHalf(const void* src, const void* diff_dst, float* diff_weights,
+                           float* diff_bias) override {
+    CheckTensors(true);
+    const ConvolutionShape& s = shape_;
+    if (diff_weights != nullptr && nhwc_) {
+      HalfOperands h = Operands();
+      gpu::HalfNchwToNhwc(ctx_, half_, s.num, s.channels, s.height * s.width, src, h.src);
+      gpu::HalfNchwToNhwc(ctx_, half_, s.num, s.num_output, s.output_h() * s.output_w(), diff_dst,
+                          h.dst);
+      dst_copied_from_ = diff_dst;
+      dst_copied_at_ = cuda::Get(ctx_).half_scratch_calls();
+      RunHalf(Pass::kFilter, h.src, h.filter, h.dst);
+      FromHalf(Slot::kFilter, h.filter, 1.0f, diff_weights);
+    } else if (diff_weights != nullptr) {
+      // The filter gradient comes out in the half type ([K, C, R, S] as the float32 one), then
+      // is added to the float32 one.
+      void* filter = HalfFilter();
+      RunHalf(Pass::kFilter, const_cast<void*>(src), filter, const_cast<void*>(diff_dst));
+      gpu::FromHalfNhwc(ctx_, half_, 1, 1, static_cast<int>(FilterCount()), filter, 1.0f,
+                        diff_weights);
+    }
+    if (shape_.bias && diff_bias != nullptr) {
+      gpu::SumChannelsHalf(ctx_, half_, s.num, s.num_output, s.output_h() * s.output_w(), diff_dst,
+                           diff_bias);
+    }
+  }
+
+  std::string Name() const override {
+    if (!half_tensors_) return Describe(*plans_);
+    return fmt::format("{} on {} tensors in {}", Describe(*plans_), HalfTypeName(half_),
+                       nhwc_ ? "NHWC copies" : "NCHW");
+  }
 
  private:
+  // The float32 passes for a plan made for float32 tensors, the *Half ones for one made for half
+  // tensors: their descriptors differ.
+  void CheckTensors(bool half) const {
+    CORTADO_CHECK(half == half_tensors_, "cuDNN convolution made for {} tensors called with {}",
+                  half_tensors_ ? "half" : "float32", half ? "half" : "float32");
+  }
+
+  // One pass on half operands, overwriting its output (a filter gradient is added to the float32
+  // one afterwards): the graph plan, or the legacy algorithm where the pass has none or the
+  // pointers lack the plan's alignment.
+  void RunHalf(Pass pass, void* x, void* w, void* y) {
+    const float one = 1.0f, zero = 0.0f;
+    const GraphPass* graph = pass == Pass::kForward ? plans_->forward.get()
+                             : pass == Pass::kData  ? plans_->data.get()
+                                                    : plans_->filter.get();
+    if (const GraphPass* p = GraphFor(graph, x, w, y)) {
+      Execute(handle_, *p->plan, x, w, y, cuda::Get(ctx_).Workspace(p->workspace));
+      return;
+    }
+    const Plans& legacy = Legacy();
+    switch (pass) {
+      case Pass::kForward: {
+        void* workspace = cuda::Get(ctx_).Workspace(legacy.forward_bytes);
+        CORTADO_CUDNN_CHECK(cudnnConvolutionForward(handle_, &one, src_, x, filter_, w, conv_,
+                                                    legacy.forward_algo, workspace,
+                                                    legacy.forward_bytes, &zero, dst_, y));
+        return;
+      }
+      case Pass::kData: {
+        void* workspace = cuda::Get(ctx_).Workspace(legacy.data_bytes);
+        CORTADO_CUDNN_CHECK(cudnnConvolutionBackwardData(handle_, &one, filter_, w, dst_, y, conv_,
+                                                         legacy.data_algo, workspace,
+                                                         legacy.data_bytes, &zero, src_, x));
+        return;
+      }
+      case Pass::kFilter: {
+        void* workspace = cuda::Get(ctx_).Workspace(legacy.filter_bytes);
+        CORTADO_CUDNN_CHECK(cudnnConvolutionBackwardFilter(handle_, &one, src_, x, dst_, y, conv_,
+                                                           legacy.filter_algo, workspace,
+                                                           legacy.filter_bytes, &zero, filter_, w));
+        return;
+      }
+    }
+  }
+
+  size_t FilterCount() const {
+    const ConvolutionShape& s = shape_;
+    return static_cast<size_t>(s.num_output) * (s.channels / s.group) * s.kernel_h * s.kernel_w;
+  }
+  // Half tensors in NCHW: the half scratch holds only the filter (the weights, or the filter
+  // gradient), [K, C, R, S] as the float32 one.
+  void* HalfFilter() { return cuda::Get(ctx_).HalfScratch(HalfBytes(Slot::kFilter)); }
   // The graph plan for a call, or nullptr to run the legacy algorithm: no plan for this pass,
   // or pointers the plan's 16-byte alignment does not hold for.
   static const GraphPass* GraphFor(const GraphPass* pass, const void* x, const void* w,
@@ -679,11 +837,15 @@ class CudnnConvolution final : public ConvolutionPlan {
   // The plans of this shape in this context: found in the context's cache, else searched.
   std::shared_ptr<const Plans> FindPlans(bool graph) {
     auto& cache = cuda::Get(ctx_).plans;
+    // Half operands' plans are for their layout, whoever's tensors they come from.
     const std::string key = ShapeKey(shape_) + (graph ? " graph" : " legacy") +
                             (half_ == Context::HalfType::kFloat16    ? " float16"
                              : half_ == Context::HalfType::kBFloat16 ? " bfloat16"
                              : tf32_                                 ? " tf32"
-                                                                     : "");
+                                                                     : "") +
+                            (half_ == Context::HalfType::kNone ? ""
+                             : nhwc_                           ? " nhwc"
+                                                               : " nchw");
     if (auto it = cache.find(key); it != cache.end()) {
       return std::static_pointer_cast<const Plans>(it->second);
     }
@@ -733,11 +895,11 @@ class CudnnConvolution final : public ConvolutionPlan {
       // Half operands run on tensor cores; their engines must still keep float32 sums.
       const bool tensor_cores = tf32 || half_ != Context::HalfType::kNone;
       plans.forward = SearchGraphPass(handle_, stream, s, Pass::kForward, src.get(), filter.get(),
-                                      dst.get(), workspace, limit, tensor_cores, data_type_);
+                                      dst.get(), workspace, limit, tensor_cores, data_type_, nhwc_);
       plans.data = SearchGraphPass(handle_, stream, s, Pass::kData, src.get(), filter.get(),
-                                   dst.get(), workspace, limit, tensor_cores, data_type_);
+                                   dst.get(), workspace, limit, tensor_cores, data_type_, nhwc_);
       plans.filter = SearchGraphPass(handle_, stream, s, Pass::kFilter, src.get(), filter.get(),
-                                     dst.get(), workspace, limit, tensor_cores, data_type_);
+                                     dst.get(), workspace, limit, tensor_cores, data_type_, nhwc_);
       CORTADO_CUDA_CHECK(cudaStreamSynchronize(stream));
       return;
     }
@@ -783,18 +945,23 @@ class CudnnConvolution final : public ConvolutionPlan {
   Context& ctx_;
   ConvolutionShape shape_;
   cudnnHandle_t handle_ = nullptr;
+  // Whether the plan is for half tensors (the *Half passes).
+  bool half_tensors_ = false;
   // The half type this convolution computes in (kNone: float32 operands), and whether it may
   // use TF32 tensor cores.
   Context::HalfType half_ = Context::HalfType::kNone;
   bool tf32_ = false;
+  // The layout cuDNN reads and writes: NHWC (the half copies) or NCHW (float32, or half tensors
+  // with CORTADO_HALF_CONV_LAYOUT=nchw).
+  bool nhwc_ = false;
   cudnnDataType_t data_type_ = CUDNN_DATA_FLOAT;
   // src_, dst_ and filter_ describe what cuDNN's convolution reads and writes: float32 NCHW, or
-  // the half type in NHWC under mixed precision; float_dst_ is always the float32 NCHW output,
-  // where the bias is added and summed.
+  // the half type in NHWC under mixed precision (or NCHW, half tensors as they are); float_dst_ is
+  // always the float32 NCHW output, where the bias of float32 tensors is added and summed.
   cudnnTensorDescriptor_t src_ = nullptr, dst_ = nullptr, float_dst_ = nullptr, bias_ = nullptr;
   // The output gradient whose half copy the last filter-gradient call left in the scratch, and
   // the scratch's call count then (for the data-gradient call that follows).
-  const float* dst_copied_from_ = nullptr;
+  const void* dst_copied_from_ = nullptr;
   uint64_t dst_copied_at_ = 0;
   cudnnFilterDescriptor_t filter_ = nullptr;
   cudnnConvolutionDescriptor_t conv_ = nullptr;
@@ -804,17 +971,44 @@ class CudnnConvolution final : public ConvolutionPlan {
 
 }  // namespace
 
-std::unique_ptr<ConvolutionPlan> MakeGpuConvolution(Context& ctx, const ConvolutionShape& shape) {
-  return std::make_unique<CudnnConvolution>(ctx, shape);
+std::unique_ptr<ConvolutionPlan> MakeGpuConvolution(Context& ctx, const ConvolutionShape& shape,
+                                                    HalfType half_tensors) {
+  return std::make_unique<CudnnConvolution>(ctx, shape, half_tensors);
 }
 
 #else
 
 std::unique_ptr<ConvolutionPlan> MakeGpuConvolution(Context& /*ctx*/,
-                                                    const ConvolutionShape& /*shape*/) {
+                                                    const ConvolutionShape& /*shape*/,
+                                                    HalfType /*half_tensors*/) {
   return nullptr;
 }
 
 #endif
+
+namespace {
+
+HalfConvLayout LayoutFromEnvironment() {
+  const char* env = std::getenv("CORTADO_HALF_CONV_LAYOUT");
+  if (env == nullptr || std::strcmp(env, "auto") == 0) return HalfConvLayout::kAuto;
+  if (std::strcmp(env, "nhwc") == 0) return HalfConvLayout::kNhwc;
+  if (std::strcmp(env, "nchw") == 0) return HalfConvLayout::kNchw;
+  CORTADO_THROW(kInvalidArgument, "CORTADO_HALF_CONV_LAYOUT must be auto, nhwc or nchw, not '{}'",
+                env);
+}
+
+// The environment's layout, read at the first use, until a test sets another.
+std::atomic<HalfConvLayout>& LayoutInUse() {
+  static std::atomic<HalfConvLayout> layout(LayoutFromEnvironment());
+  return layout;
+}
+
+}  // namespace
+
+HalfConvLayout HalfTensorConvLayout() { return LayoutInUse().load(); }
+
+HalfConvLayout SetHalfTensorConvLayout(HalfConvLayout layout) {
+  return LayoutInUse().exchange(layout);
+}
 
 }  // namespace cortado::math

@@ -10,6 +10,7 @@
 
 #include "core/cuda.hpp"
 #include "math/gpu.hpp"
+#include "math/half_convert.hpp"
 
 namespace cortado::math::gpu {
 namespace {
@@ -26,6 +27,9 @@ __device__ __nv_bfloat16 Narrow<__nv_bfloat16>(float v) {
 }
 __device__ float Widen(__half v) { return __half2float(v); }
 __device__ float Widen(__nv_bfloat16 v) { return __bfloat162float(v); }
+// The copies into NHWC read float32, or 16-bit values of their own type (half tensors, which
+// they move exactly).
+__device__ float Widen(float v) { return v; }
 
 // Two adjacent channels of an NHWC copy as one 4-byte value, the lower channel in the low half
 // (the lower address).
@@ -48,17 +52,16 @@ struct Pair<__nv_bfloat16> {
 constexpr int kTile = 32;
 constexpr int kRows = 8;
 
-template <typename H>
-__global__ void ToNhwcKernel(int n, int c, int hw, const float* __restrict__ src,
-                             H* __restrict__ dst) {
+template <typename H, typename S = float>
+__global__ void ToNhwcKernel(int n, int c, int hw, const S* __restrict__ src, H* __restrict__ dst) {
   __shared__ float tile[kTile][kTile + 1];
   const int c0 = blockIdx.y * kTile, p0 = blockIdx.x * kTile;
   for (int64_t img = blockIdx.z; img < n; img += gridDim.z) {
-    const float* in = src + img * c * static_cast<int64_t>(hw);
+    const S* in = src + img * c * static_cast<int64_t>(hw);
     H* out = dst + img * c * static_cast<int64_t>(hw);
     for (int i = threadIdx.y; i < kTile; i += kRows) {
       const int ch = c0 + i, p = p0 + threadIdx.x;
-      if (ch < c && p < hw) tile[i][threadIdx.x] = in[static_cast<int64_t>(ch) * hw + p];
+      if (ch < c && p < hw) tile[i][threadIdx.x] = Widen(in[static_cast<int64_t>(ch) * hw + p]);
     }
     __syncthreads();
     for (int i = threadIdx.y; i < kTile; i += kRows) {
@@ -104,16 +107,16 @@ __global__ void FromNhwcKernel(int n, int c, int hw, const H* __restrict__ src, 
 // tile's edge: c is even, so channel ch < c (ch even) has ch + 1 < c too.
 constexpr int kPairs = 32;
 
-template <typename H, int kCols>
+template <typename H, int kCols, typename S = float>
 __global__ void __launch_bounds__(kPairs* kRows)
-    ToNhwcPairsKernel(int n, int c, int hw, const float* __restrict__ src, H* __restrict__ dst) {
+    ToNhwcPairsKernel(int n, int c, int hw, const S* __restrict__ src, H* __restrict__ dst) {
   using H2 = typename Pair<H>::Type;
   constexpr int kPositions = 32 * kCols, kPairRows = kPairs / kRows, kSteps = kPositions / kRows;
   __shared__ H2 tile[kPairs][kPositions + 1];
   const int x = threadIdx.x, y = threadIdx.y;
   const int c0 = blockIdx.y * 2 * kPairs, p0 = blockIdx.x * kPositions;
   for (int64_t img = blockIdx.z; img < n; img += gridDim.z) {
-    const float* in = src + img * c * static_cast<int64_t>(hw);
+    const S* in = src + img * c * static_cast<int64_t>(hw);
     // c is even and dst 4-byte aligned, so every pair's first channel is too.
     H2* out = reinterpret_cast<H2*>(dst + img * c * static_cast<int64_t>(hw));
     // Channels c0 + 2r and c0 + 2r + 1 at positions p0 + x + 32j, r = y + kRows * i.
@@ -122,12 +125,12 @@ __global__ void __launch_bounds__(kPairs* kRows)
     for (int i = 0; i < kPairRows; ++i) {
       const int ch = c0 + 2 * (y + kRows * i);
       if (ch >= c) continue;
-      const float* row = in + static_cast<int64_t>(ch) * hw + p0 + x;
+      const S* row = in + static_cast<int64_t>(ch) * hw + p0 + x;
 #pragma unroll
       for (int j = 0; j < kCols; ++j) {
         if (p0 + x + 32 * j < hw) {
-          lo[i][j] = row[32 * j];
-          hi[i][j] = row[hw + 32 * j];
+          lo[i][j] = Widen(row[32 * j]);
+          hi[i][j] = Widen(row[hw + 32 * j]);
         }
       }
     }
@@ -262,21 +265,21 @@ __device__ void CopySpan(const H* from, H* to, int count) {
   }
 }
 
-template <typename H>
+template <typename H, typename S = float>
 __global__ void __launch_bounds__(kFewThreads)
-    ToNhwcFewKernel(int n, int c, int hw, const float* __restrict__ src, H* __restrict__ dst) {
+    ToNhwcFewKernel(int n, int c, int hw, const S* __restrict__ src, H* __restrict__ dst) {
   extern __shared__ __align__(16) unsigned char few_tile[];
   H* tile = reinterpret_cast<H*>(few_tile);
   const int p0 = blockIdx.x * kFewPositions, count = min(kFewPositions, hw - p0);
   for (int64_t img = blockIdx.z; img < n; img += gridDim.z) {
     const int64_t base = img * c * static_cast<int64_t>(hw);
     for (int ch = 0; ch < c; ++ch) {
-      const float* row = src + base + static_cast<int64_t>(ch) * hw + p0;
+      const S* row = src + base + static_cast<int64_t>(ch) * hw + p0;
       float v[kFewPerThread] = {};
 #pragma unroll
       for (int j = 0; j < kFewPerThread; ++j) {
         const int p = threadIdx.x + kFewThreads * j;
-        if (p < count) v[j] = row[p];
+        if (p < count) v[j] = Widen(row[p]);
       }
 #pragma unroll
       for (int j = 0; j < kFewPerThread; ++j) {
@@ -475,6 +478,344 @@ void GemmMixed(Context& ctx, bool trans_a, bool trans_b, int m, int n, int k, fl
   }
 #endif
   Gemm(ctx, trans_a, trans_b, m, n, k, alpha, a, b, beta, c);
+}
+
+}  // namespace cortado::math::gpu
+
+namespace cortado::math {
+namespace {
+int FlatConvertBlocks(int64_t count) {
+  return static_cast<int>(std::min<int64_t>((count + 255) / 256, 4096));
+}
+}  // namespace
+
+void FloatsToHalfGpu(void* stream, HalfType type, int64_t count, const float* src, void* dst) {
+  if (count == 0) return;
+  auto s = static_cast<cudaStream_t>(stream);
+  if (type == HalfType::kBFloat16) {
+    gpu::NarrowKernel<<<FlatConvertBlocks(count), 256, 0, s>>>(count, src,
+                                                               static_cast<__nv_bfloat16*>(dst));
+  } else {
+    gpu::NarrowKernel<<<FlatConvertBlocks(count), 256, 0, s>>>(count, src,
+                                                               static_cast<__half*>(dst));
+  }
+  CORTADO_CUDA_CHECK_LAUNCH();
+}
+
+void HalfToFloatsGpu(void* stream, HalfType type, int64_t count, const void* src, float* dst) {
+  if (count == 0) return;
+  auto s = static_cast<cudaStream_t>(stream);
+  if (type == HalfType::kBFloat16) {
+    gpu::WidenKernel<<<FlatConvertBlocks(count), 256, 0, s>>>(
+        count, static_cast<const __nv_bfloat16*>(src), 0.0f, dst);
+  } else {
+    gpu::WidenKernel<<<FlatConvertBlocks(count), 256, 0, s>>>(
+        count, static_cast<const __half*>(src), 0.0f, dst);
+  }
+  CORTADO_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace cortado::math
+
+// Half tensors (gpu.hpp): a convolution's 16-bit NCHW tensors into cuDNN's NHWC operands and
+// back, and its bias on 16-bit outputs. Into NHWC these are the copies above reading 16-bit
+// values, which they move exactly; back into NCHW the copies below write 16-bit values, exactly,
+// or with a bias added on the way (one rounding more after cuDNN's).
+namespace cortado::math::gpu {
+namespace {
+
+// v plus bias[ch], or v itself (its sign of zero too) without a bias.
+__device__ __forceinline__ float PlusBias(float v, const float* bias, int ch) {
+  return bias != nullptr ? v + bias[ch] : v;
+}
+
+template <typename H>
+__global__ void HalfFromNhwcKernel(int n, int c, int hw, const H* __restrict__ src,
+                                   const float* __restrict__ bias, H* __restrict__ dst) {
+  __shared__ float tile[kTile][kTile + 1];
+  const int c0 = blockIdx.y * kTile, p0 = blockIdx.x * kTile;
+  for (int64_t img = blockIdx.z; img < n; img += gridDim.z) {
+    const H* in = src + img * c * static_cast<int64_t>(hw);
+    H* out = dst + img * c * static_cast<int64_t>(hw);
+    for (int i = threadIdx.y; i < kTile; i += kRows) {
+      const int p = p0 + i, ch = c0 + threadIdx.x;
+      if (p < hw && ch < c) tile[threadIdx.x][i] = Widen(in[static_cast<int64_t>(p) * c + ch]);
+    }
+    __syncthreads();
+    for (int i = threadIdx.y; i < kTile; i += kRows) {
+      const int ch = c0 + i, p = p0 + threadIdx.x;
+      if (ch < c && p < hw) {
+        out[static_cast<int64_t>(ch) * hw + p] =
+            Narrow<H>(PlusBias(tile[i][threadIdx.x], bias, ch));
+      }
+    }
+    __syncthreads();
+  }
+}
+
+// FromNhwcPairsKernel's tiles with a 16-bit destination: the NHWC side reads pairs of channels
+// as one 4-byte value (a warp 128 contiguous bytes), the NCHW side writes 32 consecutive values
+// of one channel per warp.
+template <typename H, int kCols>
+__global__ void __launch_bounds__(kPairs* kRows)
+    HalfFromNhwcPairsKernel(int n, int c, int hw, const H* __restrict__ src,
+                            const float* __restrict__ bias, H* __restrict__ dst) {
+  using H2 = typename Pair<H>::Type;
+  constexpr int kPositions = 32 * kCols, kPairRows = kPairs / kRows, kSteps = kPositions / kRows;
+  __shared__ H2 tile[kPairs][kPositions + 1];
+  const int x = threadIdx.x, y = threadIdx.y;
+  const int c0 = blockIdx.y * 2 * kPairs, p0 = blockIdx.x * kPositions;
+  for (int64_t img = blockIdx.z; img < n; img += gridDim.z) {
+    const H2* in = reinterpret_cast<const H2*>(src + img * c * static_cast<int64_t>(hw));
+    H* out = dst + img * c * static_cast<int64_t>(hw);
+    // Channels c0 + 2x and c0 + 2x + 1 at positions p0 + y + kRows * k.
+    if (c0 + 2 * x < c) {
+      H2 v[kSteps];
+#pragma unroll
+      for (int k = 0; k < kSteps; ++k) {
+        const int q = y + kRows * k;
+        if (p0 + q < hw) v[k] = in[static_cast<int64_t>(p0 + q) * (c / 2) + c0 / 2 + x];
+      }
+#pragma unroll
+      for (int k = 0; k < kSteps; ++k) {
+        const int q = y + kRows * k;
+        if (p0 + q < hw) tile[x][q] = v[k];
+      }
+    }
+    __syncthreads();
+    // Channels c0 + 2r and c0 + 2r + 1 at positions p0 + x + 32j, r = y + kRows * i.
+#pragma unroll
+    for (int i = 0; i < kPairRows; ++i) {
+      const int ch = c0 + 2 * (y + kRows * i);
+      if (ch >= c) continue;
+      H* row = out + static_cast<int64_t>(ch) * hw + p0 + x;
+#pragma unroll
+      for (int j = 0; j < kCols; ++j) {
+        if (p0 + x + 32 * j < hw) {
+          const H2 w = tile[y + kRows * i][x + 32 * j];
+          row[32 * j] = Narrow<H>(PlusBias(__low2float(w), bias, ch));
+          row[hw + 32 * j] = Narrow<H>(PlusBias(__high2float(w), bias, ch + 1));
+        }
+      }
+    }
+    __syncthreads();
+  }
+}
+
+template <typename H>
+__global__ void __launch_bounds__(kFewThreads)
+    HalfFromNhwcFewKernel(int n, int c, int hw, const H* __restrict__ src,
+                          const float* __restrict__ bias, H* __restrict__ dst) {
+  extern __shared__ __align__(16) unsigned char few_tile[];
+  H* tile = reinterpret_cast<H*>(few_tile);
+  const int p0 = blockIdx.x * kFewPositions, count = min(kFewPositions, hw - p0);
+  for (int64_t img = blockIdx.z; img < n; img += gridDim.z) {
+    const int64_t base = img * c * static_cast<int64_t>(hw);
+    CopySpan<H>(src + base + static_cast<int64_t>(p0) * c, tile, count * c);
+    __syncthreads();
+    for (int ch = 0; ch < c; ++ch) {
+      H* row = dst + base + static_cast<int64_t>(ch) * hw + p0;
+#pragma unroll
+      for (int j = 0; j < kFewPerThread; ++j) {
+        const int p = threadIdx.x + kFewThreads * j;
+        if (p < count) row[p] = Narrow<H>(PlusBias(Widen(tile[p * c + ch]), bias, ch));
+      }
+    }
+    __syncthreads();
+  }
+}
+
+// One channel or one position, where NCHW and NHWC are the same layout: dst = src + bias of the
+// element's channel (element i's is i % c with one position, 0 with one channel).
+template <typename H>
+__global__ void FlatBiasKernel(int64_t count, int c, bool one_position, const H* __restrict__ src,
+                               const float* __restrict__ bias, H* __restrict__ dst) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < count;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    dst[i] = Narrow<H>(Widen(src[i]) + bias[one_position ? static_cast<int>(i % c) : 0]);
+  }
+}
+
+// x[plane, :] += bias[plane % c] over [planes, hw]: the grid's y dimension walks the planes, so
+// that no thread divides by hw.
+template <typename H>
+__global__ void AddChannelBiasKernel(int64_t planes, int c, int hw, const float* __restrict__ bias,
+                                     H* __restrict__ x) {
+  for (int64_t plane = blockIdx.y; plane < planes; plane += gridDim.y) {
+    const float b = bias[plane % c];
+    H* row = x + plane * hw;
+    for (int p = blockIdx.x * blockDim.x + threadIdx.x; p < hw; p += gridDim.x * blockDim.x) {
+      row[p] = Narrow<H>(Widen(row[p]) + b);
+    }
+  }
+}
+
+// Block (ch, g) sums channel ch of images g, g + groups, ... in a fixed order (each thread its
+// own elements, then a fixed tree): into sums[ch] directly with one group, else into
+// partial[ch * groups + g] for SumGroups.
+constexpr int kSumThreads = 256;
+
+template <typename H>
+__global__ void __launch_bounds__(kSumThreads)
+    SumChannelsKernel(int n, int c, int hw, int groups, const H* __restrict__ x,
+                      float* __restrict__ partial, float* __restrict__ sums) {
+  __shared__ float part[kSumThreads];
+  const int ch = blockIdx.x, g = blockIdx.y;
+  const int images = (n - g + groups - 1) / groups;
+  const int per_block = images * hw;  // at most the tensor's count, an int
+  float sum = 0.0f;
+  for (int j = threadIdx.x; j < per_block; j += kSumThreads) {
+    const int k = j / hw;
+    const int64_t img = g + static_cast<int64_t>(k) * groups;
+    sum += Widen(x[(img * c + ch) * hw + (j - k * hw)]);
+  }
+  part[threadIdx.x] = sum;
+  __syncthreads();
+  for (int stride = kSumThreads / 2; stride > 0; stride /= 2) {
+    if (threadIdx.x < stride) part[threadIdx.x] += part[threadIdx.x + stride];
+    __syncthreads();
+  }
+  if (threadIdx.x != 0) return;
+  if (groups == 1) {
+    sums[ch] += part[0];
+  } else {
+    partial[ch * groups + g] = part[0];
+  }
+}
+
+__global__ void SumGroups(int c, int groups, const float* __restrict__ partial,
+                          float* __restrict__ sums) {
+  const int ch = blockIdx.x * blockDim.x + threadIdx.x;
+  if (ch >= c) return;
+  float sum = 0.0f;
+  for (int g = 0; g < groups; ++g) sum += partial[ch * groups + g];
+  sums[ch] += sum;
+}
+
+template <typename H>
+void HalfToNhwc(cudaStream_t stream, int n, int c, int hw, const H* src, H* dst) {
+  if (c == 1 || hw == 1) {
+    CORTADO_CUDA_CHECK(cudaMemcpyAsync(dst, src, sizeof(H) * n * c * static_cast<size_t>(hw),
+                                       cudaMemcpyDeviceToDevice, stream));
+  } else if (c <= kFewChannels) {
+    ToNhwcFewKernel<H, H>
+        <<<FewGrid(n, hw), kFewThreads, FewBytes<H>(c), stream>>>(n, c, hw, src, dst);
+  } else if (c % 2 == 0 && reinterpret_cast<uintptr_t>(dst) % sizeof(typename Pair<H>::Type) == 0) {
+    const dim3 block(kPairs, kRows);
+    if (hw <= 32) {
+      ToNhwcPairsKernel<H, 1, H><<<PairsGrid(n, c, hw, 32), block, 0, stream>>>(n, c, hw, src, dst);
+    } else {
+      ToNhwcPairsKernel<H, 2, H><<<PairsGrid(n, c, hw, 64), block, 0, stream>>>(n, c, hw, src, dst);
+    }
+  } else {
+    ToNhwcKernel<H, H>
+        <<<TransposeGrid(n, c, hw), dim3(kTile, kRows), 0, stream>>>(n, c, hw, src, dst);
+  }
+}
+
+template <typename H>
+void HalfFromNhwc(cudaStream_t stream, int n, int c, int hw, const H* src, const float* bias,
+                  H* dst) {
+  if (c == 1 || hw == 1) {
+    const int64_t count = static_cast<int64_t>(n) * c * hw;
+    if (bias == nullptr) {
+      CORTADO_CUDA_CHECK(
+          cudaMemcpyAsync(dst, src, sizeof(H) * count, cudaMemcpyDeviceToDevice, stream));
+    } else {
+      FlatBiasKernel<<<FlatBlocks(count), kFlatThreads, 0, stream>>>(count, c, hw == 1, src, bias,
+                                                                     dst);
+    }
+  } else if (c <= kFewChannels) {
+    HalfFromNhwcFewKernel<<<FewGrid(n, hw), kFewThreads, FewBytes<H>(c), stream>>>(n, c, hw, src,
+                                                                                   bias, dst);
+  } else if (c % 2 == 0 && reinterpret_cast<uintptr_t>(src) % sizeof(typename Pair<H>::Type) == 0) {
+    const dim3 block(kPairs, kRows);
+    if (hw <= 32) {
+      HalfFromNhwcPairsKernel<H, 1>
+          <<<PairsGrid(n, c, hw, 32), block, 0, stream>>>(n, c, hw, src, bias, dst);
+    } else {
+      HalfFromNhwcPairsKernel<H, 2>
+          <<<PairsGrid(n, c, hw, 64), block, 0, stream>>>(n, c, hw, src, bias, dst);
+    }
+  } else {
+    HalfFromNhwcKernel<<<TransposeGrid(n, c, hw), dim3(kTile, kRows), 0, stream>>>(n, c, hw, src,
+                                                                                   bias, dst);
+  }
+}
+
+}  // namespace
+
+void HalfNchwToNhwc(Context& ctx, Context::HalfType type, int n, int c, int hw, const void* src,
+                    void* dst) {
+  if (static_cast<int64_t>(n) * c * hw == 0) return;
+  cudaStream_t stream = ::cortado::cuda::Stream(ctx);
+  if (type == Context::HalfType::kBFloat16) {
+    HalfToNhwc(stream, n, c, hw, static_cast<const __nv_bfloat16*>(src),
+               static_cast<__nv_bfloat16*>(dst));
+  } else {
+    HalfToNhwc(stream, n, c, hw, static_cast<const __half*>(src), static_cast<__half*>(dst));
+  }
+  CORTADO_CUDA_CHECK_LAUNCH();
+}
+
+void HalfNhwcToNchw(Context& ctx, Context::HalfType type, int n, int c, int hw, const void* src,
+                    const float* bias, void* dst) {
+  if (static_cast<int64_t>(n) * c * hw == 0) return;
+  cudaStream_t stream = ::cortado::cuda::Stream(ctx);
+  if (type == Context::HalfType::kBFloat16) {
+    HalfFromNhwc(stream, n, c, hw, static_cast<const __nv_bfloat16*>(src), bias,
+                 static_cast<__nv_bfloat16*>(dst));
+  } else {
+    HalfFromNhwc(stream, n, c, hw, static_cast<const __half*>(src), bias,
+                 static_cast<__half*>(dst));
+  }
+  CORTADO_CUDA_CHECK_LAUNCH();
+}
+
+void AddChannelBiasHalf(Context& ctx, Context::HalfType type, int n, int c, int hw,
+                        const float* bias, void* x) {
+  if (static_cast<int64_t>(n) * c * hw == 0) return;
+  const int64_t planes = static_cast<int64_t>(n) * c;
+  // Warps enough for a plane (small planes waste no threads), at most kFlatThreads.
+  const int threads = std::min(kFlatThreads, (hw + 31) / 32 * 32);
+  const dim3 grid(std::min((hw + threads - 1) / threads, 64),
+                  static_cast<unsigned>(std::min<int64_t>(planes, 65535)));
+  cudaStream_t stream = ::cortado::cuda::Stream(ctx);
+  if (type == Context::HalfType::kBFloat16) {
+    AddChannelBiasKernel<<<grid, threads, 0, stream>>>(planes, c, hw, bias,
+                                                       static_cast<__nv_bfloat16*>(x));
+  } else {
+    AddChannelBiasKernel<<<grid, threads, 0, stream>>>(planes, c, hw, bias,
+                                                       static_cast<__half*>(x));
+  }
+  CORTADO_CUDA_CHECK_LAUNCH();
+}
+
+void SumChannelsHalf(Context& ctx, Context::HalfType type, int n, int c, int hw, const void* x,
+                     float* sums) {
+  if (static_cast<int64_t>(n) * c * hw == 0) return;
+  auto& res = ::cortado::cuda::Get(ctx);
+  // One block per channel leaves most of the GPU idle when channels are few and images many:
+  // each channel's images are split into groups (at most one partial sum per slot of the
+  // reduce buffer, at least about 8192 values per block), whose sums are then added in order.
+  constexpr int kSlots = ::cortado::cuda::Resources::kReduceSlots;
+  const int64_t per_channel = static_cast<int64_t>(n) * hw;
+  const int groups = static_cast<int>(
+      std::max<int64_t>(1, std::min<int64_t>({n, kSlots / c, (per_channel + 8191) / 8192})));
+  float* partial = groups > 1 ? res.ReduceBuffer() : nullptr;
+  const dim3 grid(c, groups);
+  if (type == Context::HalfType::kBFloat16) {
+    SumChannelsKernel<<<grid, kSumThreads, 0, res.stream>>>(
+        n, c, hw, groups, static_cast<const __nv_bfloat16*>(x), partial, sums);
+  } else {
+    SumChannelsKernel<<<grid, kSumThreads, 0, res.stream>>>(
+        n, c, hw, groups, static_cast<const __half*>(x), partial, sums);
+  }
+  CORTADO_CUDA_CHECK_LAUNCH();
+  if (groups > 1) {
+    SumGroups<<<(c + 255) / 256, 256, 0, res.stream>>>(c, groups, partial, sums);
+    CORTADO_CUDA_CHECK_LAUNCH();
+  }
 }
 
 }  // namespace cortado::math::gpu

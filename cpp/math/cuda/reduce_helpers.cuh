@@ -1,8 +1,12 @@
 // SPDX-License-Identifier: Apache-2.0
 // Device helpers shared by the GPU passes that reduce per channel (BatchNorm, Scale): a fast
-// division by a launch-constant divisor, float or float4 loads and stores, and a block-wide
-// sum of two doubles in a fixed order. Include only from .cu files.
+// division by a launch-constant divisor, loads and stores of 1 or 4 values (float, or a 16-bit
+// type widened to float and rounded back to nearest even), and a block-wide sum of two doubles in
+// a fixed order. Include only from .cu files.
 #pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
 
 #include <cstdint>
 
@@ -51,6 +55,73 @@ __device__ __forceinline__ void Store(float* p, int64_t unit, const Pack<V>& r) 
   }
 }
 
+// A 16-bit type's bits <-> float, rounding to nearest even.
+template <typename H>
+struct HalfBits;
+template <>
+struct HalfBits<__half> {
+  static __device__ __forceinline__ float Widen(uint32_t bits) {
+    return __half2float(__ushort_as_half(static_cast<unsigned short>(bits)));
+  }
+  static __device__ __forceinline__ uint32_t Narrow(float v) {
+    return __half_as_ushort(__float2half_rn(v));
+  }
+};
+template <>
+struct HalfBits<__nv_bfloat16> {
+  static __device__ __forceinline__ float Widen(uint32_t bits) {
+    return __bfloat162float(__ushort_as_bfloat16(static_cast<unsigned short>(bits)));
+  }
+  static __device__ __forceinline__ uint32_t Narrow(float v) {
+    return __bfloat16_as_ushort(__float2bfloat16_rn(v));
+  }
+};
+
+// V == 4: four 16-bit values as one 8-byte access (p 8-byte aligned), the first in the low bits.
+template <int V, typename H>
+__device__ __forceinline__ Pack<V> LoadHalf(const H* p, int64_t unit) {
+  Pack<V> r;
+  if constexpr (V == 4) {
+    const uint2 bits = reinterpret_cast<const uint2*>(p)[unit];
+    r.v[0] = HalfBits<H>::Widen(bits.x & 0xffffu);
+    r.v[1] = HalfBits<H>::Widen(bits.x >> 16);
+    r.v[2] = HalfBits<H>::Widen(bits.y & 0xffffu);
+    r.v[3] = HalfBits<H>::Widen(bits.y >> 16);
+  } else {
+    r.v[0] = HalfBits<H>::Widen(reinterpret_cast<const unsigned short*>(p)[unit]);
+  }
+  return r;
+}
+
+template <int V, typename H>
+__device__ __forceinline__ void StoreHalf(H* p, int64_t unit, const Pack<V>& r) {
+  if constexpr (V == 4) {
+    reinterpret_cast<uint2*>(p)[unit] =
+        make_uint2(HalfBits<H>::Narrow(r.v[0]) | HalfBits<H>::Narrow(r.v[1]) << 16,
+                   HalfBits<H>::Narrow(r.v[2]) | HalfBits<H>::Narrow(r.v[3]) << 16);
+  } else {
+    reinterpret_cast<unsigned short*>(p)[unit] =
+        static_cast<unsigned short>(HalfBits<H>::Narrow(r.v[0]));
+  }
+}
+
+template <int V>
+__device__ __forceinline__ Pack<V> Load(const __half* p, int64_t unit) {
+  return LoadHalf<V>(p, unit);
+}
+template <int V>
+__device__ __forceinline__ Pack<V> Load(const __nv_bfloat16* p, int64_t unit) {
+  return LoadHalf<V>(p, unit);
+}
+template <int V>
+__device__ __forceinline__ void Store(__half* p, int64_t unit, const Pack<V>& r) {
+  StoreHalf<V>(p, unit, r);
+}
+template <int V>
+__device__ __forceinline__ void Store(__nv_bfloat16* p, int64_t unit, const Pack<V>& r) {
+  StoreHalf<V>(p, unit, r);
+}
+
 // The block's sums of a and b (blockDim.x == cuda::kThreads), in a fixed order; valid in
 // thread 0.
 __device__ inline double2 BlockSum2(double a, double b) {
@@ -73,7 +144,7 @@ __device__ inline double2 BlockSum2(double a, double b) {
   return make_double2(a, b);
 }
 
-// The chunking of a [outer, channels, inner] tensor, read V floats at a time, for per-channel
+// The chunking of a [outer, channels, inner] tensor, read V values at a time, for per-channel
 // reductions: the units of channel c are q in [0, outer * inner / V), row n = q / (inner / V),
 // at ((n * channels + c) * (inner / V) + q % (inner / V)); each block takes chunk_units of them.
 struct ChannelLayout {
@@ -86,7 +157,7 @@ struct ChannelLayout {
   }
 };
 
-// `chunk` floats of a channel per block.
+// `chunk` values of a channel per block.
 inline ChannelLayout MakeChannelLayout(int outer, int channels, int inner, int v, int chunk) {
   const int row_units = inner / v;
   const uint32_t units = static_cast<uint32_t>(outer) * row_units;
