@@ -244,6 +244,45 @@ TEST(ConvHalfTensorsGpuTest, TakenOnCudnnOnly) {
   EXPECT_EQ(half_tensors(&gpu, "num_output: 8 kernel_size: 3", image), HalfType::kNone);
 }
 
+#if CORTADO_WITH_CUDNN
+// The default layout on half tensors is chosen per shape: NHWC copies where the convolution does
+// at least 256 multiply-adds per element transposed (a 3x3 64 -> 64: 576), the tensors' own NCHW
+// below (a 1x1 64 -> 256: 102); a layout set for the process applies to every shape.
+TEST(ConvHalfTensorsGpuTest, LayoutPerShapeByWorkPerElement) {
+  CORTADO_REQUIRE_GPU();
+  Context gpu(Device::Cuda(0), 3);
+  gpu.MakeCurrent();
+  gpu.set_half_compute(HalfType::kFloat16);
+  math::ConvolutionShape wide;
+  wide.num = 2;
+  wide.channels = 64;
+  wide.height = wide.width = 8;
+  wide.num_output = 64;
+  wide.kernel_h = wide.kernel_w = 3;
+  wide.pad_h = wide.pad_w = 1;
+  math::ConvolutionShape pointwise = wide;
+  pointwise.num_output = 256;
+  pointwise.kernel_h = pointwise.kernel_w = 1;
+  pointwise.pad_h = pointwise.pad_w = 0;
+  const auto name = [&](const math::ConvolutionShape& shape) {
+    return math::MakeGpuConvolution(gpu, shape, HalfType::kFloat16)->Name();
+  };
+  {
+    ScopedLayout automatic(math::HalfConvLayout::kAuto);
+    EXPECT_NE(name(wide).find("NHWC copies"), std::string::npos) << name(wide);
+    EXPECT_NE(name(pointwise).find("in NCHW"), std::string::npos) << name(pointwise);
+  }
+  {
+    ScopedLayout nhwc(math::HalfConvLayout::kNhwc);
+    EXPECT_NE(name(pointwise).find("NHWC copies"), std::string::npos) << name(pointwise);
+  }
+  {
+    ScopedLayout nchw(math::HalfConvLayout::kNchw);
+    EXPECT_NE(name(wide).find("in NCHW"), std::string::npos) << name(wide);
+  }
+}
+#endif
+
 // With CORTADO_HALF_TENSORS=0 the layer keeps float32 tensors and computes as before half
 // tensors (the half type on NHWC copies, or TF32 where that pays better): within the same
 // rounding of the CPU.
