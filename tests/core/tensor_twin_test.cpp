@@ -125,7 +125,9 @@ TEST_P(TensorTwinTest, ProtoAndCopiesGoThroughTheFloatView) {
 
 INSTANTIATE_TEST_SUITE_P(Types, TensorTwinTest,
                          ::testing::Values(HalfType::kFloat16, HalfType::kBFloat16),
-                         [](const auto& info) { return std::string(HalfTypeName(info.param)); });
+                         [](const auto& param_info) {
+                           return std::string(HalfTypeName(param_info.param));
+                         });
 
 }  // namespace
 }  // namespace cortado

@@ -87,9 +87,9 @@ INSTANTIATE_TEST_SUITE_P(Types, HalfLayersGpuTest,
                                            HalfCase{HalfType::kFloat16, false},
                                            HalfCase{HalfType::kBFloat16, true},
                                            HalfCase{HalfType::kBFloat16, false}),
-                         [](const auto& info) {
-                           return std::string(HalfTypeName(info.param.type)) +
-                                  (info.param.homes ? "_half_blobs" : "_float_blobs");
+                         [](const auto& param_info) {
+                           return std::string(HalfTypeName(param_info.param.type)) +
+                                  (param_info.param.homes ? "_half_blobs" : "_float_blobs");
                          });
 
 }  // namespace
