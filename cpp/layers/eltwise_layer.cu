@@ -2,7 +2,6 @@
 // Eltwise on the GPU: PROD through the GPU math primitives in eltwise_layer.cpp's order; SUM in
 // one pass per two bottoms, with the fused ReLU if any; MAX with one kernel per bottom that keeps
 // the index of the winning bottom per element, as floats in max_mask_.
-#include <algorithm>
 #include <cstdint>
 
 #include "core/cuda.hpp"
@@ -39,18 +38,18 @@ __global__ void MaxNext(int n, const float* x, float index, float* out, float* m
 __device__ __forceinline__ float Relu(float x, float slope) { return x > 0.0f ? x : x * slope; }
 
 // Two bottoms in one pass, in the CPU's order (out = c0 * a, then out += c1 * b), then the
-// fused ReLU if any; in a 16-bit type, computed in float32 and rounded once.
-template <typename T>
-__global__ void SumTwo(int n, float c0, const T* a, float c1, const T* b, bool relu, float slope,
-                       T* out) {
+// fused ReLU if any.
+__global__ void SumTwo(int n, float c0, const float* a, float c1, const float* b, bool relu,
+                       float slope, float* out) {
   CORTADO_KERNEL_LOOP(i, n) {
-    const float first = c0 * Widen(a[i]);
-    const float sum = c1 * Widen(b[i]) + first;
-    out[i] = Narrow<T>(relu ? Relu(sum, slope) : sum);
+    const float first = c0 * a[i];
+    const float sum = c1 * b[i] + first;
+    out[i] = relu ? Relu(sum, slope) : sum;
   }
 }
 
-// SumTwo and SumBackward over packs of V values of a 16-bit type (first element `first`).
+// SumTwo and SumBackward over packs of V values of a 16-bit type (first element `first`),
+// computed in float32 in the same order and rounded once.
 template <typename T, int V>
 __global__ void SumTwoPacks(int64_t units, int64_t first, float c0, const T* a, float c1,
                             const T* b, bool relu, float slope, T* out) {
@@ -94,24 +93,18 @@ __global__ void SumBackwardPacks(int64_t units, int64_t first, const T* dy, cons
   }
 }
 
-int PackBlocks(int64_t units) {
-  return static_cast<int>(std::min<int64_t>((units + cuda::kThreads - 1) / cuda::kThreads, 65535));
-}
-
 __global__ void ReluInPlace(int n, float slope, float* x) {
   CORTADO_KERNEL_LOOP(i, n) x[i] = Relu(x[i], slope);
 }
 
 // The gradients of a SUM for up to two bottoms at once (a null dx is skipped): dx = c * g with
 // g the top's gradient, masked by the sign of the top when a ReLU is fused (relu_top set).
-template <typename T>
-__global__ void SumBackward(int n, const T* dy, const T* relu_top, float slope, float c0, T* dx0,
-                            float c1, T* dx1) {
+__global__ void SumBackward(int n, const float* dy, const float* relu_top, float slope, float c0,
+                            float* dx0, float c1, float* dx1) {
   CORTADO_KERNEL_LOOP(i, n) {
-    const float d = Widen(dy[i]);
-    const float g = relu_top == nullptr || Widen(relu_top[i]) > 0.0f ? d : d * slope;
-    if (dx0 != nullptr) dx0[i] = Narrow<T>(c0 * g);
-    if (dx1 != nullptr) dx1[i] = Narrow<T>(c1 * g);
+    const float g = relu_top == nullptr || relu_top[i] > 0.0f ? dy[i] : dy[i] * slope;
+    if (dx0 != nullptr) dx0[i] = c0 * g;
+    if (dx1 != nullptr) dx1[i] = c1 * g;
   }
 }
 
@@ -135,7 +128,7 @@ void EltwiseLayer::ForwardGpu(const std::vector<Tensor*>& bottom, const std::vec
           half_values::Aligned8(a) && half_values::Aligned8(b) && half_values::Aligned8(out);
       half_values::InPacksOfFour(n, aligned, [&](auto v, int64_t units, int64_t first) {
         SumTwoPacks<T, decltype(v)::value>
-            <<<PackBlocks(units), cuda::kThreads, 0, cuda::Stream(ctx)>>>(
+            <<<half_values::PackBlocks(units), cuda::kThreads, 0, cuda::Stream(ctx)>>>(
                 units, first, coeffs_[0], a, coeffs_[1], b, relu_, relu_slope_, out);
         CORTADO_CUDA_CHECK_LAUNCH();
       });
@@ -152,7 +145,7 @@ void EltwiseLayer::ForwardGpu(const std::vector<Tensor*>& bottom, const std::vec
       break;
     case caffe::EltwiseParameter::SUM:
       if (num_bottom == 2) {  // one pass instead of three (the residual sums of a ResNet)
-        SumTwo<float><<<cuda::Blocks(n), cuda::kThreads, 0, cuda::Stream(ctx)>>>(
+        SumTwo<<<cuda::Blocks(n), cuda::kThreads, 0, cuda::Stream(ctx)>>>(
             n, coeffs_[0], bottom[0]->gpu_data(), coeffs_[1], bottom[1]->gpu_data(), relu_,
             relu_slope_, out);
         CORTADO_CUDA_CHECK_LAUNCH();
@@ -203,7 +196,7 @@ void EltwiseLayer::BackwardGpu(const std::vector<Tensor*>& top,
                            half_values::Aligned8(dx0) && half_values::Aligned8(dx1);
       half_values::InPacksOfFour(n, aligned, [&](auto v, int64_t units, int64_t first) {
         SumBackwardPacks<T, decltype(v)::value>
-            <<<PackBlocks(units), cuda::kThreads, 0, cuda::Stream(ctx)>>>(
+            <<<half_values::PackBlocks(units), cuda::kThreads, 0, cuda::Stream(ctx)>>>(
                 units, first, dy, relu_top, relu_slope_, coeffs_[0], dx0, coeffs_[1], dx1);
         CORTADO_CUDA_CHECK_LAUNCH();
       });
@@ -219,7 +212,7 @@ void EltwiseLayer::BackwardGpu(const std::vector<Tensor*>& top,
       const bool second = b + 1 < num_bottom && propagate_down[b + 1];
       float* dx1 = second ? bottom[b + 1]->mutable_gpu_diff() : nullptr;
       if (dx0 == nullptr && dx1 == nullptr) continue;
-      SumBackward<float><<<cuda::Blocks(n), cuda::kThreads, 0, cuda::Stream(ctx)>>>(
+      SumBackward<<<cuda::Blocks(n), cuda::kThreads, 0, cuda::Stream(ctx)>>>(
           n, top_diff, relu_top, relu_slope_, coeffs_[b], dx0, second ? coeffs_[b + 1] : 0.0f, dx1);
       CORTADO_CUDA_CHECK_LAUNCH();
     }

@@ -7,9 +7,11 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <type_traits>
 
+#include "core/cuda.hpp"
 #include "core/error.hpp"
 #include "core/half_type.hpp"
 #include "core/tensor.hpp"
@@ -44,6 +46,12 @@ __device__ __forceinline__ Vec<T, V> LoadVec(const T* p, int64_t unit) {
 template <typename T, int V>
 __device__ __forceinline__ void StoreVec(T* p, int64_t unit, const Vec<T, V>& r) {
   reinterpret_cast<Vec<T, V>*>(p)[unit] = r;
+}
+
+// Blocks of cuda::kThreads for a grid-stride loop over `units` (at most 65535).
+inline int PackBlocks(int64_t units) {
+  return static_cast<int>(
+      std::min<int64_t>((units + cuda::kThreads - 1) / cuda::kThreads, int64_t{65535}));
 }
 
 // Element-wise passes over n values in packs of four where every pointer allows (`aligned`),

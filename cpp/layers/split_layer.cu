@@ -2,7 +2,6 @@
 // Split on the GPU: the tops share the bottom's data, so Forward does nothing; Backward sums the
 // tops' diffs into the bottom's diff in top order, as split_layer.cpp does. In a 16-bit type
 // (Layer::HalfTensors) each sum is taken in float32 and rounded once.
-#include <algorithm>
 #include <cstdint>
 
 #include "core/cuda.hpp"
@@ -38,10 +37,8 @@ void Add(cudaStream_t stream, int64_t n, const T* a, const T* b, T* diff) {
   const bool aligned =
       half_values::Aligned8(a) && half_values::Aligned8(b) && half_values::Aligned8(diff);
   half_values::InPacksOfFour(n, aligned, [&](auto v, int64_t units, int64_t first) {
-    const int blocks =
-        static_cast<int>(std::min<int64_t>((units + cuda::kThreads - 1) / cuda::kThreads, 65535));
     AddValues<T, decltype(v)::value>
-        <<<blocks, cuda::kThreads, 0, stream>>>(units, first, a, b, diff);
+        <<<half_values::PackBlocks(units), cuda::kThreads, 0, stream>>>(units, first, a, b, diff);
     CORTADO_CUDA_CHECK_LAUNCH();
   });
 }
