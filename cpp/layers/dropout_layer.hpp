@@ -9,6 +9,8 @@
 // The mask is drawn from the context's RNG in every train-time Forward and reused by Backward,
 // so Backward is exact in place. Masks do not match Caffe's bit for bit (different RNG); the GPU
 // pass draws its mask from the device generator, so it does not match the CPU pass's either.
+// Mixed precision on the GPU (Layer::HalfTensors): values and gradients in the 16-bit type, each
+// scaled in float32 and rounded once; the mask's draws stay float32.
 #pragma once
 
 #include <vector>
@@ -23,6 +25,7 @@ class DropoutLayer final : public Layer {
   const char* type() const override { return "Dropout"; }
   int ExactNumBottomBlobs() const override { return 1; }
   int ExactNumTopBlobs() const override { return 1; }
+  bool TakesHalfTensors() const override { return true; }
 
   void Setup(const std::vector<Tensor*>& bottom, const std::vector<Tensor*>& top) override;
   void Reshape(const std::vector<Tensor*>& bottom, const std::vector<Tensor*>& top) override;

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "layers/inner_product_layer.hpp"
 
+#include "core/config.hpp"
 #include "layers/filler.hpp"
 #include "math/math.hpp"
 
@@ -27,6 +28,10 @@ void InnerProductLayer::Setup(const std::vector<Tensor*>& bottom,
     blobs_.push_back(std::make_shared<Tensor>(std::vector<int>{n_}));
     Fill(p.bias_filler(), ctx_->rng(), blobs_[1].get());
   }
+}
+
+bool InnerProductLayer::TakesHalfTensors() const {
+  return CORTADO_WITH_CUBLAS && ctx_->device().is_cuda();
 }
 
 void InnerProductLayer::Reshape(const std::vector<Tensor*>& bottom,

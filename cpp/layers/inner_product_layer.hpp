@@ -11,6 +11,9 @@
 //   blobs[0] weights, shape [N, K] (or [K, N] with transpose: top = bottom * W);
 //   blobs[1] bias, shape [N] (only with bias_term).
 // Forward and each part of Backward are one GEMM over the whole batch (on the CPU and the GPU).
+// Mixed precision on the GPU (Layer::HalfTensors, with cuBLAS): the bottom, top and their
+// gradients are read and written in the 16-bit type; the weights are rounded into it for each
+// pass, the sums stay float32 and the weight and bias gradients are accumulated in float32.
 // Errors: num_output 0 (Caffe builds an empty layer), a bottom whose K does not match the
 // weights (named with both shapes), and running in place.
 #pragma once
@@ -27,6 +30,7 @@ class InnerProductLayer final : public Layer {
   const char* type() const override { return "InnerProduct"; }
   int ExactNumBottomBlobs() const override { return 1; }
   int ExactNumTopBlobs() const override { return 1; }
+  bool TakesHalfTensors() const override;
 
   void Setup(const std::vector<Tensor*>& bottom, const std::vector<Tensor*>& top) override;
   void Reshape(const std::vector<Tensor*>& bottom, const std::vector<Tensor*>& top) override;
@@ -44,6 +48,9 @@ class InnerProductLayer final : public Layer {
   int n_ = 0;  // num_output
   bool bias_term_ = true;
   bool transpose_ = false;
+  // The weights in the 16-bit type (in the context's half scratch), for one pass.
+  const void* HalfWeights(HalfType type);
+
   std::vector<float> ones_;  // M ones, to sum the top diff over rows for the bias gradient
   Tensor ones_gpu_;          // the same on the device (GPU passes), filled when M changes
 };

@@ -11,6 +11,8 @@
 // Bottom: one, N x C x H x W. Top: one of the same shape.
 // Difference from Caffe: Caffe builds WITHIN_CHANNEL from Split, Power, average Pooling and
 // Eltwise layers; it is computed directly here with the same formula.
+// Mixed precision on the GPU (Layer::HalfTensors): values, gradients and s in the 16-bit type,
+// the arithmetic in float32 (without cuDNN, whose LRN takes float32 here).
 #pragma once
 
 #include <memory>
@@ -25,6 +27,7 @@ class LRNLayer final : public Layer {
   const char* type() const override { return "LRN"; }
   int ExactNumBottomBlobs() const override { return 1; }
   int ExactNumTopBlobs() const override { return 1; }
+  bool TakesHalfTensors() const override { return true; }
   void Setup(const std::vector<Tensor*>& bottom, const std::vector<Tensor*>& top) override;
   void Reshape(const std::vector<Tensor*>& bottom, const std::vector<Tensor*>& top) override;
 

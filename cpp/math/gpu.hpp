@@ -29,6 +29,12 @@ void Gemv(Context& ctx, bool trans_a, int m, int n, float alpha, const float* a,
 // half scratch (cuda::Resources::HalfScratch).
 void GemmMixed(Context& ctx, bool trans_a, bool trans_b, int m, int n, int k, float alpha,
                const float* a, const float* b, float beta, float* c);
+// Half tensors: C = alpha op(A) op(B) + beta C (row-major, as Gemm) with A and B already in
+// `type` and the sums in float32 (cuBLAS tensor cores); C is in `type` where c_in_type (read,
+// scaled by beta and rounded once when written), else float32. Throws in a build without cuBLAS.
+void GemmHalfOperands(Context& ctx, Context::HalfType type, bool trans_a, bool trans_b, int m,
+                      int n, int k, float alpha, const void* a, const void* b, float beta, void* c,
+                      bool c_in_type);
 // float32 [n, c, hw] (NCHW) into `type` [n, hw, c] (NHWC), rounding to nearest even.
 void ToHalfNhwc(Context& ctx, Context::HalfType type, int n, int c, int hw, const float* src,
                 void* dst);

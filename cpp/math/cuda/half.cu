@@ -452,6 +452,28 @@ void ToHalf(Context& ctx, Context::HalfType type, int64_t count, const float* sr
   CORTADO_CUDA_CHECK_LAUNCH();
 }
 
+void GemmHalfOperands(Context& ctx, Context::HalfType type, bool trans_a, bool trans_b, int m,
+                      int n, int k, float alpha, const void* a, const void* b, float beta, void* c,
+                      bool c_in_type) {
+  if (m == 0 || n == 0) return;
+#if CORTADO_WITH_CUBLAS
+  CORTADO_CHECK(type != Context::HalfType::kNone, "GemmHalfOperands needs a 16-bit type");
+  const cudaDataType_t t = type == Context::HalfType::kBFloat16 ? CUDA_R_16BF : CUDA_R_16F;
+  // Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T: swap the operands.
+  const int lda = trans_a ? m : k;
+  const int ldb = trans_b ? k : n;
+  CORTADO_CUBLAS_CHECK(
+      cublasGemmEx(::cortado::cuda::Get(ctx).cublas, trans_b ? CUBLAS_OP_T : CUBLAS_OP_N,
+                   trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, n, m, k, &alpha, b, t, std::max(ldb, 1), a,
+                   t, std::max(lda, 1), &beta, c, c_in_type ? t : CUDA_R_32F, n, CUBLAS_COMPUTE_32F,
+                   CUBLAS_GEMM_DEFAULT));
+#else
+  (void)ctx, (void)type, (void)trans_a, (void)trans_b, (void)k, (void)alpha, (void)a, (void)b;
+  (void)beta, (void)c, (void)c_in_type;
+  CORTADO_THROW(kUnimplemented, "16-bit GEMM operands need a build with cuBLAS");
+#endif
+}
+
 void GemmMixed(Context& ctx, bool trans_a, bool trans_b, int m, int n, int k, float alpha,
                const float* a, const float* b, float beta, float* c) {
   const Context::HalfType type = ctx.half_compute();
@@ -466,14 +488,7 @@ void GemmMixed(Context& ctx, bool trans_a, bool trans_b, int m, int n, int k, fl
     void* bh = scratch + a_bytes;
     ToHalf(ctx, type, a_count, a, ah);
     ToHalf(ctx, type, b_count, b, bh);
-    const cudaDataType_t t = type == Context::HalfType::kBFloat16 ? CUDA_R_16BF : CUDA_R_16F;
-    // Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T: swap the operands.
-    const int lda = trans_a ? m : k;
-    const int ldb = trans_b ? k : n;
-    CORTADO_CUBLAS_CHECK(
-        cublasGemmEx(::cortado::cuda::Get(ctx).cublas, trans_b ? CUBLAS_OP_T : CUBLAS_OP_N,
-                     trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, n, m, k, &alpha, bh, t, ldb, ah, t, lda,
-                     &beta, c, CUDA_R_32F, n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    GemmHalfOperands(ctx, type, trans_a, trans_b, m, n, k, alpha, ah, bh, beta, c, false);
     return;
   }
 #endif
