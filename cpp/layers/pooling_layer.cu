@@ -3,6 +3,7 @@
 // one per input in Backward, which gathers over the output windows that cover its element
 // (no atomics, and the terms are added in the CPU code's order). STOCHASTIC is GPU-only.
 #include <cfloat>
+#include <climits>
 #include <cstdint>
 
 #include "core/cuda.hpp"
@@ -33,11 +34,17 @@ __device__ int EndCovering(int x, int pad, int stride, int pooled) {
 struct OutputPosition {
   int plane, ph, pw;
 };
+// (The index arithmetic is done in 32 bits where the index fits: 64-bit divisions take several
+// times as many instructions and made these kernels bound by them rather than by memory.)
+template <typename I>
+__device__ OutputPosition LocateAs(I i, const PoolShape& s) {
+  const I plane_size = static_cast<I>(s.pooled_h) * s.pooled_w;
+  const I plane = i / plane_size;
+  const int rest = static_cast<int>(i - plane * plane_size);
+  return {static_cast<int>(plane), rest / s.pooled_w, rest % s.pooled_w};
+}
 __device__ OutputPosition Locate(int64_t i, const PoolShape& s) {
-  const int pw = static_cast<int>(i % s.pooled_w);
-  const int ph = static_cast<int>((i / s.pooled_w) % s.pooled_h);
-  const int plane = static_cast<int>(i / s.pooled_w / s.pooled_h);
-  return {plane, ph, pw};
+  return i <= INT_MAX ? LocateAs<int>(static_cast<int>(i), s) : LocateAs<int64_t>(i, s);
 }
 
 // AVE's divisor: the window clipped to the padded bounds [-pad, size + pad).
@@ -175,16 +182,23 @@ __global__ void StochasticForwardTest(int64_t count, const float* x, PoolShape s
 struct InputPosition {
   int plane, h, w, ph_begin, ph_end, pw_begin, pw_end;
 };
-__device__ InputPosition Covering(int64_t i, const PoolShape& s) {
+template <typename I>
+__device__ InputPosition CoveringAs(I i, const PoolShape& s) {
   InputPosition p;
-  p.w = static_cast<int>(i % s.width);
-  p.h = static_cast<int>((i / s.width) % s.height);
-  p.plane = static_cast<int>(i / s.width / s.height);
+  const I plane_size = static_cast<I>(s.height) * s.width;
+  const I plane = i / plane_size;
+  const int rest = static_cast<int>(i - plane * plane_size);
+  p.w = rest % s.width;
+  p.h = rest / s.width;
+  p.plane = static_cast<int>(plane);
   p.ph_begin = FirstCovering(p.h, s.pad_h, s.kernel_h, s.stride_h);
   p.ph_end = EndCovering(p.h, s.pad_h, s.stride_h, s.pooled_h);
   p.pw_begin = FirstCovering(p.w, s.pad_w, s.kernel_w, s.stride_w);
   p.pw_end = EndCovering(p.w, s.pad_w, s.stride_w, s.pooled_w);
   return p;
+}
+__device__ InputPosition Covering(int64_t i, const PoolShape& s) {
+  return i <= INT_MAX ? CoveringAs<int>(static_cast<int>(i), s) : CoveringAs<int64_t>(i, s);
 }
 
 // MAX, and STOCHASTIC in TRAIN: the top diffs of the windows whose recorded index is this

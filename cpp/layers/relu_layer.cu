@@ -1,6 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
-// ReLU on the GPU: the same rules as relu_layer.cpp, one element per thread; in a 16-bit type
-// (Layer::HalfTensors) on its values, which a ReLU keeps exactly (a negative slope rounds once).
+// ReLU on the GPU: the same rules as relu_layer.cpp, four elements per thread where the pointers
+// allow; in a 16-bit type (Layer::HalfTensors) on its values, which a ReLU keeps exactly (a
+// negative slope rounds once).
+#include <cstdint>
+
 #include "core/cuda.hpp"
 #include "layers/half_values.cuh"
 #include "layers/relu_layer.hpp"
@@ -12,20 +15,46 @@ namespace {
 using half_values::Narrow;
 using half_values::Widen;
 
-template <typename T>
-__global__ void ReLUForward(int n, const T* x, float slope, T* y) {
-  CORTADO_KERNEL_LOOP(i, n) {
-    const float v = Widen(x[i]);
-    y[i] = Narrow<T>(v > 0.0f ? v : v * slope);
+// Packs of V values from element `first` (four where every pointer allows, see Launch).
+template <typename T, int V>
+__global__ void ReLUForward(int64_t units, int64_t first, const T* x, float slope, T* y) {
+  x += first;
+  y += first;
+  for (int64_t q = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; q < units;
+       q += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const half_values::Vec<T, V> in = half_values::LoadVec<T, V>(x, q);
+    half_values::Vec<T, V> out;
+    for (int k = 0; k < V; ++k) {
+      const float v = Widen(in.v[k]);
+      out.v[k] = Narrow<T>(v > 0.0f ? v : v * slope);
+    }
+    half_values::StoreVec<T, V>(y, q, out);
   }
 }
 
-template <typename T>
-__global__ void ReLUBackward(int n, const T* sign_source, const T* dy, float slope, T* dx) {
-  CORTADO_KERNEL_LOOP(i, n) {
-    const float d = Widen(dy[i]);
-    dx[i] = Narrow<T>(Widen(sign_source[i]) > 0.0f ? d : d * slope);
+template <typename T, int V>
+__global__ void ReLUBackward(int64_t units, int64_t first, const T* sign_source, const T* dy,
+                             float slope, T* dx) {
+  sign_source += first;
+  dy += first;
+  dx += first;
+  for (int64_t q = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; q < units;
+       q += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const half_values::Vec<T, V> sign = half_values::LoadVec<T, V>(sign_source, q);
+    const half_values::Vec<T, V> d = half_values::LoadVec<T, V>(dy, q);
+    half_values::Vec<T, V> out;
+    for (int k = 0; k < V; ++k) {
+      const float g = Widen(d.v[k]);
+      out.v[k] = Narrow<T>(Widen(sign.v[k]) > 0.0f ? g : g * slope);
+    }
+    half_values::StoreVec<T, V>(dx, q, out);
   }
+}
+
+// Whether p can be read in packs of four values of T.
+template <typename T>
+bool PackAligned(const void* p) {
+  return reinterpret_cast<uintptr_t>(p) % (4 * sizeof(T)) == 0;
 }
 
 }  // namespace
@@ -47,9 +76,14 @@ void ReLULayer::ForwardGpu(const std::vector<Tensor*>& bottom, const std::vector
                                          cudaMemcpyDeviceToDevice, stream));
     }
     const T* x = half_values::Data<T>(*bottom[0], half);
-    ReLUForward<T><<<cuda::Blocks(n), cuda::kThreads, 0, stream>>>(
-        n, x, slope, half_values::MutableData<T>(*top[0], half));
-    CORTADO_CUDA_CHECK_LAUNCH();
+    T* y = half_values::MutableData<T>(*top[0], half);
+    half_values::InPacksOfFour(
+        n, PackAligned<T>(x) && PackAligned<T>(y), [&](auto v, int64_t units, int64_t first) {
+          ReLUForward<T, decltype(v)::value>
+              <<<half_values::PackBlocks(units), cuda::kThreads, 0, stream>>>(units, first, x,
+                                                                              slope, y);
+          CORTADO_CUDA_CHECK_LAUNCH();
+        });
   });
 }
 
@@ -66,9 +100,14 @@ void ReLULayer::BackwardGpu(const std::vector<Tensor*>& top,
                                ? half_values::Data<T>(bottom_copy_, half)
                                : half_values::Data<T>(slope < 0.0f ? *bottom[0] : *top[0], half);
     const T* dy = half_values::Diff<T>(*top[0], half);
-    ReLUBackward<T><<<cuda::Blocks(n), cuda::kThreads, 0, cuda::Stream(*ctx_)>>>(
-        n, sign_source, dy, slope, half_values::MutableDiff<T>(*bottom[0], half));
-    CORTADO_CUDA_CHECK_LAUNCH();
+    T* dx = half_values::MutableDiff<T>(*bottom[0], half);
+    const bool aligned = PackAligned<T>(sign_source) && PackAligned<T>(dy) && PackAligned<T>(dx);
+    half_values::InPacksOfFour(n, aligned, [&](auto v, int64_t units, int64_t first) {
+      ReLUBackward<T, decltype(v)::value>
+          <<<half_values::PackBlocks(units), cuda::kThreads, 0, cuda::Stream(*ctx_)>>>(
+              units, first, sign_source, dy, slope, dx);
+      CORTADO_CUDA_CHECK_LAUNCH();
+    });
   });
 }
 

@@ -480,15 +480,15 @@ TEST(HalfTensorsGpuTest, ResidualNetKeepsHalfBlobsAndFollowsFloat32Blobs) {
     planned.CopyTrainedLayersFrom(weights);
     ASSERT_GT(planned.ShareTrainingBuffers(), 0u);
 
-    // The blocks' convolutions, sums and splits are half, and the pooling's bottom; the input,
-    // the inner product's bottom (it computes in half but keeps float32 blobs) and what follows
+    // The blocks' convolutions, sums and splits are half, and the pooling's top, which the inner
+    // product reads in half; the input, the inner product's top (the loss reads it) and the loss
     // are not.
     EXPECT_GT(half.num_half_blobs(), 10);
     EXPECT_EQ(half.blob_by_name("b0c0")->home_type(), type);
     EXPECT_EQ(half.blob_by_name("b1")->home_type(), type);
     EXPECT_EQ(half.blob_by_name("x")->home_type(), HalfType::kNone);
     EXPECT_EQ(half.blob_by_name("b2")->home_type(), type);
-    EXPECT_EQ(half.blob_by_name("pool")->home_type(), HalfType::kNone);
+    EXPECT_EQ(half.blob_by_name("pool")->home_type(), type);
     EXPECT_EQ(half.blob_by_name("fc")->home_type(), HalfType::kNone);
     EXPECT_EQ(half.blob_by_name("loss")->home_type(), HalfType::kNone);
     EXPECT_EQ(half.blob_by_name("b0c0")->data()->size(), 2u * half.blob_by_name("b0c0")->count());
