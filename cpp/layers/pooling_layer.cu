@@ -9,6 +9,7 @@
 #include "core/cuda.hpp"
 #include "layers/half_values.cuh"
 #include "layers/pooling_layer.hpp"
+#include "math/cuda/reduce_helpers.cuh"
 #include "math/gpu.hpp"
 
 namespace cortado {
@@ -20,31 +21,44 @@ using half_values::Widen;
 struct PoolShape {
   int height, width, pooled_h, pooled_w;
   int kernel_h, kernel_w, stride_h, stride_w, pad_h, pad_w;
+  // Division by the sizes the index arithmetic divides by, as a multiply and a shift: an integer
+  // division takes tens of instructions, and with several per element Backward was bound by
+  // them rather than by memory (valid below 2^31, which Locate and Covering check).
+  cuda::FastDiv by_width, by_plane, by_pooled_w, by_pooled_plane, by_stride_h, by_stride_w;
 };
 
-// The output row / column range [begin, end) whose windows cover input row / column x.
-__device__ int FirstCovering(int x, int pad, int kernel, int stride) {
-  return x + pad < kernel ? 0 : (x + pad - kernel) / stride + 1;
+PoolShape MakeShape(int height, int width, int pooled_h, int pooled_w, int kernel_h, int kernel_w,
+                    int stride_h, int stride_w, int pad_h, int pad_w) {
+  auto div = [](int d) { return cuda::FastDiv(static_cast<uint32_t>(d)); };
+  return {height,        width,
+          pooled_h,      pooled_w,
+          kernel_h,      kernel_w,
+          stride_h,      stride_w,
+          pad_h,         pad_w,
+          div(width),    div(height * width),
+          div(pooled_w), div(pooled_h * pooled_w),
+          div(stride_h), div(stride_w)};
 }
-__device__ int EndCovering(int x, int pad, int stride, int pooled) {
-  return min((x + pad) / stride + 1, pooled);
+
+// The output row / column range [begin, end) whose windows cover input row / column x.
+__device__ int FirstCovering(int x, int pad, int kernel, const cuda::FastDiv& stride) {
+  return x + pad < kernel ? 0 : static_cast<int>(stride.Div(x + pad - kernel)) + 1;
+}
+__device__ int EndCovering(int x, int pad, const cuda::FastDiv& stride, int pooled) {
+  return min(static_cast<int>(stride.Div(x + pad)) + 1, pooled);
 }
 
 // Output i's plane (image x channel) and position.
 struct OutputPosition {
   int plane, ph, pw;
 };
-// (The index arithmetic is done in 32 bits where the index fits: 64-bit divisions take several
-// times as many instructions and made these kernels bound by them rather than by memory.)
-template <typename I>
-__device__ OutputPosition LocateAs(I i, const PoolShape& s) {
-  const I plane_size = static_cast<I>(s.pooled_h) * s.pooled_w;
-  const I plane = i / plane_size;
-  const int rest = static_cast<int>(i - plane * plane_size);
-  return {static_cast<int>(plane), rest / s.pooled_w, rest % s.pooled_w};
-}
 __device__ OutputPosition Locate(int64_t i, const PoolShape& s) {
-  return i <= INT_MAX ? LocateAs<int>(static_cast<int>(i), s) : LocateAs<int64_t>(i, s);
+  const int64_t plane_size = static_cast<int64_t>(s.pooled_h) * s.pooled_w;
+  const int64_t plane =
+      i <= INT_MAX ? s.by_pooled_plane.Div(static_cast<uint32_t>(i)) : i / plane_size;
+  const int rest = static_cast<int>(i - plane * plane_size);
+  const int ph = static_cast<int>(s.by_pooled_w.Div(rest));
+  return {static_cast<int>(plane), ph, rest - ph * s.pooled_w};
 }
 
 // AVE's divisor: the window clipped to the padded bounds [-pad, size + pad).
@@ -182,23 +196,19 @@ __global__ void StochasticForwardTest(int64_t count, const float* x, PoolShape s
 struct InputPosition {
   int plane, h, w, ph_begin, ph_end, pw_begin, pw_end;
 };
-template <typename I>
-__device__ InputPosition CoveringAs(I i, const PoolShape& s) {
-  InputPosition p;
-  const I plane_size = static_cast<I>(s.height) * s.width;
-  const I plane = i / plane_size;
-  const int rest = static_cast<int>(i - plane * plane_size);
-  p.w = rest % s.width;
-  p.h = rest / s.width;
-  p.plane = static_cast<int>(plane);
-  p.ph_begin = FirstCovering(p.h, s.pad_h, s.kernel_h, s.stride_h);
-  p.ph_end = EndCovering(p.h, s.pad_h, s.stride_h, s.pooled_h);
-  p.pw_begin = FirstCovering(p.w, s.pad_w, s.kernel_w, s.stride_w);
-  p.pw_end = EndCovering(p.w, s.pad_w, s.stride_w, s.pooled_w);
-  return p;
-}
 __device__ InputPosition Covering(int64_t i, const PoolShape& s) {
-  return i <= INT_MAX ? CoveringAs<int>(static_cast<int>(i), s) : CoveringAs<int64_t>(i, s);
+  InputPosition p;
+  const int64_t plane_size = static_cast<int64_t>(s.height) * s.width;
+  const int64_t plane = i <= INT_MAX ? s.by_plane.Div(static_cast<uint32_t>(i)) : i / plane_size;
+  const int rest = static_cast<int>(i - plane * plane_size);
+  p.h = static_cast<int>(s.by_width.Div(rest));
+  p.w = rest - p.h * s.width;
+  p.plane = static_cast<int>(plane);
+  p.ph_begin = FirstCovering(p.h, s.pad_h, s.kernel_h, s.by_stride_h);
+  p.ph_end = EndCovering(p.h, s.pad_h, s.by_stride_h, s.pooled_h);
+  p.pw_begin = FirstCovering(p.w, s.pad_w, s.kernel_w, s.by_stride_w);
+  p.pw_end = EndCovering(p.w, s.pad_w, s.by_stride_w, s.pooled_w);
+  return p;
 }
 
 // MAX, and STOCHASTIC in TRAIN: the top diffs of the windows whose recorded index is this
@@ -286,8 +296,8 @@ __global__ void StochasticBackwardTest(int64_t count, const float* x, const floa
 }  // namespace
 
 void PoolingLayer::ForwardGpu(const std::vector<Tensor*>& bottom, const std::vector<Tensor*>& top) {
-  const PoolShape shape = {height_,   width_,    pooled_h_, pooled_w_, kernel_h_,
-                           kernel_w_, stride_h_, stride_w_, pad_h_,    pad_w_};
+  const PoolShape shape = MakeShape(height_, width_, pooled_h_, pooled_w_, kernel_h_, kernel_w_,
+                                    stride_h_, stride_w_, pad_h_, pad_w_);
   const int64_t count = top[0]->count();
   const cudaStream_t stream = cuda::Stream(*ctx_);
   if (const HalfType half = HalfTensors(); half != HalfType::kNone) {  // MAX or AVE, one top
@@ -348,8 +358,8 @@ void PoolingLayer::BackwardGpu(const std::vector<Tensor*>& top,
                                const std::vector<bool>& propagate_down,
                                const std::vector<Tensor*>& bottom) {
   if (!propagate_down[0]) return;
-  const PoolShape shape = {height_,   width_,    pooled_h_, pooled_w_, kernel_h_,
-                           kernel_w_, stride_h_, stride_w_, pad_h_,    pad_w_};
+  const PoolShape shape = MakeShape(height_, width_, pooled_h_, pooled_w_, kernel_h_, kernel_w_,
+                                    stride_h_, stride_w_, pad_h_, pad_w_);
   const int64_t count = bottom[0]->count();
   const cudaStream_t stream = cuda::Stream(*ctx_);
   if (const HalfType half = HalfTensors(); half != HalfType::kNone) {  // MAX or AVE, one top

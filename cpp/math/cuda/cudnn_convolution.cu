@@ -576,10 +576,11 @@ class CudnnConvolution final : public ConvolutionPlan {
     const float one = 1.0f, zero = 0.0f;
     if (half_ != Context::HalfType::kNone) {
       // A layer asks for the filter gradient first, then the data gradient of the same output
-      // gradient: its copy is still in the scratch unless another call used the scratch since.
+      // gradient: its copy is still in the scratch unless another call used the scratch since:
+      // once here, by Operands (the same size, so the same place).
+      HalfOperands h = Operands();
       const bool reuse = diff_dst == dst_copied_from_ &&
                          cuda::Get(ctx_).half_scratch_calls() == dst_copied_at_ + 1;
-      HalfOperands h = Operands();
       if (!reuse) ToHalf(Slot::kDst, diff_dst, h.dst);
       dst_copied_from_ = nullptr;
       ToHalf(Slot::kFilter, weights, h.filter);

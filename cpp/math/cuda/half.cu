@@ -156,6 +156,32 @@ __global__ void __launch_bounds__(kPairs* kRows)
   }
 }
 
+// The first half of the NHWC-to-NCHW pair kernels below: channels c0 + 2x and c0 + 2x + 1 at
+// positions p0 + y + kRows * k of one image's NHWC values into the block's tile (pairs of
+// channels read as one 4-byte value, a warp 128 contiguous bytes), then a barrier.
+template <typename H, int kCols>
+__device__ __forceinline__ void LoadPairsTile(
+    const typename Pair<H>::Type* __restrict__ in, int c, int hw, int c0, int p0,
+    typename Pair<H>::Type (&tile)[kPairs][32 * kCols + 1]) {
+  using H2 = typename Pair<H>::Type;
+  constexpr int kSteps = 32 * kCols / kRows;
+  const int x = threadIdx.x, y = threadIdx.y;
+  if (c0 + 2 * x < c) {
+    H2 v[kSteps];
+#pragma unroll
+    for (int k = 0; k < kSteps; ++k) {
+      const int q = y + kRows * k;
+      if (p0 + q < hw) v[k] = in[static_cast<int64_t>(p0 + q) * (c / 2) + c0 / 2 + x];
+    }
+#pragma unroll
+    for (int k = 0; k < kSteps; ++k) {
+      const int q = y + kRows * k;
+      if (p0 + q < hw) tile[x][q] = v[k];
+    }
+  }
+  __syncthreads();
+}
+
 // kAdd: dst = value + beta * dst; else dst = value, dst not read (it may hold anything, NaN).
 // Apart, so that the overwriting copy keeps fewer registers and more blocks in flight.
 template <typename H, int kCols, bool kAdd>
@@ -163,28 +189,14 @@ __global__ void __launch_bounds__(kPairs* kRows)
     FromNhwcPairsKernel(int n, int c, int hw, const H* __restrict__ src, float beta,
                         float* __restrict__ dst) {
   using H2 = typename Pair<H>::Type;
-  constexpr int kPositions = 32 * kCols, kPairRows = kPairs / kRows, kSteps = kPositions / kRows;
+  constexpr int kPositions = 32 * kCols, kPairRows = kPairs / kRows;
   __shared__ H2 tile[kPairs][kPositions + 1];
   const int x = threadIdx.x, y = threadIdx.y;
   const int c0 = blockIdx.y * 2 * kPairs, p0 = blockIdx.x * kPositions;
   for (int64_t img = blockIdx.z; img < n; img += gridDim.z) {
     const H2* in = reinterpret_cast<const H2*>(src + img * c * static_cast<int64_t>(hw));
     float* out = dst + img * c * static_cast<int64_t>(hw);
-    // Channels c0 + 2x and c0 + 2x + 1 at positions p0 + y + kRows * k.
-    if (c0 + 2 * x < c) {
-      H2 v[kSteps];
-#pragma unroll
-      for (int k = 0; k < kSteps; ++k) {
-        const int q = y + kRows * k;
-        if (p0 + q < hw) v[k] = in[static_cast<int64_t>(p0 + q) * (c / 2) + c0 / 2 + x];
-      }
-#pragma unroll
-      for (int k = 0; k < kSteps; ++k) {
-        const int q = y + kRows * k;
-        if (p0 + q < hw) tile[x][q] = v[k];
-      }
-    }
-    __syncthreads();
+    LoadPairsTile<H, kCols>(in, c, hw, c0, p0, tile);
     // Channels c0 + 2r and c0 + 2r + 1 at positions p0 + x + 32j, r = y + kRows * i.
     if constexpr (!kAdd) {
 #pragma unroll
@@ -576,28 +588,14 @@ __global__ void __launch_bounds__(kPairs* kRows)
     HalfFromNhwcPairsKernel(int n, int c, int hw, const H* __restrict__ src,
                             const float* __restrict__ bias, H* __restrict__ dst) {
   using H2 = typename Pair<H>::Type;
-  constexpr int kPositions = 32 * kCols, kPairRows = kPairs / kRows, kSteps = kPositions / kRows;
+  constexpr int kPositions = 32 * kCols, kPairRows = kPairs / kRows;
   __shared__ H2 tile[kPairs][kPositions + 1];
   const int x = threadIdx.x, y = threadIdx.y;
   const int c0 = blockIdx.y * 2 * kPairs, p0 = blockIdx.x * kPositions;
   for (int64_t img = blockIdx.z; img < n; img += gridDim.z) {
     const H2* in = reinterpret_cast<const H2*>(src + img * c * static_cast<int64_t>(hw));
     H* out = dst + img * c * static_cast<int64_t>(hw);
-    // Channels c0 + 2x and c0 + 2x + 1 at positions p0 + y + kRows * k.
-    if (c0 + 2 * x < c) {
-      H2 v[kSteps];
-#pragma unroll
-      for (int k = 0; k < kSteps; ++k) {
-        const int q = y + kRows * k;
-        if (p0 + q < hw) v[k] = in[static_cast<int64_t>(p0 + q) * (c / 2) + c0 / 2 + x];
-      }
-#pragma unroll
-      for (int k = 0; k < kSteps; ++k) {
-        const int q = y + kRows * k;
-        if (p0 + q < hw) tile[x][q] = v[k];
-      }
-    }
-    __syncthreads();
+    LoadPairsTile<H, kCols>(in, c, hw, c0, p0, tile);
     // Channels c0 + 2r and c0 + 2r + 1 at positions p0 + x + 32j, r = y + kRows * i.
 #pragma unroll
     for (int i = 0; i < kPairRows; ++i) {
