@@ -4,12 +4,14 @@
 // evidence for which of the two the layers use. Each pass is timed with CUDA events over 20
 // runs after 3 warm-up runs, on random inputs. Then mixed precision's cost: ResNet-50's
 // convolution shapes at batch 128 as Convolution layers in TF32 and in float16 (which copies its
-// operands into NHWC float16 and back), beside the time of those copies alone.
+// operands into NHWC float16 and back), beside the time of those copies alone. Last, the passes
+// over 16-bit blobs that stream memory (the half blobs' layout copies and BatchNorm), in device
+// copies of the same tensor (TimeHalfBlobPasses).
 //
 //   cortado_cudnn_ops_bench [gpu=0]
 // prints one line per case: "<case> <shape> ours fwd <ms> bwd <ms> cudnn fwd <ms> bwd <ms>",
 // then one per convolution: "<conv> tf32 fwd <ms> bwd <ms> float16 fwd <ms> bwd <ms> copies
-// fwd <ms> bwd <ms>".
+// fwd <ms> bwd <ms>", then one per 16-bit blob shape.
 #include <cudnn.h>
 
 #include <cstdio>
@@ -22,7 +24,9 @@
 #include "core/cuda.hpp"
 #include "core/logging.hpp"
 #include "io/proto_io.hpp"
+#include "layers/batch_norm_layer.hpp"
 #include "layers/layer.hpp"
+#include "layers/scale_layer.hpp"
 #include "math/gpu.hpp"
 
 namespace cortado {
@@ -198,6 +202,76 @@ void TimeHalfCopies(int gpu) {
   }
 }
 
+// The passes over 16-bit blobs that stream memory, at ResNet-50's shapes (batch 128, float16
+// blobs): the NCHW <-> NHWC copies around a convolution on tensor cores, and BatchNorm with its
+// Scale and ReLU fused, forward and backward. Each beside a device-to-device copy of the same
+// tensor (cudaMemcpyAsync: its bytes read once and written once), the memory's own rate: "copies"
+// is a pass's time in such copies, and a pass that reads k tensors and writes l cannot do better
+// than (k + l) / 2 of them.
+void TimeHalfBlobPasses(int gpu) {
+  struct Shape {
+    const char* name;
+    int channels, size;
+  };
+  const Shape shapes[] = {{"res2a", 64, 56},
+                          {"res2c", 256, 56},
+                          {"res3", 512, 28},
+                          {"res4", 1024, 14},
+                          {"res5", 2048, 7}};
+  constexpr int kBatch = 128;
+  const HalfType f16 = HalfType::kFloat16;
+  for (const Shape& sh : shapes) {
+    Context ctx(Device::Cuda(gpu), 1);
+    ctx.MakeCurrent();
+    ctx.set_half_compute(f16);
+    const int hw = sh.size * sh.size;
+    const std::vector<int> shape = {kBatch, sh.channels, sh.size, sh.size};
+    Tensor a(shape), b(shape);
+    a.set_home_type(f16);
+    b.set_home_type(f16);
+    void* ap = a.mutable_gpu_half_data(f16);
+    void* bp = b.mutable_gpu_half_data(f16);
+    const size_t bytes = 2 * static_cast<size_t>(a.count());
+    const cudaStream_t stream = cuda::Stream(ctx);
+    const double copy = TimeMs(ctx, [&] {
+      CORTADO_CUDA_CHECK(cudaMemcpyAsync(bp, ap, bytes, cudaMemcpyDeviceToDevice, stream));
+    });
+    const double to_nhwc =
+        TimeMs(ctx, [&] { math::gpu::HalfNchwToNhwc(ctx, f16, kBatch, sh.channels, hw, ap, bp); });
+    const double to_nchw = TimeMs(ctx, [&] {
+      math::gpu::HalfNhwcToNchw(ctx, f16, kBatch, sh.channels, hw, ap, nullptr, bp);
+    });
+    // BatchNorm + Scale + ReLU as Net fuses them, on 16-bit blobs.
+    caffe::LayerParameter param;
+    io::ReadProtoFromTextString(
+        "name: 'bn' type: 'BatchNorm' batch_norm_param { use_global_stats: false }", "<bench>",
+        &param);
+    auto bn_layer = CreateLayer(param, &ctx);
+    auto* bn = static_cast<BatchNormLayer*>(bn_layer.get());
+    caffe::LayerParameter scale_param;
+    io::ReadProtoFromTextString("name: 'scale' type: 'Scale' scale_param { bias_term: true }",
+                                "<bench>", &scale_param);
+    auto scale_layer = CreateLayer(scale_param, &ctx);
+    auto* scale = static_cast<ScaleLayer*>(scale_layer.get());
+    Tensor x(shape), y(shape);
+    x.set_home_type(f16);
+    y.set_home_type(f16);
+    const std::vector<Tensor*> bottom = {&x}, top = {&y};
+    bn->Initialize(bottom, top);
+    scale->Initialize(top, top);
+    bn->FuseScale(scale, /*scale_backward=*/true, /*relu=*/true, 0.0f);
+    math::gpu::RngUniform(ctx, x.count(), -1.0f, 1.0f, x.mutable_gpu_data());
+    math::gpu::RngUniform(ctx, y.count(), -1.0f, 1.0f, y.mutable_gpu_diff());
+    const double bn_fwd = TimeMs(ctx, [&] { bn->Forward(bottom, top); });
+    const double bn_bwd = TimeMs(ctx, [&] { bn->Backward(top, {true}, bottom); });
+    std::printf(
+        "%-6s %3dx%4dx%2dx%2d float16 copy %.4f ms (%.0f GB/s) | in copies: to NHWC %.2f, to NCHW "
+        "%.2f, BatchNorm+Scale+ReLU fwd %.2f bwd %.2f\n",
+        sh.name, kBatch, sh.channels, sh.size, sh.size, copy, 2.0 * bytes / copy / 1e6,
+        to_nhwc / copy, to_nchw / copy, bn_fwd / copy, bn_bwd / copy);
+  }
+}
+
 int Run(int argc, char** argv) {
   const int gpu = argc > 1 ? std::atoi(argv[1]) : 0;
   SetLogLevel("warn");
@@ -237,6 +311,7 @@ int Run(int argc, char** argv) {
                 x.ShapeString().c_str(), ours_fwd, ours_bwd, cudnn_fwd, cudnn_bwd);
   }
   TimeHalfCopies(gpu);
+  TimeHalfBlobPasses(gpu);
   return 0;
 }
 
