@@ -34,6 +34,7 @@ using cuda::Load;
 using cuda::Pack;
 using cuda::Store;
 using half_values::Narrow;
+using half_values::PackAligned;
 using half_values::Widen;
 
 // Values of one channel per block in the reductions (each thread then sums about 32).
@@ -272,12 +273,6 @@ __global__ void BatchBackward(ChannelLayout layout, const T* dy, const T* y, Rel
   }
 }
 
-// Whether p can be read and written 4 values of T at a time (16 bytes for float, 8 for 16 bits).
-template <typename T>
-bool AlignedFor4(const void* p) {
-  return reinterpret_cast<uintptr_t>(p) % (4 * sizeof(T)) == 0;
-}
-
 // The chunking of a [num, channels, spatial] tensor for V-value units.
 ChannelLayout MakeLayout(int num, int channels, int spatial, int v) {
   return cuda::MakeChannelLayout(num, channels, spatial, v, kChunk);
@@ -388,7 +383,7 @@ void BatchNormLayer::RecomputeTopGpu(Tensor* top) {
     const float* scale = affine.scale->gpu_data();
     const float* bias = affine.bias != nullptr ? affine.bias->gpu_data() : nullptr;
     const int64_t planes = static_cast<int64_t>(num_) * channels_;
-    const bool vector = spatial_dim_ % 4 == 0 && AlignedFor4<T>(x_norm) && AlignedFor4<T>(out);
+    const bool vector = spatial_dim_ % 4 == 0 && PackAligned<T>(x_norm) && PackAligned<T>(out);
     const int units = vector ? spatial_dim_ / 4 : spatial_dim_;
     const int threads = std::min(cuda::kThreads, (units + 31) / 32 * 32);
     const int blocks = static_cast<int>(std::min<int64_t>(planes, int64_t{1} << 20));
@@ -441,7 +436,7 @@ void BatchNormLayer::ForwardGpu(const std::vector<Tensor*>& bottom,
     T* out = half_values::MutableData<T>(*top[0], h);
     T* x_norm = keep_x_norm_ ? half_values::MutableData<T>(x_norm_, h) : out;
     const bool vector =
-        spatial_dim_ % 4 == 0 && AlignedFor4<T>(x) && AlignedFor4<T>(x_norm) && AlignedFor4<T>(out);
+        spatial_dim_ % 4 == 0 && PackAligned<T>(x) && PackAligned<T>(x_norm) && PackAligned<T>(out);
     (vector ? LaunchForward<4, T>
             : LaunchForward<1, T>)(*ctx_, num_, channels_, spatial_dim_, !use_global_stats_, x,
                                    moving_average_fraction_, bias_correction, eps_, mean, std_dev,
@@ -474,8 +469,8 @@ void BatchNormLayer::BackwardGpu(const std::vector<Tensor*>& top,
     float* stats = gpu_stats_.mutable_gpu_data();
     const float* std_dev = stats + channels_;
     const T* y = half_values::Data<T>(x_norm_, h);
-    const bool vector = spatial_dim_ % 4 == 0 && AlignedFor4<T>(dy) && AlignedFor4<T>(y) &&
-                        (dx == nullptr || AlignedFor4<T>(dx));
+    const bool vector = spatial_dim_ % 4 == 0 && PackAligned<T>(dy) && PackAligned<T>(y) &&
+                        (dx == nullptr || PackAligned<T>(dx));
     (vector ? LaunchBackward<4, T>
             : LaunchBackward<1, T>)(*ctx_, num_, channels_, spatial_dim_, !use_global_stats_,
                                     !use_global_stats_ || param_grads, dy, y, mask, scale, std_dev,

@@ -124,8 +124,8 @@ void EltwiseLayer::ForwardGpu(const std::vector<Tensor*>& bottom, const std::vec
       const T* a = half_values::Data<T>(*bottom[0], half);
       const T* b = half_values::Data<T>(*bottom[1], half);
       T* out = half_values::MutableData<T>(*top[0], half);
-      const bool aligned =
-          half_values::Aligned8(a) && half_values::Aligned8(b) && half_values::Aligned8(out);
+      const bool aligned = half_values::PackAligned<T>(a) && half_values::PackAligned<T>(b) &&
+                           half_values::PackAligned<T>(out);
       half_values::InPacksOfFour(n, aligned, [&](auto v, int64_t units, int64_t first) {
         SumTwoPacks<T, decltype(v)::value>
             <<<half_values::PackBlocks(units), cuda::kThreads, 0, cuda::Stream(ctx)>>>(
@@ -192,8 +192,9 @@ void EltwiseLayer::BackwardGpu(const std::vector<Tensor*>& top,
       if (dx0 == nullptr && dx1 == nullptr) return;
       const T* relu_top = relu_ ? half_values::Data<T>(*top[0], half) : nullptr;
       const T* dy = half_values::Diff<T>(*top[0], half);
-      const bool aligned = half_values::Aligned8(dy) && half_values::Aligned8(relu_top) &&
-                           half_values::Aligned8(dx0) && half_values::Aligned8(dx1);
+      const bool aligned = half_values::PackAligned<T>(dy) &&
+                           half_values::PackAligned<T>(relu_top) &&
+                           half_values::PackAligned<T>(dx0) && half_values::PackAligned<T>(dx1);
       half_values::InPacksOfFour(n, aligned, [&](auto v, int64_t units, int64_t first) {
         SumBackwardPacks<T, decltype(v)::value>
             <<<half_values::PackBlocks(units), cuda::kThreads, 0, cuda::Stream(ctx)>>>(

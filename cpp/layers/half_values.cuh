@@ -54,9 +54,15 @@ inline int PackBlocks(int64_t units) {
       std::min<int64_t>((units + cuda::kThreads - 1) / cuda::kThreads, int64_t{65535}));
 }
 
+// Whether p can be read and written four values of T at a time (16 bytes for float, 8 for 16
+// bits); null passes.
+template <typename T>
+bool PackAligned(const void* p) {
+  return reinterpret_cast<uintptr_t>(p) % (4 * sizeof(T)) == 0;
+}
+
 // Element-wise passes over n values in packs of four where every pointer allows (`aligned`),
 // then one at a time: launch(std::integral_constant<int, V>, units, first element).
-inline bool Aligned8(const void* p) { return reinterpret_cast<uintptr_t>(p) % 8 == 0; }
 template <typename Launch>
 void InPacksOfFour(int64_t n, bool aligned, Launch&& launch) {
   int64_t done = 0;

@@ -165,8 +165,9 @@ bool CudnnLrnSupports(int size, float k, float beta) {
 #endif
 
 void LRNLayer::ForwardGpu(const std::vector<Tensor*>& bottom, const std::vector<Tensor*>& top) {
+  const HalfType half = HalfTensors();
 #if CORTADO_WITH_CUDNN
-  if (across_channels_ && CudnnLrnSupports(size_, k_, beta_) && HalfTensors() == HalfType::kNone) {
+  if (across_channels_ && CudnnLrnSupports(size_, k_, beta_) && half == HalfType::kNone) {
     auto* state = static_cast<CudnnLrn*>(cudnn_.get());
     if (state == nullptr || state->shape != bottom[0]->shape()) {
       auto fresh = std::make_shared<CudnnLrn>();
@@ -188,7 +189,6 @@ void LRNLayer::ForwardGpu(const std::vector<Tensor*>& bottom, const std::vector<
   }
 #endif
   const LRNShape shape = {channels_, height_, width_, size_, pre_pad_};
-  const HalfType half = HalfTensors();
   if (scale_.home_type() != half) {
     // A buffer of the type's bytes (the float32 one Reshape made is then never allocated).
     scale_.set_home_type(half);
@@ -217,10 +217,11 @@ void LRNLayer::ForwardGpu(const std::vector<Tensor*>& bottom, const std::vector<
 void LRNLayer::BackwardGpu(const std::vector<Tensor*>& top, const std::vector<bool>& propagate_down,
                            const std::vector<Tensor*>& bottom) {
   if (!propagate_down[0]) return;
+  const HalfType half = HalfTensors();
 #if CORTADO_WITH_CUDNN
   if (const auto* state = static_cast<const CudnnLrn*>(cudnn_.get());
       state != nullptr && across_channels_ && CudnnLrnSupports(size_, k_, beta_) &&
-      HalfTensors() == HalfType::kNone) {
+      half == HalfType::kNone) {
     const float one = 1.0f, zero = 0.0f;
     CORTADO_CUDNN_CHECK(cudnnLRNCrossChannelBackward(
         cuda::Get(*ctx_).cudnn, state->lrn, CUDNN_LRN_CROSS_CHANNEL_DIM1, &one, state->tensor,
@@ -230,7 +231,6 @@ void LRNLayer::BackwardGpu(const std::vector<Tensor*>& top, const std::vector<bo
   }
 #endif
   const LRNShape shape = {channels_, height_, width_, size_, pre_pad_};
-  const HalfType half = HalfTensors();
   half_values::WithValueType(half, [&](auto tag) {
     using T = decltype(tag);
     const T* x = half_values::Data<T>(*bottom[0], half);

@@ -13,6 +13,7 @@ namespace cortado {
 namespace {
 
 using half_values::Narrow;
+using half_values::PackAligned;
 using half_values::Widen;
 
 // Packs of V values from element `first` (four where every pointer allows, see Launch).
@@ -49,12 +50,6 @@ __global__ void ReLUBackward(int64_t units, int64_t first, const T* sign_source,
     }
     half_values::StoreVec<T, V>(dx, q, out);
   }
-}
-
-// Whether p can be read in packs of four values of T.
-template <typename T>
-bool PackAligned(const void* p) {
-  return reinterpret_cast<uintptr_t>(p) % (4 * sizeof(T)) == 0;
 }
 
 }  // namespace

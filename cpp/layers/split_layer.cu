@@ -34,8 +34,8 @@ __global__ void AddValues(int64_t units, int64_t first, const T* a, const T* b, 
 // diff = a + b (b given) or diff += a.
 template <typename T>
 void Add(cudaStream_t stream, int64_t n, const T* a, const T* b, T* diff) {
-  const bool aligned =
-      half_values::Aligned8(a) && half_values::Aligned8(b) && half_values::Aligned8(diff);
+  const bool aligned = half_values::PackAligned<T>(a) && half_values::PackAligned<T>(b) &&
+                       half_values::PackAligned<T>(diff);
   half_values::InPacksOfFour(n, aligned, [&](auto v, int64_t units, int64_t first) {
     AddValues<T, decltype(v)::value>
         <<<half_values::PackBlocks(units), cuda::kThreads, 0, stream>>>(units, first, a, b, diff);
