@@ -3,7 +3,7 @@
 # AllReduce bandwidth of the communicator backends beside Open MPI's MPI_Allreduce, as
 # cortado_comm_bench reports it (nccl-tests' algbw and busbw), in two settings:
 #   1. loopback: our tcp (N processes on 127.0.0.1 ports), our ucx (the same, once per UCX_TLS of
-#      UCX_TLS_LOOPBACK: tcp, then sm,self), our mpi (mpirun --backend=mpi) and MPI_Allreduce
+#      UCX_TLS_LOOPBACK: unset (UCX's choice), tcp, then sm,self), our mpi (mpirun --backend=mpi) and MPI_Allreduce
 #      itself (--mpi-native) over btl tcp, btl vader (shared memory) and pml ucx (once per
 #      UCX_TLS_LOOPBACK); then busbw of our tcp against MPI_Allreduce btl tcp for the larger
 #      buffers, and of our ucx against our tcp from 64 KiB;
@@ -31,8 +31,9 @@
 #   SKIP_LOOPBACK=1 SKIP_NETNS=1 SKIP_MPI=1   leave out part 1, part 2, every mpirun
 #   SKIP_UCX=1               leave out every ucx run (our ucx backend and MPI's pml ucx)
 #   MPI_BTLS="tcp vader"     the BTLs MPI_Allreduce runs over on loopback (our mpi: btl tcp)
-#   UCX_TLS_LOOPBACK="tcp sm,self"   the UCX_TLS of each loopback run of our ucx and of pml ucx
-#                            (with UCX_NET_DEVICES=lo); the namespaces always use UCX_TLS=tcp
+#   UCX_TLS_LOOPBACK="any tcp sm,self"   the UCX_TLS of each loopback run of our ucx and of pml
+#                            ucx (with UCX_NET_DEVICES=lo; "any": unset, UCX's own choice, which is
+#                            shared memory for ranks of one host); the namespaces always use UCX_TLS=tcp
 #                            with UCX_NET_DEVICES=cbench-nK (shared memory would bypass the links)
 #   BENCH_FLAGS=             more flags for every cortado_comm_bench (e.g. --chunk-bytes=1M)
 #   MPIRUN_ARGS=             more arguments for every mpirun (e.g. "--mca btl_tcp_links 2")
@@ -63,7 +64,7 @@ SKIP_NETNS=${SKIP_NETNS:-0}
 SKIP_MPI=${SKIP_MPI:-0}
 SKIP_UCX=${SKIP_UCX:-0}
 MPI_BTLS=${MPI_BTLS:-tcp vader}
-UCX_TLS_LOOPBACK=${UCX_TLS_LOOPBACK:-tcp sm,self}
+UCX_TLS_LOOPBACK=${UCX_TLS_LOOPBACK:-any tcp sm,self}
 MPIRUN_ARGS=${MPIRUN_ARGS:-}
 BENCH_FLAGS=${BENCH_FLAGS:-}
 TIMEOUT=${TIMEOUT:-1800}
@@ -364,6 +365,8 @@ run_ours() {  # key world netns(0|1) backend(tcp|ucx) [tls]
     if [[ $backend == ucx ]]; then
       if [[ $netns == 1 ]]; then
         wrap+=(env "UCX_TLS=$tls" "UCX_NET_DEVICES=cbench-n$r")
+      elif [[ $tls == any ]]; then
+        wrap+=(env -u UCX_TLS UCX_NET_DEVICES=lo)
       else
         wrap+=(env "UCX_TLS=$tls" UCX_NET_DEVICES=lo)
       fi
@@ -393,7 +396,10 @@ run_ours() {  # key world netns(0|1) backend(tcp|ucx) [tls]
 run_mpi_loopback() {  # key world mode btl
   local key=$1 world=$2 mode=$3 btl=$4
   local -a cmd=(timeout -k 10 "$TIMEOUT" "${MPIRUN[@]}" -np "$world" --mca btl "self,$btl" "$BIN")
-  if [[ $btl == ucx:* ]]; then
+  if [[ $btl == ucx:any ]]; then
+    cmd=(timeout -k 10 "$TIMEOUT" env -u UCX_TLS UCX_NET_DEVICES=lo "${MPIRUN_UCX[@]}"
+      -np "$world" -x UCX_NET_DEVICES "$BIN")
+  elif [[ $btl == ucx:* ]]; then
     cmd=(timeout -k 10 "$TIMEOUT" env "UCX_TLS=${btl#ucx:}" UCX_NET_DEVICES=lo "${MPIRUN_UCX[@]}"
       -np "$world" -x UCX_TLS -x UCX_NET_DEVICES "$BIN")
   fi

@@ -1,7 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 // The ucx backend: the communicator suite (every operation, results against sums in double, the
 // ranks bit-identical) as threads and as processes over UCX's TCP and shared-memory transports,
-// and its faults: a peer of another job, a silent peer, Abort, a killed peer process.
+// and its faults: a peer of another job, a silent peer, Abort, a killed peer process. With every
+// rank on one host and UCX_TLS unset, UCX takes shared memory and the set-up connections are
+// watched for lost peers.
 #include "comm/ucx/ucx_communicator.hpp"
 
 #include <gtest/gtest.h>
@@ -91,9 +93,10 @@ TEST(UcxCommunicatorTest, EveryOperationOnOneToFourRanksAsThreads) {
 
 // The suite on 2 to 4 processes with UCX restricted to `tls`; each rank checks that its
 // connections use one of `transports` and none named `unwanted`.
+// An empty `tls` leaves UCX_TLS unset (UCX's own choice).
 void EveryOperationAsProcesses(const std::string& tls, const std::vector<std::string>& transports,
                                const std::string& unwanted) {
-  testing::ScopedEnv env("UCX_TLS", tls.c_str());
+  testing::ScopedEnv env("UCX_TLS", tls.empty() ? nullptr : tls.c_str());
   for (int n = 2; n <= 4; ++n) {
     SCOPED_TRACE(std::to_string(n) + " processes, UCX_TLS=" + tls);
     LoopbackRing ring(n);
@@ -119,6 +122,22 @@ TEST(UcxCommunicatorTest, EveryOperationAsProcessesOverSharedMemory) {
   // UCX 1.13's "sm" is its shared-memory transports (posix, sysv, cma, ...), "self" a rank's
   // own loopback.
   EveryOperationAsProcesses("sm,self", {"posix/", "sysv/", "cma/", "xpmem/", "knem/"}, "tcp/");
+}
+
+// Every rank on one host with UCX_TLS unset: shared memory, the set-up connections watched for
+// lost peers (the description says so), no TCP.
+TEST(UcxCommunicatorTest, RanksOfOneHostTakeSharedMemoryWhenUcxChooses) {
+  EveryOperationAsProcesses("", {"posix/", "sysv/", "cma/", "xpmem/", "knem/"}, "tcp/");
+  testing::ScopedEnv env("UCX_TLS", nullptr);
+  LoopbackRing ring(2);
+  const auto outcomes = testing::RunRanksAsThreads(2, [&](int rank) {
+    auto comm = JoinUcx(&ring, rank);
+    testing::Expect(Contains(comm->Describe(), "the set-up connections are watched"),
+                    "description: " + comm->Describe());
+    return ExerciseAllOps(comm.get());
+  });
+  ASSERT_TRUE(AllOk(outcomes)) << Describe(outcomes);
+  EXPECT_EQ(outcomes[1].result, outcomes[0].result);
 }
 
 TEST(UcxCommunicatorTest, ChunkSizesThatAreNoWholeNumberOfFloatsSumCorrectly) {
@@ -352,11 +371,13 @@ TEST(UcxFaultTest, AbortBetweenOperationsEndsTheNextCallHereAndThePeersAtOnce) {
   EXPECT_TRUE(AllOk(outcomes)) << Describe(outcomes);
 }
 
-// Rank 1 of 3 SIGKILLs itself in its fourth allreduce: ranks 0 and 2 fail within the timeout,
-// and the first to notice names rank 1. Over TCP UCX reports the closed connection at once;
-// shared memory reports nothing, so there the timeout ends the calls.
-void KilledPeerProcessFailsTheOthersWithinTheTimeout(const char* tls) {
-  constexpr double kTimeoutS = 5;
+// Rank 1 of 3 SIGKILLs itself in its fourth allreduce: ranks 0 and 2 fail within `within_s`
+// (the timeout is `timeout_s`), and the first to notice names rank 1. Over TCP UCX reports the
+// closed connection at once; shared memory reports nothing, and the set-up connections, which
+// the killed process's end closes, are watched instead. A null `tls` leaves UCX_TLS unset.
+void KilledPeerProcessFailsTheOthers(const char* tls, double timeout_s, double within_s,
+                                     const char* message) {
+  const double kTimeoutS = timeout_s;
   testing::ScopedEnv env("UCX_TLS", tls);
   LoopbackRing ring(3);
   const auto outcomes = testing::RunRanksAsProcesses(
@@ -373,9 +394,12 @@ void KilledPeerProcessFailsTheOthersWithinTheTimeout(const char* tls) {
   for (int r : {0, 2}) {
     ASSERT_TRUE(outcomes[r].ok) << Describe(outcomes);
     const testing::Failure failure = testing::ParseFailure(outcomes[r].result);
-    EXPECT_LT(failure.seconds, kTimeoutS + 1) << outcomes[r].result;
+    EXPECT_LT(failure.seconds, within_s) << outcomes[r].result;
     EXPECT_TRUE(Contains(failure.message, "during allreduce")) << outcomes[r].result;
   }
+  EXPECT_TRUE(Contains(outcomes[0].result, message) || Contains(outcomes[2].result, message))
+      << outcomes[0].result << "\n"
+      << outcomes[2].result;
   // The first to notice names rank 1; the other may hear of it from its neighbour instead.
   const std::string rank1 = "rank 1 (127.0.0.1)";
   EXPECT_TRUE(Contains(outcomes[0].result, rank1) || Contains(outcomes[2].result, rank1))
@@ -384,11 +408,16 @@ void KilledPeerProcessFailsTheOthersWithinTheTimeout(const char* tls) {
 }
 
 TEST(UcxFaultTest, KilledPeerProcessFailsTheOthersWithinTheTimeoutOverTcp) {
-  KilledPeerProcessFailsTheOthersWithinTheTimeout("tcp");
+  KilledPeerProcessFailsTheOthers("tcp", 5, 6, "failed during allreduce");
 }
 
-TEST(UcxFaultTest, KilledPeerProcessFailsTheOthersWithinTheTimeoutOverSharedMemory) {
-  KilledPeerProcessFailsTheOthersWithinTheTimeout("sm,self");
+// A 30 s timeout: only the watched set-up connections can end the calls within 5 s.
+TEST(UcxFaultTest, KilledPeerProcessFailsTheOthersAtOnceOverSharedMemory) {
+  KilledPeerProcessFailsTheOthers("sm,self", 30, 5, "rank 1 (127.0.0.1) is gone");
+}
+
+TEST(UcxFaultTest, KilledPeerProcessFailsTheOthersAtOnceOnOneHostWhenUcxChooses) {
+  KilledPeerProcessFailsTheOthers(nullptr, 30, 5, "rank 1 (127.0.0.1) is gone");
 }
 
 }  // namespace

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // Sets an environment variable for one scope (the switches Cortado reads when a plan is built,
-// such as CORTADO_CUDNN_API, and those NetOptionsFromEnvironment reads), restoring the old value
-// after.
+// such as CORTADO_CUDNN_API, and those NetOptionsFromEnvironment reads), or unsets it (a null
+// value), restoring the old value after.
 #pragma once
 
 #include <cstdlib>
@@ -14,7 +14,11 @@ class ScopedEnv {
  public:
   ScopedEnv(const char* name, const char* value) : name_(name) {
     if (const char* old = std::getenv(name)) old_ = old;
-    ::setenv(name, value, 1);
+    if (value != nullptr) {
+      ::setenv(name, value, 1);
+    } else {
+      ::unsetenv(name);
+    }
   }
   ~ScopedEnv() {
     if (old_) {

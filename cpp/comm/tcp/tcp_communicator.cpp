@@ -285,6 +285,7 @@ class TcpCommunicator final : public Communicator {
   std::vector<std::string> AllGather(const std::string& mine) override;
   void Barrier() override;
   void Abort(const std::string& reason) noexcept override;
+  NeighbourSockets Sockets() const { return {links_.send_fd, links_.recv_fd}; }
 
  private:
   // A connection that arrived on the listener, its handshake under way.
@@ -901,6 +902,12 @@ std::unique_ptr<Communicator> CreateFromOptions(const CommOptions& options) {
 }
 
 }  // namespace
+
+std::optional<NeighbourSockets> TcpNeighbourSockets(const Communicator& comm) {
+  const auto* tcp = dynamic_cast<const TcpCommunicator*>(&comm);
+  if (tcp == nullptr) return std::nullopt;
+  return tcp->Sockets();
+}
 
 std::unique_ptr<Communicator> CreateTcpCommunicator(const CommOptions& options,
                                                     std::unique_ptr<TcpListener> listener) {

@@ -18,6 +18,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "comm/communicator.hpp"
@@ -65,5 +66,16 @@ class TcpListener {
 // counts another world size, or claims the wrong rank.
 std::unique_ptr<Communicator> CreateTcpCommunicator(const CommOptions& options,
                                                     std::unique_ptr<TcpListener> listener);
+
+// The sockets of a tcp communicator's connections: to its next rank and from its prev (one
+// socket where a single connection carries both ways; -1 with one rank). A rank whose process
+// ends, or whose communicator is aborted or destroyed, closes its ends, so a transport that
+// reports no lost peer of its own (shared memory) can watch these for the same ranks: poll for
+// POLLRDHUP, never read. Null when `comm` is not a tcp communicator.
+struct NeighbourSockets {
+  int to_next = -1;
+  int from_prev = -1;
+};
+std::optional<NeighbourSockets> TcpNeighbourSockets(const Communicator& comm);
 
 }  // namespace cortado::comm

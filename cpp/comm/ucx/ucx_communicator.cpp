@@ -34,6 +34,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <mutex>
 #include <optional>
 #include <regex>
@@ -47,6 +48,7 @@
 #include "comm/registry.hpp"
 #include "comm/tcp/ring.hpp"
 #include "comm/tcp/socket.hpp"
+#include "comm/tcp/tcp_communicator.hpp"
 #include "core/error.hpp"
 #include "core/logging.hpp"
 
@@ -62,8 +64,12 @@ constexpr size_t kSendWindow = 8;
 constexpr std::chrono::microseconds kSpin(200);
 // How long an operation goes on taking what arrived after a connection it needs has failed.
 constexpr std::chrono::milliseconds kLinkGrace(100);
-// How long a failing or closing communicator waits for UCX to hand back its requests.
+// How long a failing or closing communicator waits for UCX to hand back its requests; and with
+// connections that report no lost peer, when one of the peers is gone or the close is forced:
+// then some requests never come back (a rendezvous the peer will not answer), and are released
+// unfinished (UCX frees them when the worker is destroyed).
 constexpr double kCleanupS = 5;
+constexpr double kUnreportedCleanupS = 0.2;
 
 Clock::duration Seconds(double s) {
   return std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(s));
@@ -110,6 +116,22 @@ bool CarriedByTcp() {
       names.empty() || std::any_of(names.begin(), names.end(),
                                    [](const std::string& n) { return kRdma.count(n) > 0; });
   return !rdma_allowed || ActiveRdmaPorts().empty();
+}
+
+// This host and the namespaces that shared memory between processes depends on: the boot id and
+// the IPC, mount and PID namespaces; "" when any cannot be read (then no two ranks count as on
+// one host).
+std::string HostIdentity() {
+  std::ifstream boot("/proc/sys/kernel/random/boot_id");
+  std::string identity;
+  if (!std::getline(boot, identity) || identity.empty()) return "";
+  for (const char* ns : {"ipc", "mnt", "pid"}) {
+    char link[128];
+    const ssize_t n = ::readlink(fmt::format("/proc/self/ns/{}", ns).c_str(), link, sizeof(link));
+    if (n <= 0) return "";
+    identity += " " + std::string(link, static_cast<size_t>(n));
+  }
+  return identity;
 }
 
 std::string HostOf(const std::string& peer) {
@@ -181,6 +203,7 @@ struct Link {
   std::string name;  // "rank 1 (10.0.0.2)"
   ucp_ep_h ep = nullptr;
   ucs_status_t error = UCS_OK;
+  bool closed = false;  // its set-up connection closed (WatchPeers)
 };
 
 void EndpointFailed(void* arg, ucp_ep_h /*ep*/, ucs_status_t status) {
@@ -240,6 +263,9 @@ class UcxCommunicator final : public Communicator {
   // connections fail). Idempotent; on the operation's thread, or with op_mutex_ held.
   void Shutdown() noexcept;
   void CloseEndpoints(bool force) noexcept;
+  double CleanupSeconds(bool force) const {
+    return unreported_ && (force || next_.closed || prev_.closed) ? kUnreportedCleanupS : kCleanupS;
+  }
   // Throws when a connection this operation still needs has failed: the one to next while
   // `sending`, the one from prev while `receiving`.
   void CheckLinks(const char* op, bool sending = true, bool receiving = true);
@@ -247,6 +273,12 @@ class UcxCommunicator final : public Communicator {
   [[noreturn]] void ThrowAborted(const char* op);
   // The rank this one receives from.
   const Link& From() const { return prev_.rank >= 0 ? prev_ : next_; }
+  Link& From() { return prev_.rank >= 0 ? prev_ : next_; }
+  // Connections whose transports report no lost peer (shared memory): the set-up ring's
+  // connections with the same neighbours are watched instead, since a rank that dies, is
+  // aborted or leaves closes them. Marks the link of a closed one as failed; waits up to
+  // `timeout_ms` (0: looks only).
+  void WatchPeers(int timeout_ms);
 
   CommOptions options_;
   size_t chunk_bytes_;
@@ -255,6 +287,11 @@ class UcxCommunicator final : public Communicator {
   ucp_worker_h worker_ = nullptr;
   int worker_fd_ = -1;
   UniqueFd wake_;  // an eventfd, readable once aborted
+  // The set-up ring's sockets to next and from prev, watched while some connection reports no
+  // lost peer (-1 otherwise).
+  NeighbourSockets watched_;
+  bool unreported_ = false;  // some connection reports no lost peer (shared memory)
+  Clock::time_point last_watch_{};
   // The next rank, and the previous one when it is another (N > 2).
   Link next_;
   Link prev_;
@@ -312,7 +349,18 @@ void UcxCommunicator::SetUp(const CommOptions& options, std::unique_ptr<TcpListe
   bootstrap_ = listener != nullptr ? CreateTcpCommunicator(boot, std::move(listener))
                                    : CreateCommunicator(boot);
 
-  const bool tcp = CarriedByTcp();
+  // Every rank on this host (one machine, Spark's local modes, a laptop) and UCX_TLS left to
+  // UCX: the connections go without peer failure reports, so that UCX may take shared memory
+  // (posix or sysv for small messages, cma's single copy for rendezvous: 1.3x to 3.5x the tcp
+  // ring on loopback, against 0.7x to 1x for UCX over TCP); the set-up connections are watched
+  // for lost peers instead. Ranks spread over hosts keep UCX's peer failure reports, which rule
+  // shared memory out.
+  const std::string identity = HostIdentity();
+  const std::vector<std::string> identities = bootstrap_->AllGather(identity);
+  const bool one_host = !identity.empty() && TlsNames().empty() &&
+                        std::all_of(identities.begin(), identities.end(),
+                                    [&](const std::string& other) { return other == identity; });
+  const bool tcp = !one_host && CarriedByTcp();
   if (tcp) {
     // Over TCP, rendezvous costs every piece a handshake that queues behind the data on a busy
     // link (half a 1 Gbit/s link's rate); eager messages land straight in the receives posted
@@ -323,6 +371,12 @@ void UcxCommunicator::SetUp(const CommOptions& options, std::unique_ptr<TcpListe
     ::setenv("UCX_RNDV_THRESH", "inf", /*overwrite=*/0);
     ::setenv("UCX_TCP_TX_SEG_SIZE", "256k", 0);
     ::setenv("UCX_TCP_RX_SEG_SIZE", "256k", 0);
+  } else if (one_host || OnlySharedMemory()) {
+    // Over shared memory, pieces below the default chunk (1 MiB) go eager, through UCX's shared
+    // FIFO (two copies, no handshake), and whole chunks by rendezvous (cma: one copy). On 2-core
+    // loopback UCX's own threshold made pieces of 32-512 KiB 0.5-0.8x as fast, and eager whole
+    // chunks halved 4 ranks' rate at 4-16 MiB (bench/RESULTS.md).
+    ::setenv("UCX_RNDV_THRESH", "768k", 0);
   }
   ucp_config_t* config = nullptr;
   ucs_status_t status = ucp_config_read(nullptr, nullptr, &config);
@@ -385,7 +439,8 @@ void UcxCommunicator::SetUp(const CommOptions& options, std::unique_ptr<TcpListe
     ep.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
                     UCP_EP_PARAM_FIELD_ERR_HANDLER;
     ep.address = reinterpret_cast<const ucp_address_t*>(addresses[to].data());
-    ep.err_mode = OnlySharedMemory() ? UCP_ERR_HANDLING_MODE_NONE : UCP_ERR_HANDLING_MODE_PEER;
+    ep.err_mode =
+        one_host || OnlySharedMemory() ? UCP_ERR_HANDLING_MODE_NONE : UCP_ERR_HANDLING_MODE_PEER;
     ep.err_handler.cb = EndpointFailed;
     ep.err_handler.arg = link;
     ucs_status_t s = ucp_ep_create(worker_, &ep, &link->ep);
@@ -405,6 +460,11 @@ void UcxCommunicator::SetUp(const CommOptions& options, std::unique_ptr<TcpListe
   };
   connect(&next_, next);
   if (prev != next) connect(&prev_, prev);
+  unreported_ = unreported;
+  if (unreported) {
+    const std::optional<NeighbourSockets> sockets = TcpNeighbourSockets(*bootstrap_);
+    if (sockets) watched_ = *sockets;
+  }
 
   staging_.assign(kRecvWindow * chunk_bytes_ / sizeof(float), 0.0f);
   ucp_mem_map_params_t map{};
@@ -479,8 +539,13 @@ void UcxCommunicator::SetUp(const CommOptions& options, std::unique_ptr<TcpListe
                                next_.name, Transports(next_.ep), prev_.name, Transports(prev_.ep));
   }
   if (unreported) {
-    description_ += fmt::format(" (shared memory reports no lost peer: the {:g} s timeout does)",
-                                options.timeout_s);
+    description_ += watched_.to_next >= 0 ? std::string(
+                                                " (shared memory reports no lost peer: the set-up "
+                                                "connections are watched for it)")
+                                          : fmt::format(
+                                                " (shared memory reports no lost peer: the {:g} s "
+                                                "timeout does)",
+                                                options.timeout_s);
   }
   CORTADO_LOG_INFO("{}", description_);
 }
@@ -510,7 +575,8 @@ void UcxCommunicator::CloseEndpoints(bool force) noexcept {
     link->ep = nullptr;
     if (request != nullptr && !UCS_PTR_IS_ERR(request)) closing.push_back(request);
   }
-  const auto deadline = Clock::now() + Seconds(kCleanupS);
+  const double wait_s = CleanupSeconds(force);
+  const auto deadline = Clock::now() + Seconds(wait_s);
   while (!closing.empty() && Clock::now() < deadline) {
     while (ucp_worker_progress(worker_) != 0) {
     }
@@ -525,7 +591,7 @@ void UcxCommunicator::CloseEndpoints(bool force) noexcept {
     if (!closing.empty()) ::usleep(1000);
   }
   if (!closing.empty()) {
-    CORTADO_LOG_WARN("ucx rank {}: an endpoint did not close within {:g} s", rank(), kCleanupS);
+    CORTADO_LOG_WARN("ucx rank {}: an endpoint did not close within {:g} s", rank(), wait_s);
     // Released now, freed by UCX when it completes (the worker's destruction insists).
     for (void* request : closing) ucp_request_free(request);
   }
@@ -539,22 +605,25 @@ void UcxCommunicator::Shutdown() noexcept {
     if (p.request != nullptr && !p.completion.done) ucp_request_cancel(worker_, p.request);
   }
   CloseEndpoints(true);
-  const auto deadline = Clock::now() + Seconds(kCleanupS);
+  const double wait_s = CleanupSeconds(true);
+  const auto deadline = Clock::now() + Seconds(wait_s);
+  size_t unreleased = 0;
   for (auto* states : {&recv_state_, &send_state_}) {
     for (Pending& p : *states) {
       if (p.request == nullptr) continue;
       while (!p.completion.done && Clock::now() < deadline) {
         if (ucp_worker_progress(worker_) == 0) ::usleep(100);
       }
-      if (!p.completion.done) {
-        // Released anyway: UCX frees it when it completes, at the latest as the worker is
-        // destroyed, and its callback still finds `p`, which lives until then.
-        CORTADO_LOG_WARN("ucx rank {}: a request was not released within {:g} s", rank(),
-                         kCleanupS);
-      }
+      // Released anyway: UCX frees it when it completes, at the latest as the worker is
+      // destroyed, and its callback still finds `p`, which lives until then.
+      if (!p.completion.done) ++unreleased;
       ucp_request_free(p.request);
       p.request = nullptr;
     }
+  }
+  if (unreleased > 0 && wait_s == kCleanupS) {
+    CORTADO_LOG_WARN("ucx rank {}: {} requests were not released within {:g} s", rank(), unreleased,
+                     wait_s);
   }
 }
 
@@ -628,12 +697,38 @@ void UcxCommunicator::CheckLinks(const char* op, bool sending, bool receiving) {
   const Link* failed = sending && next_.error != UCS_OK      ? &next_
                        : receiving && From().error != UCS_OK ? &From()
                                                              : nullptr;
+  if (failed != nullptr && failed->closed) {
+    CORTADO_THROW(kComm,
+                  "ucx rank {}: {} is gone during {} (it closed its set-up connection: it "
+                  "ended, failed or was aborted)",
+                  rank(), failed->name, op);
+  }
   if (failed != nullptr) {
     CORTADO_THROW(kComm,
                   "ucx rank {}: the connection with {} failed during {}: {} (the peer "
                   "is gone or unreachable)",
                   rank(), failed->name, op, ucs_status_string(failed->error));
   }
+}
+
+void UcxCommunicator::WatchPeers(int timeout_ms) {
+  if (watched_.to_next < 0) return;
+  last_watch_ = Clock::now();
+  pollfd fds[2] = {{watched_.to_next, POLLRDHUP, 0}, {watched_.from_prev, POLLRDHUP, 0}};
+  const int count = watched_.from_prev == watched_.to_next ? 1 : 2;
+  if (::poll(fds, count, timeout_ms) <= 0) return;
+  auto mark = [](Link* link) {
+    if (link->error == UCS_OK) {
+      link->error = UCS_ERR_CONNECTION_RESET;
+      link->closed = true;
+    }
+  };
+  constexpr short kClosed = POLLRDHUP | POLLHUP | POLLERR;
+  if ((fds[0].revents & kClosed) != 0) {
+    mark(&next_);
+    if (count == 1) mark(&From());
+  }
+  if (count == 2 && (fds[1].revents & kClosed) != 0) mark(&From());
 }
 
 bool UcxCommunicator::Progress() {
@@ -649,12 +744,17 @@ void UcxCommunicator::Wait(Clock::time_point until, const char* op) {
     CORTADO_THROW(kComm, "ucx rank {}: ucp_worker_arm failed during {}: {}", rank(), op,
                   ucs_status_string(status));
   }
-  pollfd fds[2] = {{wake_.get(), POLLIN, 0}, {worker_fd_, POLLIN, 0}};
+  pollfd fds[4] = {{wake_.get(), POLLIN, 0},
+                   {worker_fd_, POLLIN, 0},
+                   {watched_.to_next, POLLRDHUP, 0},
+                   {watched_.from_prev, POLLRDHUP, 0}};
+  const nfds_t count = watched_.to_next < 0 ? 2 : 4;
   const auto left = std::chrono::ceil<std::chrono::milliseconds>(until - Clock::now()).count();
-  const int rc = ::poll(fds, 2, static_cast<int>(std::clamp<int64_t>(left, 0, 1000)));
+  const int rc = ::poll(fds, count, static_cast<int>(std::clamp<int64_t>(left, 0, 1000)));
   if (rc < 0 && errno != EINTR) {
     CORTADO_THROW(kComm, "ucx rank {}: poll failed during {}: {}", rank(), op, ErrnoText(errno));
   }
+  if (rc > 0 && count == 4 && (fds[2].revents != 0 || fds[3].revents != 0)) WatchPeers(0);
 }
 
 void UcxCommunicator::PostRecv(size_t i, uint64_t tag) {
@@ -796,6 +896,8 @@ void UcxCommunicator::Run(const char* op, double timeout_s) {
       last_activity = now;
       continue;
     }
+    // While spinning: a look at the watched sockets every millisecond (Wait polls them too).
+    if (now - last_watch_ >= std::chrono::milliseconds(1)) WatchPeers(0);
     // A failed connection ends the call when the call still needs it and nothing has moved for
     // a moment: a neighbour that has finished the operation closes its connections as it
     // leaves, and what it sent before is still taken.
