@@ -377,7 +377,6 @@ TEST(UcxFaultTest, AbortBetweenOperationsEndsTheNextCallHereAndThePeersAtOnce) {
 // the killed process's end closes, are watched instead. A null `tls` leaves UCX_TLS unset.
 void KilledPeerProcessFailsTheOthers(const char* tls, double timeout_s, double within_s,
                                      const char* message) {
-  const double kTimeoutS = timeout_s;
   testing::ScopedEnv env("UCX_TLS", tls);
   LoopbackRing ring(3);
   const auto outcomes = testing::RunRanksAsProcesses(
@@ -385,7 +384,7 @@ void KilledPeerProcessFailsTheOthers(const char* tls, double timeout_s, double w
       [&](int rank) {
         ring.CloseOthers(rank);
         CommOptions options = ring.Options(rank);
-        options.timeout_s = kTimeoutS;
+        options.timeout_s = timeout_s;
         auto comm = JoinUcx(&ring, options);
         return testing::AllReduceUntilFailure(comm.get(), /*killed=*/1, 50000);
       },

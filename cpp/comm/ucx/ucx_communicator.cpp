@@ -276,9 +276,8 @@ class UcxCommunicator final : public Communicator {
   Link& From() { return prev_.rank >= 0 ? prev_ : next_; }
   // Connections whose transports report no lost peer (shared memory): the set-up ring's
   // connections with the same neighbours are watched instead, since a rank that dies, is
-  // aborted or leaves closes them. Marks the link of a closed one as failed; waits up to
-  // `timeout_ms` (0: looks only).
-  void WatchPeers(int timeout_ms);
+  // aborted or leaves closes them. Marks the link of a closed one as failed; does not wait.
+  void WatchPeers();
 
   CommOptions options_;
   size_t chunk_bytes_;
@@ -361,6 +360,8 @@ void UcxCommunicator::SetUp(const CommOptions& options, std::unique_ptr<TcpListe
                         std::all_of(identities.begin(), identities.end(),
                                     [&](const std::string& other) { return other == identity; });
   const bool tcp = !one_host && CarriedByTcp();
+  // Connections without peer failure reports: shared memory, chosen by UCX or named in UCX_TLS.
+  const bool shared_memory = one_host || OnlySharedMemory();
   if (tcp) {
     // Over TCP, rendezvous costs every piece a handshake that queues behind the data on a busy
     // link (half a 1 Gbit/s link's rate); eager messages land straight in the receives posted
@@ -371,7 +372,7 @@ void UcxCommunicator::SetUp(const CommOptions& options, std::unique_ptr<TcpListe
     ::setenv("UCX_RNDV_THRESH", "inf", /*overwrite=*/0);
     ::setenv("UCX_TCP_TX_SEG_SIZE", "256k", 0);
     ::setenv("UCX_TCP_RX_SEG_SIZE", "256k", 0);
-  } else if (one_host || OnlySharedMemory()) {
+  } else if (shared_memory) {
     // Over shared memory, pieces below the default chunk (1 MiB) go eager, through UCX's shared
     // FIFO (two copies, no handshake), and whole chunks by rendezvous (cma: one copy). On 2-core
     // loopback UCX's own threshold made pieces of 32-512 KiB 0.5-0.8x as fast, and eager whole
@@ -439,8 +440,7 @@ void UcxCommunicator::SetUp(const CommOptions& options, std::unique_ptr<TcpListe
     ep.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
                     UCP_EP_PARAM_FIELD_ERR_HANDLER;
     ep.address = reinterpret_cast<const ucp_address_t*>(addresses[to].data());
-    ep.err_mode =
-        one_host || OnlySharedMemory() ? UCP_ERR_HANDLING_MODE_NONE : UCP_ERR_HANDLING_MODE_PEER;
+    ep.err_mode = shared_memory ? UCP_ERR_HANDLING_MODE_NONE : UCP_ERR_HANDLING_MODE_PEER;
     ep.err_handler.cb = EndpointFailed;
     ep.err_handler.arg = link;
     ucs_status_t s = ucp_ep_create(worker_, &ep, &link->ep);
@@ -711,12 +711,12 @@ void UcxCommunicator::CheckLinks(const char* op, bool sending, bool receiving) {
   }
 }
 
-void UcxCommunicator::WatchPeers(int timeout_ms) {
+void UcxCommunicator::WatchPeers() {
   if (watched_.to_next < 0) return;
   last_watch_ = Clock::now();
   pollfd fds[2] = {{watched_.to_next, POLLRDHUP, 0}, {watched_.from_prev, POLLRDHUP, 0}};
   const int count = watched_.from_prev == watched_.to_next ? 1 : 2;
-  if (::poll(fds, count, timeout_ms) <= 0) return;
+  if (::poll(fds, count, 0) <= 0) return;
   auto mark = [](Link* link) {
     if (link->error == UCS_OK) {
       link->error = UCS_ERR_CONNECTION_RESET;
@@ -724,10 +724,8 @@ void UcxCommunicator::WatchPeers(int timeout_ms) {
     }
   };
   constexpr short kClosed = POLLRDHUP | POLLHUP | POLLERR;
-  if ((fds[0].revents & kClosed) != 0) {
-    mark(&next_);
-    if (count == 1) mark(&From());
-  }
+  // One socket both ways only with two ranks, where From() is next_ too.
+  if ((fds[0].revents & kClosed) != 0) mark(&next_);
   if (count == 2 && (fds[1].revents & kClosed) != 0) mark(&From());
 }
 
@@ -754,7 +752,7 @@ void UcxCommunicator::Wait(Clock::time_point until, const char* op) {
   if (rc < 0 && errno != EINTR) {
     CORTADO_THROW(kComm, "ucx rank {}: poll failed during {}: {}", rank(), op, ErrnoText(errno));
   }
-  if (rc > 0 && count == 4 && (fds[2].revents != 0 || fds[3].revents != 0)) WatchPeers(0);
+  if (rc > 0 && count == 4 && (fds[2].revents != 0 || fds[3].revents != 0)) WatchPeers();
 }
 
 void UcxCommunicator::PostRecv(size_t i, uint64_t tag) {
@@ -897,7 +895,7 @@ void UcxCommunicator::Run(const char* op, double timeout_s) {
       continue;
     }
     // While spinning: a look at the watched sockets every millisecond (Wait polls them too).
-    if (now - last_watch_ >= std::chrono::milliseconds(1)) WatchPeers(0);
+    if (now - last_watch_ >= std::chrono::milliseconds(1)) WatchPeers();
     // A failed connection ends the call when the call still needs it and nothing has moved for
     // a moment: a neighbour that has finished the operation closes its connections as it
     // leaves, and what it sent before is still taken.
