@@ -9,6 +9,7 @@
 #include <cmath>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/config.hpp"
@@ -187,6 +188,70 @@ TEST(MixedPrecisionGpuTest, NhwcCopiesTransposeAndComeBackExactly) {
             ASSERT_EQ(fresh.cpu_data()[at], v) << n << " " << c << " " << p;
           }
         }
+      }
+    }
+  }
+}
+
+// The copies between two 16-bit layouts (half blobs around cuDNN): every path of half.cu's
+// HalfToNhwc / HalfFromNhwc. Even hw with 4-byte aligned rows takes the wide tiles (partial on
+// both axes), unless CORTADO_HALF_WIDE_COPIES=0; odd hw, and a pointer 2 bytes off a 4-byte
+// boundary, the pair tiles; odd channels the general tile; few channels and one channel their
+// own. Values come back bit for bit, and with a bias each is the rounded sum.
+TEST(MixedPrecisionGpuTest, HalfLayoutCopiesTransposeExactlyOnEveryPath) {
+  CORTADO_REQUIRE_GPU();
+  Context ctx(Device::Cuda(0), 1);
+  ctx.MakeCurrent();
+  struct Shape {
+    int n, c, hw, offset;  // offset: values of the half type before the data (0 or 1)
+  };
+  for (const Shape& shape :
+       {Shape{3, 64, 196, 0}, Shape{2, 130, 70, 0}, Shape{2, 66, 64, 0}, Shape{2, 96, 50, 0},
+        Shape{2, 34, 2, 0}, Shape{3, 64, 49, 0}, Shape{2, 130, 70, 1}, Shape{2, 37, 46, 0},
+        Shape{2, 6, 130, 0}, Shape{2, 1, 46, 0}}) {
+    const int kN = shape.n, kC = shape.c, kHw = shape.hw, kCount = kN * kC * kHw;
+    const std::vector<float> values = ExactValues(kCount, 29 + kC + kHw);
+    std::vector<float> bias_values(kC);
+    for (int c = 0; c < kC; ++c) bias_values[c] = 0.25f * static_cast<float>(c % 7) - 0.75f;
+    for (auto [type, wide_copies] :
+         {std::pair{Context::HalfType::kFloat16, "1"}, std::pair{Context::HalfType::kBFloat16, "1"},
+          std::pair{Context::HalfType::kFloat16, "0"}}) {
+      ScopedEnv copies_env("CORTADO_HALF_WIDE_COPIES", wide_copies);
+      SCOPED_TRACE(std::string(type == Context::HalfType::kFloat16 ? "float16" : "bfloat16") +
+                   " n " + std::to_string(kN) + " c " + std::to_string(kC) + " hw " +
+                   std::to_string(kHw) + " offset " + std::to_string(shape.offset) +
+                   " wide copies " + wide_copies);
+      // Half values live in float tensors, two per float; `offset` of them skipped at the front.
+      const int kHalfFloats = (kCount + shape.offset) / 2 + 1;
+      Tensor src({kCount}), bias({kC}), nchw({kHalfFloats}), nhwc({kHalfFloats}),
+          back({kHalfFloats}), biased({kHalfFloats}), wide({kCount});
+      std::copy(values.begin(), values.end(), src.mutable_cpu_data());
+      std::copy(bias_values.begin(), bias_values.end(), bias.mutable_cpu_data());
+      auto at = [&](Tensor& t) {
+        return static_cast<void*>(reinterpret_cast<uint16_t*>(t.mutable_gpu_data()) + shape.offset);
+      };
+      math::gpu::ToHalf(ctx, type, kCount, src.gpu_data(), at(nchw));
+      math::gpu::HalfNchwToNhwc(ctx, type, kN, kC, kHw, at(nchw), at(nhwc));
+      math::gpu::FromHalfNhwc(ctx, type, 1, 1, kCount, at(nhwc), 0.0f, wide.mutable_gpu_data());
+      ctx.Synchronize();
+      for (int n = 0; n < kN; ++n) {
+        for (int c = 0; c < kC; ++c) {
+          for (int p = 0; p < kHw; ++p) {
+            ASSERT_EQ(wide.cpu_data()[(n * kHw + p) * kC + c], values[(n * kC + c) * kHw + p])
+                << "to NHWC: " << n << " " << c << " " << p;
+          }
+        }
+      }
+      math::gpu::HalfNhwcToNchw(ctx, type, kN, kC, kHw, at(nhwc), nullptr, at(back));
+      math::gpu::FromHalfNhwc(ctx, type, 1, 1, kCount, at(back), 0.0f, wide.mutable_gpu_data());
+      ctx.Synchronize();
+      for (int i = 0; i < kCount; ++i) ASSERT_EQ(wide.cpu_data()[i], values[i]) << "back: " << i;
+      math::gpu::HalfNhwcToNchw(ctx, type, kN, kC, kHw, at(nhwc), bias.gpu_data(), at(biased));
+      math::gpu::FromHalfNhwc(ctx, type, 1, 1, kCount, at(biased), 0.0f, wide.mutable_gpu_data());
+      ctx.Synchronize();
+      // The sums of eighths in [-16, 16] and quarters in [-0.75, 0.75] are exact in both types.
+      for (int i = 0; i < kCount; ++i) {
+        ASSERT_EQ(wide.cpu_data()[i], values[i] + bias_values[(i / kHw) % kC]) << "bias: " << i;
       }
     }
   }

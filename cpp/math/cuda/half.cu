@@ -7,6 +7,8 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
+#include <string>
 
 #include "core/cuda.hpp"
 #include "math/gpu.hpp"
@@ -39,11 +41,16 @@ template <>
 struct Pair<__half> {
   using Type = __half2;
   __device__ static Type Make(float lo, float hi) { return __floats2half2_rn(lo, hi); }
+  // (a.low, b.low) and (a.high, b.high): exact moves, no rounding.
+  __device__ static Type Lows(Type a, Type b) { return __lows2half2(a, b); }
+  __device__ static Type Highs(Type a, Type b) { return __highs2half2(a, b); }
 };
 template <>
 struct Pair<__nv_bfloat16> {
   using Type = __nv_bfloat162;
   __device__ static Type Make(float lo, float hi) { return __floats2bfloat162_rn(lo, hi); }
+  __device__ static Type Lows(Type a, Type b) { return __lows2bfloat162(a, b); }
+  __device__ static Type Highs(Type a, Type b) { return __highs2bfloat162(a, b); }
 };
 
 // The general copies (odd channel counts above kFewChannels, or a half pointer off a 4-byte
@@ -159,12 +166,12 @@ __global__ void __launch_bounds__(kPairs* kRows)
 // The first half of the NHWC-to-NCHW pair kernels below: channels c0 + 2x and c0 + 2x + 1 at
 // positions p0 + y + kRows * k of one image's NHWC values into the block's tile (pairs of
 // channels read as one 4-byte value, a warp 128 contiguous bytes), then a barrier.
-template <typename H, int kCols>
+template <typename H, int kPositions>
 __device__ __forceinline__ void LoadPairsTile(
     const typename Pair<H>::Type* __restrict__ in, int c, int hw, int c0, int p0,
-    typename Pair<H>::Type (&tile)[kPairs][32 * kCols + 1]) {
+    typename Pair<H>::Type (&tile)[kPairs][kPositions + 1]) {
   using H2 = typename Pair<H>::Type;
-  constexpr int kSteps = 32 * kCols / kRows;
+  constexpr int kSteps = kPositions / kRows;
   const int x = threadIdx.x, y = threadIdx.y;
   if (c0 + 2 * x < c) {
     H2 v[kSteps];
@@ -196,7 +203,7 @@ __global__ void __launch_bounds__(kPairs* kRows)
   for (int64_t img = blockIdx.z; img < n; img += gridDim.z) {
     const H2* in = reinterpret_cast<const H2*>(src + img * c * static_cast<int64_t>(hw));
     float* out = dst + img * c * static_cast<int64_t>(hw);
-    LoadPairsTile<H, kCols>(in, c, hw, c0, p0, tile);
+    LoadPairsTile<H, kPositions>(in, c, hw, c0, p0, tile);
     // Channels c0 + 2r and c0 + 2r + 1 at positions p0 + x + 32j, r = y + kRows * i.
     if constexpr (!kAdd) {
 #pragma unroll
@@ -595,7 +602,7 @@ __global__ void __launch_bounds__(kPairs* kRows)
   for (int64_t img = blockIdx.z; img < n; img += gridDim.z) {
     const H2* in = reinterpret_cast<const H2*>(src + img * c * static_cast<int64_t>(hw));
     H* out = dst + img * c * static_cast<int64_t>(hw);
-    LoadPairsTile<H, kCols>(in, c, hw, c0, p0, tile);
+    LoadPairsTile<H, kPositions>(in, c, hw, c0, p0, tile);
     // Channels c0 + 2r and c0 + 2r + 1 at positions p0 + x + 32j, r = y + kRows * i.
 #pragma unroll
     for (int i = 0; i < kPairRows; ++i) {
@@ -608,6 +615,111 @@ __global__ void __launch_bounds__(kPairs* kRows)
           const H2 w = tile[y + kRows * i][x + 32 * j];
           row[32 * j] = Narrow<H>(PlusBias(__low2float(w), bias, ch));
           row[hw + 32 * j] = Narrow<H>(PlusBias(__high2float(w), bias, ch + 1));
+        }
+      }
+    }
+    __syncthreads();
+  }
+}
+
+// The pair tiles between two 16-bit layouts when hw is even, so that every NCHW row starts on a
+// 4-byte boundary: the NCHW side moves two positions of a channel as one 4-byte value too (a
+// warp 128 contiguous bytes, where 2-byte values gave 64), and each thread turns the two
+// positions of channels ch and ch + 1 into the two positions' channel pairs in registers (exact
+// moves). A block moves 64 channels x 64 * kCols positions (kCols 2 spills at 64 registers); the
+// tile is as in the kernels above, [pair][position]. hw even and p0 even: a position pair is whole
+// or absent at the tile's edge.
+constexpr int kWideBlocks = 4;  // blocks per multiprocessor: at most 64 registers a thread
+
+template <typename H, int kCols>
+__global__ void __launch_bounds__(kPairs* kRows, kWideBlocks)
+    HalfToNhwcWideKernel(int n, int c, int hw, const H* __restrict__ src, H* __restrict__ dst) {
+  using H2 = typename Pair<H>::Type;
+  constexpr int kPositions = 64 * kCols, kPairRows = kPairs / kRows, kSteps = kPositions / kRows;
+  __shared__ H2 tile[kPairs][kPositions + 1];
+  const int x = threadIdx.x, y = threadIdx.y;
+  const int c0 = blockIdx.y * 2 * kPairs, p0 = blockIdx.x * kPositions;
+  for (int64_t img = blockIdx.z; img < n; img += gridDim.z) {
+    const int64_t base = img * c * static_cast<int64_t>(hw);  // even: hw is
+    const H2* in = reinterpret_cast<const H2*>(src + base);
+    H2* out = reinterpret_cast<H2*>(dst + base);
+    // Channels ch = c0 + 2r and ch + 1, r = y + kRows * i, at positions p and p + 1,
+    // p = p0 + 2x + 64j: lo holds channel ch's two, hi channel ch + 1's.
+    H2 lo[kPairRows][kCols], hi[kPairRows][kCols];
+#pragma unroll
+    for (int i = 0; i < kPairRows; ++i) {
+      const int ch = c0 + 2 * (y + kRows * i);
+      if (ch >= c) continue;
+      const H2* row = in + (static_cast<int64_t>(ch) * hw + p0) / 2 + x;
+#pragma unroll
+      for (int j = 0; j < kCols; ++j) {
+        if (p0 + 2 * x + 64 * j < hw) {
+          lo[i][j] = row[32 * j];
+          hi[i][j] = row[hw / 2 + 32 * j];
+        }
+      }
+    }
+#pragma unroll
+    for (int i = 0; i < kPairRows; ++i) {
+#pragma unroll
+      for (int j = 0; j < kCols; ++j) {
+        if (c0 + 2 * (y + kRows * i) < c && p0 + 2 * x + 64 * j < hw) {
+          tile[y + kRows * i][2 * x + 64 * j] = Pair<H>::Lows(lo[i][j], hi[i][j]);
+          tile[y + kRows * i][2 * x + 1 + 64 * j] = Pair<H>::Highs(lo[i][j], hi[i][j]);
+        }
+      }
+    }
+    __syncthreads();
+    // Channels c0 + 2x and c0 + 2x + 1 at positions p0 + y + kRows * k.
+    if (c0 + 2 * x < c) {
+#pragma unroll
+      for (int k = 0; k < kSteps; ++k) {
+        const int q = y + kRows * k;
+        if (p0 + q < hw) out[static_cast<int64_t>(p0 + q) * (c / 2) + c0 / 2 + x] = tile[x][q];
+      }
+    }
+    __syncthreads();
+  }
+}
+
+// Back: the NHWC side as HalfFromNhwcPairsKernel reads it, the NCHW side written two positions
+// of a channel per 4-byte store. With a bias each value is widened, summed and rounded once, as
+// there; without one the values move exactly.
+template <typename H, int kCols>
+__global__ void __launch_bounds__(kPairs* kRows, kWideBlocks)
+    HalfFromNhwcWideKernel(int n, int c, int hw, const H* __restrict__ src,
+                           const float* __restrict__ bias, H* __restrict__ dst) {
+  using H2 = typename Pair<H>::Type;
+  constexpr int kPositions = 64 * kCols, kPairRows = kPairs / kRows;
+  __shared__ H2 tile[kPairs][kPositions + 1];
+  const int x = threadIdx.x, y = threadIdx.y;
+  const int c0 = blockIdx.y * 2 * kPairs, p0 = blockIdx.x * kPositions;
+  for (int64_t img = blockIdx.z; img < n; img += gridDim.z) {
+    const int64_t base = img * c * static_cast<int64_t>(hw);
+    const H2* in = reinterpret_cast<const H2*>(src + base);
+    H2* out = reinterpret_cast<H2*>(dst + base);
+    LoadPairsTile<H, kPositions>(in, c, hw, c0, p0, tile);
+    // Channels ch = c0 + 2r and ch + 1, r = y + kRows * i, at positions p0 + 2x + 64j and the
+    // one after.
+#pragma unroll
+    for (int i = 0; i < kPairRows; ++i) {
+      const int ch = c0 + 2 * (y + kRows * i);
+      if (ch >= c) continue;
+      H2* row = out + (static_cast<int64_t>(ch) * hw + p0) / 2 + x;
+#pragma unroll
+      for (int j = 0; j < kCols; ++j) {
+        if (p0 + 2 * x + 64 * j < hw) {
+          const H2 a = tile[y + kRows * i][2 * x + 64 * j];
+          const H2 b = tile[y + kRows * i][2 * x + 1 + 64 * j];
+          if (bias == nullptr) {
+            row[32 * j] = Pair<H>::Lows(a, b);
+            row[hw / 2 + 32 * j] = Pair<H>::Highs(a, b);
+          } else {
+            const float lo_bias = bias[ch], hi_bias = bias[ch + 1];
+            row[32 * j] = Pair<H>::Make(__low2float(a) + lo_bias, __low2float(b) + lo_bias);
+            row[hw / 2 + 32 * j] =
+                Pair<H>::Make(__high2float(a) + hi_bias, __high2float(b) + hi_bias);
+          }
         }
       }
     }
@@ -705,6 +817,15 @@ __global__ void SumGroups(int c, int groups, const float* __restrict__ partial,
   sums[ch] += sum;
 }
 
+bool Aligned4(const void* p) { return reinterpret_cast<uintptr_t>(p) % 4 == 0; }
+
+// The wide copies between 16-bit layouts (HalfToNhwcWideKernel); CORTADO_HALF_WIDE_COPIES=0
+// takes the pair tiles instead, for comparison.
+bool WideCopies() {
+  const char* v = std::getenv("CORTADO_HALF_WIDE_COPIES");
+  return v == nullptr || std::string(v) != "0";
+}
+
 template <typename H>
 void HalfToNhwc(cudaStream_t stream, int n, int c, int hw, const H* src, H* dst) {
   if (c == 1 || hw == 1) {
@@ -713,6 +834,9 @@ void HalfToNhwc(cudaStream_t stream, int n, int c, int hw, const H* src, H* dst)
   } else if (c <= kFewChannels) {
     ToNhwcFewKernel<H, H>
         <<<FewGrid(n, hw), kFewThreads, FewBytes<H>(c), stream>>>(n, c, hw, src, dst);
+  } else if (c % 2 == 0 && hw % 2 == 0 && Aligned4(src) && Aligned4(dst) && WideCopies()) {
+    const dim3 block(kPairs, kRows);
+    HalfToNhwcWideKernel<H, 1><<<PairsGrid(n, c, hw, 64), block, 0, stream>>>(n, c, hw, src, dst);
   } else if (c % 2 == 0 && reinterpret_cast<uintptr_t>(dst) % sizeof(typename Pair<H>::Type) == 0) {
     const dim3 block(kPairs, kRows);
     if (hw <= 32) {
@@ -741,6 +865,10 @@ void HalfFromNhwc(cudaStream_t stream, int n, int c, int hw, const H* src, const
   } else if (c <= kFewChannels) {
     HalfFromNhwcFewKernel<<<FewGrid(n, hw), kFewThreads, FewBytes<H>(c), stream>>>(n, c, hw, src,
                                                                                    bias, dst);
+  } else if (c % 2 == 0 && hw % 2 == 0 && Aligned4(src) && Aligned4(dst) && WideCopies()) {
+    const dim3 block(kPairs, kRows);
+    HalfFromNhwcWideKernel<H, 1>
+        <<<PairsGrid(n, c, hw, 64), block, 0, stream>>>(n, c, hw, src, bias, dst);
   } else if (c % 2 == 0 && reinterpret_cast<uintptr_t>(src) % sizeof(typename Pair<H>::Type) == 0) {
     const dim3 block(kPairs, kRows);
     if (hw <= 32) {
