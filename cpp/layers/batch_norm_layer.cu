@@ -16,7 +16,9 @@
 // statistics, the running sums and the Scale's parameters and diffs stay float32.
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
 #include <memory>
+#include <string>
 #include <type_traits>
 
 #include "core/cuda.hpp"
@@ -142,7 +144,8 @@ __global__ void ChannelPartials(ChannelLayout layout, const T* a, const T* b, Re
 // first. With partials: the channel's batch mean and variance, its std, and (part 0) mean, std
 // and the running sums mean_sum = f * mean_sum + mean, var_sum = f * var_sum + m / (m - 1) *
 // var, norm = f * norm + 1. Without: mean and std as stored. Then x_norm = top = (x - mean) /
-// std (divided, as the CPU code, to round alike); may be in place. Fused (scale given): top =
+// std (divided, as the CPU code, to round alike; `divide` false: multiplied by 1 / std, see
+// Divides); may be in place. Fused (scale given): top =
 // x_norm * s[c] (+ b[c]), then the ReLU of slope relu_slope when relu. In a 16-bit T the fused top
 // comes from x_norm as stored (rounded to T), as AffineFromNormalised and the backward mask see it.
 template <int V, typename T>
@@ -150,7 +153,7 @@ __global__ void Normalize(ChannelLayout layout, const T* x, const double2* parti
                           const float* shift, float fraction, float bias_correction, float eps,
                           float* mean, float* std_dev, float* mean_sum, float* var_sum, float* norm,
                           const float* scale, const float* bias, bool relu, float relu_slope,
-                          T* x_norm, T* top) {
+                          bool divide, T* x_norm, T* top) {
   const int block = gridDim.x - 1 - blockIdx.x;
   const int c = block / layout.parts;
   const int part = block - c * layout.parts;
@@ -180,13 +183,17 @@ __global__ void Normalize(ChannelLayout layout, const T* x, const double2* parti
     stats[1] = std_dev[c];
   }
   __syncthreads();
-  const float mu = stats[0], sd = stats[1];
+  const float mu = stats[0], sd = stats[1], inv_sd = 1.0f / sd;
   const uint32_t begin = static_cast<uint32_t>(part) * layout.chunk_units;
   const uint32_t end = min(begin + layout.chunk_units, layout.units);
   for (uint32_t q = begin + threadIdx.x; q < end; q += blockDim.x) {
     const int64_t at = layout.At(q, c);
     Pack<V> v = Load<V>(x, at);
-    for (int i = 0; i < V; ++i) v.v[i] = (v.v[i] - mu) / sd;
+    if (divide) {
+      for (int i = 0; i < V; ++i) v.v[i] = (v.v[i] - mu) / sd;
+    } else {
+      for (int i = 0; i < V; ++i) v.v[i] = (v.v[i] - mu) * inv_sd;
+    }
     Store<V>(x_norm, at, v);
     if (scale != nullptr) {
       if constexpr (!std::is_same_v<T, float>) {
@@ -223,7 +230,7 @@ template <int V, typename T>
 __global__ void BatchBackward(ChannelLayout layout, const T* dy, const T* y, ReluMask mask,
                               const float* scale, const double2* partials, bool subtract,
                               const float* std_dev, float* mean_dy, float* mean_dyy,
-                              float* scale_grad, float* bias_grad, T* dx) {
+                              float* scale_grad, float* bias_grad, bool divide, T* dx) {
   const int block = gridDim.x - 1 - blockIdx.x;
   const int c = block / layout.parts;
   const int part = block - c * layout.parts;
@@ -246,7 +253,7 @@ __global__ void BatchBackward(ChannelLayout layout, const T* dy, const T* y, Rel
     __syncthreads();
   }
   if (dx == nullptr) return;
-  const float sd = std_dev[c];
+  const float sd = std_dev[c], inv_sd = 1.0f / sd;
   const float s = scale != nullptr ? scale[c] : 1.0f;
   const float a = subtract ? means[0] : 0.0f, b = subtract ? means[1] : 0.0f;
   const float mask_s = mask.scale != nullptr ? mask.scale[c] : 1.0f;
@@ -264,12 +271,26 @@ __global__ void BatchBackward(ChannelLayout layout, const T* dy, const T* y, Rel
     if (scale != nullptr) {
       for (int i = 0; i < V; ++i) g.v[i] *= s;
     }
-    if (subtract) {
-      for (int i = 0; i < V; ++i) g.v[i] = (g.v[i] - a - b * v.v[i]) / sd;
+    if (divide) {
+      for (int i = 0; i < V; ++i) g.v[i] = (subtract ? g.v[i] - a - b * v.v[i] : g.v[i]) / sd;
     } else {
-      for (int i = 0; i < V; ++i) g.v[i] = g.v[i] / sd;
+      for (int i = 0; i < V; ++i) g.v[i] = (subtract ? g.v[i] - a - b * v.v[i] : g.v[i]) * inv_sd;
     }
     Store<V>(dx, at, g);
+  }
+}
+
+// Whether the passes divide by the standard deviation, as the CPU code does (float32 blobs, so
+// that the two round alike), or multiply by its reciprocal: in a 16-bit type the results differ
+// from the quotient by an ulp of float32 at most before they are rounded to 16 bits, and the
+// division's instruction sequence per value is gone. CORTADO_BN_DIVIDE=1 divides in 16 bits too.
+template <typename T>
+bool Divides() {
+  if constexpr (std::is_same_v<T, float>) {
+    return true;
+  } else {
+    const char* v = std::getenv("CORTADO_BN_DIVIDE");
+    return v != nullptr && std::string(v) == "1";
   }
 }
 
@@ -314,7 +335,7 @@ void LaunchForward(Context& ctx, int num, int channels, int spatial, bool batch_
   }
   Normalize<V, T><<<blocks, cuda::kThreads, 0, stream>>>(
       layout, x, partials, shift, fraction, bias_correction, eps, mean, std_dev, mean_sum, var_sum,
-      norm, fused.scale, fused.bias, fused.relu, fused.relu_slope, x_norm, top);
+      norm, fused.scale, fused.bias, fused.relu, fused.relu_slope, Divides<T>(), x_norm, top);
   CORTADO_CUDA_CHECK_LAUNCH();
 }
 
@@ -335,9 +356,9 @@ void LaunchBackward(Context& ctx, int num, int channels, int spatial, bool batch
         <<<blocks, cuda::kThreads, 0, stream>>>(layout, dy, y, mask, nullptr, partials);
     CORTADO_CUDA_CHECK_LAUNCH();
   }
-  BatchBackward<V, T><<<blocks, cuda::kThreads, 0, stream>>>(layout, dy, y, mask, scale, partials,
-                                                             batch_statistics, std_dev, mean_dy,
-                                                             mean_dyy, scale_grad, bias_grad, dx);
+  BatchBackward<V, T><<<blocks, cuda::kThreads, 0, stream>>>(
+      layout, dy, y, mask, scale, partials, batch_statistics, std_dev, mean_dy, mean_dyy,
+      scale_grad, bias_grad, Divides<T>(), dx);
   CORTADO_CUDA_CHECK_LAUNCH();
 }
 
