@@ -17,6 +17,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstdlib>
+#include <initializer_list>
 #include <memory>
 #include <string>
 #include <type_traits>
@@ -294,6 +295,24 @@ bool Divides() {
   }
 }
 
+// 16-bit blobs move eight values per 16-byte access where the plane's size and every pointer
+// allow (null pointers aside); float32 blobs stay at four (CORTADO_BN_PACK=4: four for 16-bit
+// blobs too, for comparison).
+template <typename T>
+constexpr int WidePack() {
+  return std::is_same_v<T, float> ? 4 : 8;
+}
+template <typename T>
+bool Wide(int spatial, std::initializer_list<const void*> pointers) {
+  if (std::is_same_v<T, float> || spatial % 8 != 0) return false;
+  const char* v = std::getenv("CORTADO_BN_PACK");
+  if (v != nullptr && std::string(v) == "4") return false;
+  for (const void* p : pointers) {
+    if (p != nullptr && reinterpret_cast<uintptr_t>(p) % 16 != 0) return false;
+  }
+  return true;
+}
+
 // The chunking of a [num, channels, spatial] tensor for V-value units.
 ChannelLayout MakeLayout(int num, int channels, int spatial, int v) {
   return cuda::MakeChannelLayout(num, channels, spatial, v, kChunk);
@@ -458,10 +477,12 @@ void BatchNormLayer::ForwardGpu(const std::vector<Tensor*>& bottom,
     T* x_norm = keep_x_norm_ ? half_values::MutableData<T>(x_norm_, h) : out;
     const bool vector =
         spatial_dim_ % 4 == 0 && PackAligned<T>(x) && PackAligned<T>(x_norm) && PackAligned<T>(out);
-    (vector ? LaunchForward<4, T>
-            : LaunchForward<1, T>)(*ctx_, num_, channels_, spatial_dim_, !use_global_stats_, x,
-                                   moving_average_fraction_, bias_correction, eps_, mean, std_dev,
-                                   mean_sum, var_sum, norm, fused, x_norm, out);
+    const int v = !vector ? 1 : Wide<T>(spatial_dim_, {x, x_norm, out}) ? 8 : 4;
+    (v == 8   ? LaunchForward<WidePack<T>(), T>
+     : v == 4 ? LaunchForward<4, T>
+              : LaunchForward<1, T>)(*ctx_, num_, channels_, spatial_dim_, !use_global_stats_, x,
+                                     moving_average_fraction_, bias_correction, eps_, mean, std_dev,
+                                     mean_sum, var_sum, norm, fused, x_norm, out);
   });
 }
 
@@ -492,11 +513,13 @@ void BatchNormLayer::BackwardGpu(const std::vector<Tensor*>& top,
     const T* y = half_values::Data<T>(x_norm_, h);
     const bool vector = spatial_dim_ % 4 == 0 && PackAligned<T>(dy) && PackAligned<T>(y) &&
                         (dx == nullptr || PackAligned<T>(dx));
-    (vector ? LaunchBackward<4, T>
-            : LaunchBackward<1, T>)(*ctx_, num_, channels_, spatial_dim_, !use_global_stats_,
-                                    !use_global_stats_ || param_grads, dy, y, mask, scale, std_dev,
-                                    stats + 2 * channels_, stats + 3 * channels_, scale_grad,
-                                    bias_grad, dx);
+    const int v = !vector ? 1 : Wide<T>(spatial_dim_, {dy, y, dx}) ? 8 : 4;
+    (v == 8   ? LaunchBackward<WidePack<T>(), T>
+     : v == 4 ? LaunchBackward<4, T>
+              : LaunchBackward<1, T>)(*ctx_, num_, channels_, spatial_dim_, !use_global_stats_,
+                                      !use_global_stats_ || param_grads, dy, y, mask, scale,
+                                      std_dev, stats + 2 * channels_, stats + 3 * channels_,
+                                      scale_grad, bias_grad, dx);
   });
 }
 

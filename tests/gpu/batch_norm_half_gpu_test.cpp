@@ -272,7 +272,8 @@ void RunCase(HalfType type, const Case& c, unsigned seed, bool forward_only = fa
 
 class BatchNormHalfGpuTest : public ::testing::TestWithParam<HalfType> {};
 
-// 20 and 64 values per plane take the 4-at-a-time path, 35 the one-at-a-time one.
+// 64 values per plane take the 8-at-a-time path (16-byte accesses), 20 the 4-at-a-time one, 35
+// the one-at-a-time one.
 const std::vector<std::vector<int>> kShapes = {{2, 3, 5, 4}, {4, 16, 8, 8}, {3, 5, 7, 5}};
 
 TEST_P(BatchNormHalfGpuTest, BatchStatisticsMatchCpu) {

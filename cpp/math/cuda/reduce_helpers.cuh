@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // Device helpers shared by the GPU passes that reduce per channel (BatchNorm, Scale): a fast
 // division by a launch-constant divisor, loads and stores of 1 or 4 values (float, or a 16-bit
-// type widened to float and rounded back to nearest even), and a block-wide sum of two doubles in
-// a fixed order. Include only from .cu files.
+// type widened to float and rounded back to nearest even; 8 values of a 16-bit type too), and a
+// block-wide sum of two doubles in a fixed order. Include only from .cu files.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -77,11 +77,20 @@ struct HalfBits<__nv_bfloat16> {
   }
 };
 
-// V == 4: four 16-bit values as one 8-byte access (p 8-byte aligned), the first in the low bits.
+// V == 4: four 16-bit values as one 8-byte access (p 8-byte aligned), the first in the low bits;
+// V == 8: eight as one 16-byte access (p 16-byte aligned).
 template <int V, typename H>
 __device__ __forceinline__ Pack<V> LoadHalf(const H* p, int64_t unit) {
   Pack<V> r;
-  if constexpr (V == 4) {
+  if constexpr (V == 8) {
+    const uint4 bits = reinterpret_cast<const uint4*>(p)[unit];
+    const uint32_t words[4] = {bits.x, bits.y, bits.z, bits.w};
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      r.v[2 * i] = HalfBits<H>::Widen(words[i] & 0xffffu);
+      r.v[2 * i + 1] = HalfBits<H>::Widen(words[i] >> 16);
+    }
+  } else if constexpr (V == 4) {
     const uint2 bits = reinterpret_cast<const uint2*>(p)[unit];
     r.v[0] = HalfBits<H>::Widen(bits.x & 0xffffu);
     r.v[1] = HalfBits<H>::Widen(bits.x >> 16);
@@ -95,7 +104,14 @@ __device__ __forceinline__ Pack<V> LoadHalf(const H* p, int64_t unit) {
 
 template <int V, typename H>
 __device__ __forceinline__ void StoreHalf(H* p, int64_t unit, const Pack<V>& r) {
-  if constexpr (V == 4) {
+  if constexpr (V == 8) {
+    uint32_t words[4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      words[i] = HalfBits<H>::Narrow(r.v[2 * i]) | HalfBits<H>::Narrow(r.v[2 * i + 1]) << 16;
+    }
+    reinterpret_cast<uint4*>(p)[unit] = make_uint4(words[0], words[1], words[2], words[3]);
+  } else if constexpr (V == 4) {
     reinterpret_cast<uint2*>(p)[unit] =
         make_uint2(HalfBits<H>::Narrow(r.v[0]) | HalfBits<H>::Narrow(r.v[1]) << 16,
                    HalfBits<H>::Narrow(r.v[2]) | HalfBits<H>::Narrow(r.v[3]) << 16);
