@@ -628,7 +628,9 @@ __global__ void __launch_bounds__(kPairs* kRows)
 // positions of channels ch and ch + 1 into the two positions' channel pairs in registers (exact
 // moves). A block moves 64 channels x 64 * kCols positions (kCols 2 spills at 64 registers); the
 // tile is as in the kernels above, [pair][position]. hw even and p0 even: a position pair is whole
-// or absent at the tile's edge.
+// or absent at the tile's edge. Only the NCHW-to-NHWC direction: the same trick on the way back
+// (two positions per 4-byte NCHW store) measured 3-10% slower than HalfFromNhwcPairsKernel on
+// 4 of ResNet-50's 5 stage shapes (bench/RESULTS.md, 2026-11-27), so that one stays.
 constexpr int kWideBlocks = 4;  // blocks per multiprocessor: at most 64 registers a thread
 
 template <typename H, int kCols>
@@ -676,51 +678,6 @@ __global__ void __launch_bounds__(kPairs* kRows, kWideBlocks)
       for (int k = 0; k < kSteps; ++k) {
         const int q = y + kRows * k;
         if (p0 + q < hw) out[static_cast<int64_t>(p0 + q) * (c / 2) + c0 / 2 + x] = tile[x][q];
-      }
-    }
-    __syncthreads();
-  }
-}
-
-// Back: the NHWC side as HalfFromNhwcPairsKernel reads it, the NCHW side written two positions
-// of a channel per 4-byte store. With a bias each value is widened, summed and rounded once, as
-// there; without one the values move exactly.
-template <typename H, int kCols>
-__global__ void __launch_bounds__(kPairs* kRows, kWideBlocks)
-    HalfFromNhwcWideKernel(int n, int c, int hw, const H* __restrict__ src,
-                           const float* __restrict__ bias, H* __restrict__ dst) {
-  using H2 = typename Pair<H>::Type;
-  constexpr int kPositions = 64 * kCols, kPairRows = kPairs / kRows;
-  __shared__ H2 tile[kPairs][kPositions + 1];
-  const int x = threadIdx.x, y = threadIdx.y;
-  const int c0 = blockIdx.y * 2 * kPairs, p0 = blockIdx.x * kPositions;
-  for (int64_t img = blockIdx.z; img < n; img += gridDim.z) {
-    const int64_t base = img * c * static_cast<int64_t>(hw);
-    const H2* in = reinterpret_cast<const H2*>(src + base);
-    H2* out = reinterpret_cast<H2*>(dst + base);
-    LoadPairsTile<H, kPositions>(in, c, hw, c0, p0, tile);
-    // Channels ch = c0 + 2r and ch + 1, r = y + kRows * i, at positions p0 + 2x + 64j and the
-    // one after.
-#pragma unroll
-    for (int i = 0; i < kPairRows; ++i) {
-      const int ch = c0 + 2 * (y + kRows * i);
-      if (ch >= c) continue;
-      H2* row = out + (static_cast<int64_t>(ch) * hw + p0) / 2 + x;
-#pragma unroll
-      for (int j = 0; j < kCols; ++j) {
-        if (p0 + 2 * x + 64 * j < hw) {
-          const H2 a = tile[y + kRows * i][2 * x + 64 * j];
-          const H2 b = tile[y + kRows * i][2 * x + 1 + 64 * j];
-          if (bias == nullptr) {
-            row[32 * j] = Pair<H>::Lows(a, b);
-            row[hw / 2 + 32 * j] = Pair<H>::Highs(a, b);
-          } else {
-            const float lo_bias = bias[ch], hi_bias = bias[ch + 1];
-            row[32 * j] = Pair<H>::Make(__low2float(a) + lo_bias, __low2float(b) + lo_bias);
-            row[hw / 2 + 32 * j] =
-                Pair<H>::Make(__high2float(a) + hi_bias, __high2float(b) + hi_bias);
-          }
-        }
       }
     }
     __syncthreads();
@@ -819,8 +776,8 @@ __global__ void SumGroups(int c, int groups, const float* __restrict__ partial,
 
 bool Aligned4(const void* p) { return reinterpret_cast<uintptr_t>(p) % 4 == 0; }
 
-// The wide copies between 16-bit layouts (HalfToNhwcWideKernel); CORTADO_HALF_WIDE_COPIES=0
-// takes the pair tiles instead, for comparison.
+// The wide copies from NCHW to NHWC between 16-bit layouts (HalfToNhwcWideKernel);
+// CORTADO_HALF_WIDE_COPIES=0 takes the pair tiles instead, for comparison.
 bool WideCopies() {
   const char* v = std::getenv("CORTADO_HALF_WIDE_COPIES");
   return v == nullptr || std::string(v) != "0";
@@ -865,10 +822,6 @@ void HalfFromNhwc(cudaStream_t stream, int n, int c, int hw, const H* src, const
   } else if (c <= kFewChannels) {
     HalfFromNhwcFewKernel<<<FewGrid(n, hw), kFewThreads, FewBytes<H>(c), stream>>>(n, c, hw, src,
                                                                                    bias, dst);
-  } else if (c % 2 == 0 && hw % 2 == 0 && Aligned4(src) && Aligned4(dst) && WideCopies()) {
-    const dim3 block(kPairs, kRows);
-    HalfFromNhwcWideKernel<H, 1>
-        <<<PairsGrid(n, c, hw, 64), block, 0, stream>>>(n, c, hw, src, bias, dst);
   } else if (c % 2 == 0 && reinterpret_cast<uintptr_t>(src) % sizeof(typename Pair<H>::Type) == 0) {
     const dim3 block(kPairs, kRows);
     if (hw <= 32) {
