@@ -13,7 +13,8 @@
 #    ResNet-50 at batch 128 and CaffeNet at batch 256, beside Cortado in float32, TF32, float16
 #    and bfloat16 (AMP_PRECISIONS picks; float16-floatblobs keeps the blobs in float32 between
 #    layers as before half blobs, float16-all does too and runs the 1x1 convolutions in the half
-#    type, float16-nchw and float16-nhwc put every convolution on the half blobs in that layout).
+#    type, float16-nchw and float16-nhwc put every convolution on the half blobs in that layout,
+#    float16-nchwblobs keeps the half blobs NCHW rather than channels-last between convolutions).
 #  - search: Cortado with each convolution's cuDNN algorithm search given the whole 1 GiB limit
 #    (CORTADO_CUDNN_SEARCH_SCALE=0) instead of a scratch sized to the layer.
 # Peak memory: the most each allocated during the timed iterations, after the warm-up (PyTorch's
@@ -89,12 +90,14 @@ for section in $sections; do
           # A precision and a variant: float16-floatblobs keeps every blob in float32 between
           # layers (CORTADO_HALF_TENSORS=0; then float16-all puts the 1x1 convolutions in
           # float16 too, CORTADO_HALF_CONVOLUTIONS=all); float16-nchw and float16-nhwc put every
-          # convolution on the half blobs in that layout (CORTADO_HALF_CONV_LAYOUT; default auto).
+          # convolution on the half blobs in that layout (CORTADO_HALF_CONV_LAYOUT; default auto);
+          # float16-nchwblobs keeps every half blob NCHW (CORTADO_NHWC_BLOBS=0).
           precision=${choice%%-*}
           variant=${choice#"$precision"}
           row "$net $choice vs amp" "$(CORTADO_HALF_CONVOLUTIONS=${variant#-} \
             CORTADO_HALF_TENSORS=$([[ $variant == -floatblobs || $variant == -all ]] && echo 0 || echo 1) \
             CORTADO_HALF_CONV_LAYOUT=$([[ $variant == -nchw || $variant == -nhwc ]] && echo "${variant#-}" || echo auto) \
+            CORTADO_NHWC_BLOBS=$([[ $variant == -nchwblobs ]] && echo 0 || echo 1) \
             "$bench" "$(model $net "$batch")" 50 10 0 "$precision")" "$theirs"
         done
       done

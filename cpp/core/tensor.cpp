@@ -37,6 +37,11 @@ void Tensor::Reshape(const std::vector<int>& shape) {
                     fmt::join(shape, " "));
     }
   }
+  if (nhwc_ && shape.size() != 4) {
+    CORTADO_THROW(kInvalidArgument,
+                  "a tensor kept in NHWC stays 4-D: it cannot take the shape [{}] (it has {})",
+                  fmt::join(shape, " "), ShapeString());
+  }
   // Values written through a twin reach the home while the twin still matches its shape.
   if (data_twin_.written) Home(data_, data_twin_);
   if (diff_twin_.written) Home(diff_, diff_twin_);
@@ -124,6 +129,7 @@ int Tensor::offset(const std::vector<int>& indices) const {
 void Tensor::set_home_type(HalfType type) {
   if (type == home_) return;
   home_ = type;
+  if (type == HalfType::kNone) nhwc_ = false;
   data_twin_ = Twin{};
   diff_twin_ = Twin{};
   const size_t bytes = value_bytes() * static_cast<size_t>(capacity_);
@@ -135,11 +141,53 @@ void Tensor::set_home_type(HalfType type) {
   }
 }
 
+void Tensor::set_home_nhwc(bool nhwc) {
+  if (nhwc == nhwc_) return;
+  if (nhwc && (home_ == HalfType::kNone || num_axes() != 4)) {
+    CORTADO_THROW(kInvalidArgument,
+                  "a tensor of shape {} with a {} home cannot keep its values in NHWC (4-D tensors "
+                  "with a 16-bit home only)",
+                  ShapeString(), HalfTypeName(home_));
+  }
+  nhwc_ = nhwc;
+  data_twin_ = Twin{};
+  diff_twin_ = Twin{};
+}
+
 void Tensor::Convert(SyncedMemory& from, HalfType from_type, SyncedMemory& to, HalfType to_type,
                      bool on_device) const {
   CORTADO_CHECK((from_type == HalfType::kNone) != (to_type == HalfType::kNone),
                 "a conversion from {} to {}", HalfTypeName(from_type), HalfTypeName(to_type));
   const HalfType half = from_type == HalfType::kNone ? to_type : from_type;
+  if (nhwc_) {
+    // The home is [n][h][w][c]; the float32 twin NCHW.
+    CORTADO_CHECK_EQ(num_axes(), 4, "an NHWC tensor of shape {}", ShapeString());
+    const int n = shape_[0], c = shape_[1], hw = shape_[2] * shape_[3];
+    if (on_device) {
+#if CORTADO_WITH_CUDA
+      void* stream = cuda::CurrentStream();
+      if (from_type == HalfType::kNone) {
+        math::FloatsToHalfNhwcGpu(stream, half, n, c, hw,
+                                  static_cast<const float*>(from.device_data()),
+                                  to.mutable_device_data());
+      } else {
+        math::HalfNhwcToFloatsGpu(stream, half, n, c, hw, from.device_data(),
+                                  static_cast<float*>(to.mutable_device_data()));
+      }
+      return;
+#else
+      CORTADO_THROW(kUnimplemented, "device memory requested in a build without CUDA");
+#endif
+    }
+    if (from_type == HalfType::kNone) {
+      math::FloatsToHalfNhwcHost(half, n, c, hw, static_cast<const float*>(from.host_data()),
+                                 to.mutable_host_data());
+    } else {
+      math::HalfNhwcToFloatsHost(half, n, c, hw, from.host_data(),
+                                 static_cast<float*>(to.mutable_host_data()));
+    }
+    return;
+  }
   if (on_device) {
 #if CORTADO_WITH_CUDA
     void* stream = cuda::CurrentStream();
@@ -290,6 +338,7 @@ void Tensor::ShareData(const Tensor& other) {
                    other.ShapeString());
   CORTADO_CHECK(home_ == other.home_, "ShareData between a tensor kept in {} and one kept in {}",
                 HalfTypeName(home_), HalfTypeName(other.home_));
+  CORTADO_CHECK(nhwc_ == other.nhwc_, "ShareData between a tensor kept in NHWC and one in NCHW");
   if (data_ != other.data_) data_twin_ = Twin{};
   data_ = other.data_;
 }
@@ -299,6 +348,7 @@ void Tensor::ShareDiff(const Tensor& other) {
                    other.ShapeString());
   CORTADO_CHECK(home_ == other.home_, "ShareDiff between a tensor kept in {} and one kept in {}",
                 HalfTypeName(home_), HalfTypeName(other.home_));
+  CORTADO_CHECK(nhwc_ == other.nhwc_, "ShareDiff between a tensor kept in NHWC and one in NCHW");
   if (diff_ != other.diff_) diff_twin_ = Twin{};
   diff_ = other.diff_;
 }

@@ -86,6 +86,14 @@ class Tensor {
   // the values matter, on every tensor that shares the buffers alike (Net does).
   void set_home_type(HalfType type);
   HalfType home_type() const { return home_; }
+  // Channels-last: a 4-D tensor with a 16-bit home may keep its home values (data and diff) in
+  // NHWC order, [n][h][w][c], for layers whose passes take that (Layer::NhwcTensors). Its
+  // float32 views stay NCHW, as everywhere: the twins are transposed copies. Set it (with the
+  // home type, before the values matter) on every tensor that shares the buffers alike; it is
+  // dropped when the home type goes back to float32. kInvalidArgument unless 4-D with a 16-bit
+  // home.
+  void set_home_nhwc(bool nhwc);
+  bool home_nhwc() const { return nhwc_; }
   size_t value_bytes() const { return ValueBytes(home_); }
   // The values in `type` (not kNone) on the GPU: the home buffer when it is of that type, else
   // the twin. A tensor whose home is one 16-bit type has no twin of the other (kInternal).
@@ -163,6 +171,7 @@ class Tensor {
   int capacity_ = 0;
   int device_id_ = 0;
   HalfType home_ = HalfType::kNone;
+  bool nhwc_ = false;
   mutable Twin data_twin_;
   mutable Twin diff_twin_;
 };

@@ -403,6 +403,372 @@ __global__ void AffineFromNormalised(int64_t planes, int channels, int units, co
   }
 }
 
+// ---- channels-last blobs (Tensor::home_nhwc) -----------------------------------------------
+// A [rows = N * H * W][channels] tensor read in units of V channels (V = 8: 16 bytes of a 16-bit
+// type; V = 1 otherwise), `units` = channels / V per row. A block takes rows_per_block rows; its
+// threads own one unit column each (and, for rows of fewer than kThreads units, `groups` threads
+// share a column, taking every groups-th row), so each thread loads its channels' parameters
+// once and then streams rows. Per-channel sums: float per thread, double across the block's
+// groups in a fixed order, one double2 per (block, channel); a small kernel then adds each
+// channel's partials in a fixed order (one warp per channel) and finishes the statistics, so the
+// element-wise pass reads them ready. Fixed grid, fixed order, no atomics: repeatable bit for
+// bit, as the NCHW passes above.
+struct NhwcLayout {
+  int64_t rows;
+  int channels, units, groups, rows_per_block, parts;
+};
+
+constexpr int kNhwcRowsPerThread = 64;
+
+NhwcLayout MakeNhwcLayout(int64_t rows, int channels, int v) {
+  NhwcLayout l;
+  l.rows = rows;
+  l.channels = channels;
+  l.units = channels / v;
+  l.groups = l.units <= cuda::kThreads ? cuda::kThreads / l.units : 1;
+  l.rows_per_block = l.groups * kNhwcRowsPerThread;
+  l.parts = static_cast<int>(std::max<int64_t>((rows + l.rows_per_block - 1) / l.rows_per_block, 1));
+  return l;
+}
+
+// This thread's column (unit) in the column block starting at j0, its first row's offset in the
+// block, and whether it has a column at all.
+struct NhwcThread {
+  int group, unit;
+  bool active;
+};
+__device__ __forceinline__ NhwcThread NhwcThreadAt(const NhwcLayout& l, int j0) {
+  NhwcThread t;
+  if (l.units <= cuda::kThreads) {
+    t.group = threadIdx.x / l.units;
+    t.unit = threadIdx.x - t.group * l.units;
+    t.active = t.group < l.groups;
+  } else {
+    t.group = 0;
+    t.unit = j0 + threadIdx.x;
+    t.active = t.unit < l.units;
+  }
+  return t;
+}
+
+// Block `part`: per channel, either (kGradient) the sums of a (dy, masked by the ReLU when
+// `mask` has one) and a * b (b = x_norm), or the sums of a - k and (a - k)^2 with k the channel's
+// value in row 0 (stored in shift[c] by part 0). partials[part * channels + c].
+template <int V, bool kGradient, typename T>
+__global__ void __launch_bounds__(cuda::kThreads)
+    NhwcPartials(NhwcLayout l, const T* a, const T* b, ReluMask mask, float* shift,
+                 double2* partials) {
+  __shared__ float2 spread[cuda::kThreads * V];
+  const int part = blockIdx.x;
+  const int64_t r0 = static_cast<int64_t>(part) * l.rows_per_block;
+  const int64_t r1 = min(r0 + l.rows_per_block, l.rows);
+  for (int j0 = 0; j0 < l.units; j0 += cuda::kThreads) {
+    const NhwcThread t = NhwcThreadAt(l, j0);
+    float s1[V], s2[V], k[V], ms[V], mb[V];
+    for (int i = 0; i < V; ++i) s1[i] = s2[i] = k[i] = 0.0f;
+    if (t.active) {
+      if constexpr (!kGradient) {
+        if (l.rows > 0) {
+          const Pack<V> first = Load<V>(a, t.unit);
+          for (int i = 0; i < V; ++i) k[i] = first.v[i];
+        }
+      } else if (mask.scale != nullptr) {
+        for (int i = 0; i < V; ++i) {
+          ms[i] = mask.scale[t.unit * V + i];
+          mb[i] = mask.bias != nullptr ? mask.bias[t.unit * V + i] : 0.0f;
+        }
+      }
+      for (int64_t r = r0 + t.group; r < r1; r += l.groups) {
+        const int64_t at = r * l.units + t.unit;
+        const Pack<V> x = Load<V>(a, at);
+        if constexpr (kGradient) {
+          const Pack<V> y = Load<V>(b, at);
+          if (mask.scale != nullptr) {
+            for (int i = 0; i < V; ++i) {
+              const float g = Masked(mask, ms[i], mb[i], y.v[i], x.v[i]);
+              s1[i] += g;
+              s2[i] += g * y.v[i];
+            }
+          } else {
+            for (int i = 0; i < V; ++i) {
+              s1[i] += x.v[i];
+              s2[i] += x.v[i] * y.v[i];
+            }
+          }
+        } else {
+          for (int i = 0; i < V; ++i) {
+            const float d = x.v[i] - k[i];
+            s1[i] += d;
+            s2[i] += d * d;
+          }
+        }
+      }
+    }
+    if (l.groups > 1) {
+      for (int i = 0; i < V; ++i) spread[threadIdx.x * V + i] = make_float2(s1[i], s2[i]);
+      __syncthreads();
+      if (threadIdx.x < l.units) {
+        for (int i = 0; i < V; ++i) {
+          double d1 = 0.0, d2 = 0.0;
+          for (int g = 0; g < l.groups; ++g) {
+            const float2 v = spread[(g * l.units + threadIdx.x) * V + i];
+            d1 += v.x;
+            d2 += v.y;
+          }
+          const int c = threadIdx.x * V + i;
+          partials[static_cast<int64_t>(part) * l.channels + c] = make_double2(d1, d2);
+          if (!kGradient && part == 0) shift[c] = k[i];
+        }
+      }
+      __syncthreads();
+    } else if (t.active) {
+      for (int i = 0; i < V; ++i) {
+        const int c = t.unit * V + i;
+        partials[static_cast<int64_t>(part) * l.channels + c] = make_double2(s1[i], s2[i]);
+        if (!kGradient && part == 0) shift[c] = k[i];
+      }
+    }
+  }
+}
+
+// Channel c's partials summed in a fixed order (lane-strided, then a fixed shuffle tree), in
+// lane 0 of the warp.
+__device__ double2 WarpChannelSum(const NhwcLayout& l, const double2* partials, int c) {
+  const int lane = threadIdx.x % 32;
+  double a = 0.0, b = 0.0;
+  for (int p = lane; p < l.parts; p += 32) {
+    const double2 v = partials[static_cast<int64_t>(p) * l.channels + c];
+    a += v.x;
+    b += v.y;
+  }
+  for (int offset = 16; offset > 0; offset /= 2) {
+    a += __shfl_down_sync(0xffffffffu, a, offset);
+    b += __shfl_down_sync(0xffffffffu, b, offset);
+  }
+  return make_double2(a, b);
+}
+
+// One warp per channel: the batch mean, variance and std (as Normalize computes them from the
+// same sums), and the running sums.
+__global__ void NhwcStatistics(NhwcLayout l, const double2* partials, const float* shift,
+                               float fraction, float bias_correction, float eps, float* mean,
+                               float* std_dev, float* mean_sum, float* var_sum, float* norm) {
+  const int c = (blockIdx.x * blockDim.x + threadIdx.x) / 32;
+  if (c >= l.channels) return;
+  const double2 sums = WarpChannelSum(l, partials, c);
+  if (threadIdx.x % 32 != 0) return;
+  const double m = static_cast<double>(l.rows);
+  const double shifted_mean = sums.x / m;
+  const float channel_mean = static_cast<float>(shift[c] + shifted_mean);
+  const float variance = static_cast<float>(fmax(sums.y / m - shifted_mean * shifted_mean, 0.0));
+  mean[c] = channel_mean;
+  std_dev[c] = sqrtf(variance + eps);
+  mean_sum[c] = fraction * mean_sum[c] + channel_mean;
+  var_sum[c] = fraction * var_sum[c] + bias_correction * variance;
+  if (c == 0) norm[0] = norm[0] * fraction + 1.0f;
+}
+
+// One warp per channel: mean_dy = A / m and mean_dyy = B / m of the gradient sums, and the
+// Scale's diffs (scale_grad += B, bias_grad += A, each when given).
+__global__ void NhwcGradientSums(NhwcLayout l, const double2* partials, float* mean_dy,
+                                 float* mean_dyy, float* scale_grad, float* bias_grad) {
+  const int c = (blockIdx.x * blockDim.x + threadIdx.x) / 32;
+  if (c >= l.channels) return;
+  const double2 sums = WarpChannelSum(l, partials, c);
+  if (threadIdx.x % 32 != 0) return;
+  const double m = static_cast<double>(l.rows);
+  mean_dy[c] = static_cast<float>(sums.x / m);
+  mean_dyy[c] = static_cast<float>(sums.y / m);
+  if (scale_grad != nullptr) scale_grad[c] += static_cast<float>(sums.y);
+  if (bias_grad != nullptr) bias_grad[c] += static_cast<float>(sums.x);
+}
+
+// x_norm = (x - mean) / std (or times 1 / std, `divide` false) and the fused top, as Normalize.
+template <int V, typename T>
+__global__ void __launch_bounds__(cuda::kThreads)
+    NhwcNormalize(NhwcLayout l, const T* x, const float* mean, const float* std_dev,
+                  const float* scale, const float* bias, bool relu, float relu_slope, bool divide,
+                  T* x_norm, T* top) {
+  const int64_t r0 = static_cast<int64_t>(blockIdx.x) * l.rows_per_block;
+  const int64_t r1 = min(r0 + l.rows_per_block, l.rows);
+  for (int j0 = 0; j0 < l.units; j0 += cuda::kThreads) {
+    const NhwcThread t = NhwcThreadAt(l, j0);
+    if (!t.active) continue;
+    float mu[V], sd[V], inv_sd[V], s[V], b[V];
+    for (int i = 0; i < V; ++i) {
+      const int c = t.unit * V + i;
+      mu[i] = mean[c];
+      sd[i] = std_dev[c];
+      inv_sd[i] = 1.0f / sd[i];
+      s[i] = scale != nullptr ? scale[c] : 1.0f;
+      b[i] = bias != nullptr ? bias[c] : 0.0f;
+    }
+    for (int64_t r = r0 + t.group; r < r1; r += l.groups) {
+      const int64_t at = r * l.units + t.unit;
+      Pack<V> v = Load<V>(x, at);
+      if (divide) {
+        for (int i = 0; i < V; ++i) v.v[i] = (v.v[i] - mu[i]) / sd[i];
+      } else {
+        for (int i = 0; i < V; ++i) v.v[i] = (v.v[i] - mu[i]) * inv_sd[i];
+      }
+      Store<V>(x_norm, at, v);
+      if (scale != nullptr) {
+        if constexpr (!std::is_same_v<T, float>) {
+          for (int i = 0; i < V; ++i) v.v[i] = Widen(Narrow<T>(v.v[i]));
+        }
+        for (int i = 0; i < V; ++i) {
+          const float u = ScaleShift(v.v[i], s[i], b[i], bias != nullptr);
+          v.v[i] = relu ? Relu(u, relu_slope) : u;
+        }
+      }
+      Store<V>(top, at, v);
+    }
+  }
+}
+
+// dx as BatchBackward computes it; the means a = s * mean_dy and b = s * mean_dyy when
+// `subtract` (batch statistics).
+template <int V, typename T>
+__global__ void __launch_bounds__(cuda::kThreads)
+    NhwcBackward(NhwcLayout l, const T* dy, const T* y, ReluMask mask, const float* scale,
+                 bool subtract, const float* std_dev, const float* mean_dy,
+                 const float* mean_dyy, bool divide, T* dx) {
+  const int64_t r0 = static_cast<int64_t>(blockIdx.x) * l.rows_per_block;
+  const int64_t r1 = min(r0 + l.rows_per_block, l.rows);
+  for (int j0 = 0; j0 < l.units; j0 += cuda::kThreads) {
+    const NhwcThread t = NhwcThreadAt(l, j0);
+    if (!t.active) continue;
+    float sd[V], inv_sd[V], s[V], a[V], b[V], ms[V], mb[V];
+    for (int i = 0; i < V; ++i) {
+      const int c = t.unit * V + i;
+      sd[i] = std_dev[c];
+      inv_sd[i] = 1.0f / sd[i];
+      s[i] = scale != nullptr ? scale[c] : 1.0f;
+      a[i] = subtract ? s[i] * mean_dy[c] : 0.0f;
+      b[i] = subtract ? s[i] * mean_dyy[c] : 0.0f;
+      ms[i] = mask.scale != nullptr ? mask.scale[c] : 1.0f;
+      mb[i] = mask.bias != nullptr ? mask.bias[c] : 0.0f;
+    }
+    for (int64_t r = r0 + t.group; r < r1; r += l.groups) {
+      const int64_t at = r * l.units + t.unit;
+      Pack<V> g = Load<V>(dy, at);
+      Pack<V> v{};
+      if (mask.scale != nullptr || subtract) v = Load<V>(y, at);
+      if (mask.scale != nullptr) {
+        for (int i = 0; i < V; ++i) g.v[i] = Masked(mask, ms[i], mb[i], v.v[i], g.v[i]);
+      }
+      if (scale != nullptr) {
+        for (int i = 0; i < V; ++i) g.v[i] *= s[i];
+      }
+      for (int i = 0; i < V; ++i) {
+        const float d = subtract ? g.v[i] - a[i] - b[i] * v.v[i] : g.v[i];
+        g.v[i] = divide ? d / sd[i] : d * inv_sd[i];
+      }
+      Store<V>(dx, at, g);
+    }
+  }
+}
+
+// top = relu(x_norm * s + b) as NhwcNormalize writes it.
+template <int V, typename T>
+__global__ void __launch_bounds__(cuda::kThreads)
+    NhwcAffine(NhwcLayout l, const T* x_norm, const float* scale, const float* bias, bool relu,
+               float relu_slope, T* top) {
+  const int64_t r0 = static_cast<int64_t>(blockIdx.x) * l.rows_per_block;
+  const int64_t r1 = min(r0 + l.rows_per_block, l.rows);
+  for (int j0 = 0; j0 < l.units; j0 += cuda::kThreads) {
+    const NhwcThread t = NhwcThreadAt(l, j0);
+    if (!t.active) continue;
+    float s[V], b[V];
+    for (int i = 0; i < V; ++i) {
+      s[i] = scale[t.unit * V + i];
+      b[i] = bias != nullptr ? bias[t.unit * V + i] : 0.0f;
+    }
+    for (int64_t r = r0 + t.group; r < r1; r += l.groups) {
+      const int64_t at = r * l.units + t.unit;
+      Pack<V> v = Load<V>(x_norm, at);
+      for (int i = 0; i < V; ++i) {
+        const float u = ScaleShift(v.v[i], s[i], b[i], bias != nullptr);
+        v.v[i] = relu ? Relu(u, relu_slope) : u;
+      }
+      Store<V>(top, at, v);
+    }
+  }
+}
+
+// Eight channels per 16-byte unit where the channel count and every pointer allow (null
+// pointers aside), else one.
+template <typename T>
+int NhwcPack(int channels, std::initializer_list<const void*> pointers) {
+  if constexpr (std::is_same_v<T, float>) {
+    return 1;
+  } else {
+    if (channels % 8 != 0) return 1;
+    for (const void* p : pointers) {
+      if (p != nullptr && reinterpret_cast<uintptr_t>(p) % 16 != 0) return 1;
+    }
+    return 8;
+  }
+}
+
+int WarpBlocks(int channels) { return (channels * 32 + cuda::kThreads - 1) / cuda::kThreads; }
+
+double2* NhwcWorkspace(Context& ctx, const NhwcLayout& l, float** shift) {
+  const size_t partials = static_cast<size_t>(l.parts) * l.channels;
+  auto* p = static_cast<double2*>(
+      cuda::Get(ctx).Workspace(partials * sizeof(double2) + l.channels * sizeof(float)));
+  if (shift != nullptr) *shift = reinterpret_cast<float*>(p + partials);
+  return p;
+}
+
+template <int V, typename T>
+void LaunchForwardNhwc(Context& ctx, int64_t rows, int channels, bool batch_statistics,
+                       const T* x, float fraction, float bias_correction, float eps, float* mean,
+                       float* std_dev, float* mean_sum, float* var_sum, float* norm,
+                       const FusedOps& fused, T* x_norm, T* top) {
+  if (rows == 0 || channels == 0) return;
+  const NhwcLayout l = MakeNhwcLayout(rows, channels, V);
+  const cudaStream_t stream = cuda::Stream(ctx);
+  if (batch_statistics) {
+    float* shift = nullptr;
+    double2* partials = NhwcWorkspace(ctx, l, &shift);
+    NhwcPartials<V, false, T>
+        <<<l.parts, cuda::kThreads, 0, stream>>>(l, x, nullptr, ReluMask{}, shift, partials);
+    CORTADO_CUDA_CHECK_LAUNCH();
+    NhwcStatistics<<<WarpBlocks(channels), cuda::kThreads, 0, stream>>>(
+        l, partials, shift, fraction, bias_correction, eps, mean, std_dev, mean_sum, var_sum,
+        norm);
+    CORTADO_CUDA_CHECK_LAUNCH();
+  }
+  NhwcNormalize<V, T><<<l.parts, cuda::kThreads, 0, stream>>>(
+      l, x, mean, std_dev, fused.scale, fused.bias, fused.relu, fused.relu_slope, Divides<T>(),
+      x_norm, top);
+  CORTADO_CUDA_CHECK_LAUNCH();
+}
+
+template <int V, typename T>
+void LaunchBackwardNhwc(Context& ctx, int64_t rows, int channels, bool batch_statistics,
+                        bool sums, const T* dy, const T* y, const ReluMask& mask,
+                        const float* scale, const float* std_dev, float* mean_dy,
+                        float* mean_dyy, float* scale_grad, float* bias_grad, T* dx) {
+  if (rows == 0 || channels == 0) return;
+  const NhwcLayout l = MakeNhwcLayout(rows, channels, V);
+  const cudaStream_t stream = cuda::Stream(ctx);
+  if (sums) {
+    double2* partials = NhwcWorkspace(ctx, l, nullptr);
+    NhwcPartials<V, true, T>
+        <<<l.parts, cuda::kThreads, 0, stream>>>(l, dy, y, mask, nullptr, partials);
+    CORTADO_CUDA_CHECK_LAUNCH();
+    NhwcGradientSums<<<WarpBlocks(channels), cuda::kThreads, 0, stream>>>(
+        l, partials, mean_dy, mean_dyy, scale_grad, bias_grad);
+    CORTADO_CUDA_CHECK_LAUNCH();
+  }
+  if (dx == nullptr) return;
+  NhwcBackward<V, T><<<l.parts, cuda::kThreads, 0, stream>>>(
+      l, dy, y, mask, scale, batch_statistics, std_dev, mean_dy, mean_dyy, Divides<T>(), dx);
+  CORTADO_CUDA_CHECK_LAUNCH();
+}
+
 }  // namespace
 
 void BatchNormLayer::RecomputeTopGpu(Tensor* top) {
@@ -422,6 +788,16 @@ void BatchNormLayer::RecomputeTopGpu(Tensor* top) {
     const Affine affine = FusedAffine();
     const float* scale = affine.scale->gpu_data();
     const float* bias = affine.bias != nullptr ? affine.bias->gpu_data() : nullptr;
+    if (top->home_nhwc()) {
+      const int64_t rows = static_cast<int64_t>(num_) * spatial_dim_;
+      const int v = NhwcPack<T>(channels_, {x_norm, out});
+      const NhwcLayout l = MakeNhwcLayout(rows, channels_, v);
+      (v == 8 ? NhwcAffine<WidePack<T>(), T> : NhwcAffine<1, T>)<<<l.parts, cuda::kThreads, 0,
+                                                                    stream>>>(
+          l, x_norm, scale, bias, relu_, relu_slope_, out);
+      CORTADO_CUDA_CHECK_LAUNCH();
+      return;
+    }
     const int64_t planes = static_cast<int64_t>(num_) * channels_;
     const bool vector = spatial_dim_ % 4 == 0 && PackAligned<T>(x_norm) && PackAligned<T>(out);
     const int units = vector ? spatial_dim_ / 4 : spatial_dim_;
@@ -470,11 +846,25 @@ void BatchNormLayer::ForwardGpu(const std::vector<Tensor*>& bottom,
     fused.relu = relu_;
     fused.relu_slope = relu_slope_;
   }
+  // Channels-last blobs (Layer::NhwcTensors kSame: the top in the bottom's layout; the kept
+  // x_norm too).
+  const bool nhwc = bottom[0]->home_nhwc();
+  CORTADO_CHECK(top[0]->home_nhwc() == nhwc, "{}: bottom and top in different layouts",
+                Describe());
+  if (keep_x_norm_ && x_norm_.home_nhwc() != nhwc) x_norm_.set_home_nhwc(nhwc);
   half_values::WithValueType(h, [&](auto tag) {
     using T = decltype(tag);
     const T* x = half_values::Data<T>(*bottom[0], h);
     T* out = half_values::MutableData<T>(*top[0], h);
     T* x_norm = keep_x_norm_ ? half_values::MutableData<T>(x_norm_, h) : out;
+    if (nhwc) {
+      const int64_t rows = static_cast<int64_t>(num_) * spatial_dim_;
+      (NhwcPack<T>(channels_, {x, x_norm, out}) == 8 ? LaunchForwardNhwc<WidePack<T>(), T>
+                                                     : LaunchForwardNhwc<1, T>)(
+          *ctx_, rows, channels_, !use_global_stats_, x, moving_average_fraction_,
+          bias_correction, eps_, mean, std_dev, mean_sum, var_sum, norm, fused, x_norm, out);
+      return;
+    }
     const bool vector =
         spatial_dim_ % 4 == 0 && PackAligned<T>(x) && PackAligned<T>(x_norm) && PackAligned<T>(out);
     const int v = !vector ? 1 : Wide<T>(spatial_dim_, {x, x_norm, out}) ? 8 : 4;
@@ -511,6 +901,15 @@ void BatchNormLayer::BackwardGpu(const std::vector<Tensor*>& top,
     float* stats = gpu_stats_.mutable_gpu_data();
     const float* std_dev = stats + channels_;
     const T* y = half_values::Data<T>(x_norm_, h);
+    if (bottom[0]->home_nhwc()) {
+      const int64_t rows = static_cast<int64_t>(num_) * spatial_dim_;
+      (NhwcPack<T>(channels_, {dy, y, dx}) == 8 ? LaunchBackwardNhwc<WidePack<T>(), T>
+                                                : LaunchBackwardNhwc<1, T>)(
+          *ctx_, rows, channels_, !use_global_stats_, !use_global_stats_ || param_grads, dy, y,
+          mask, scale, std_dev, stats + 2 * channels_, stats + 3 * channels_, scale_grad,
+          bias_grad, dx);
+      return;
+    }
     const bool vector = spatial_dim_ % 4 == 0 && PackAligned<T>(dy) && PackAligned<T>(y) &&
                         (dx == nullptr || PackAligned<T>(dx));
     const int v = !vector ? 1 : Wide<T>(spatial_dim_, {dy, y, dx}) ? 8 : 4;

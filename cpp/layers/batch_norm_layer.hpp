@@ -34,6 +34,7 @@ class BatchNormLayer final : public Layer {
   // The GPU passes read and write the bottom and top (and keep x_norm) in the 16-bit type,
   // fused Scale and ReLU included; statistics and parameters stay float32.
   bool TakesHalfTensors() const override { return true; }
+  NhwcUse NhwcTensors() const override { return NhwcUse::kSame; }
   int ExactNumBottomBlobs() const override { return 1; }
   int ExactNumTopBlobs() const override { return 1; }
   void Setup(const std::vector<Tensor*>& bottom, const std::vector<Tensor*>& top) override;

@@ -33,6 +33,16 @@ bool ConvolutionLayer::TakesHalfTensors() const {
   return CORTADO_WITH_CUDNN && ctx_->device().is_cuda() && WantsFastPath();
 }
 
+math::HalfTensorLayouts ConvolutionLayer::LayoutsOf(const std::vector<Tensor*>& bottom,
+                                                    const std::vector<Tensor*>& top) {
+  math::HalfTensorLayouts layouts;
+  if (!bottom.empty() && !top.empty()) {
+    layouts.src_nhwc = bottom[0]->home_nhwc();
+    layouts.dst_nhwc = top[0]->home_nhwc();
+  }
+  return layouts;
+}
+
 void ConvolutionLayer::Reshape(const std::vector<Tensor*>& bottom,
                                const std::vector<Tensor*>& top) {
   BaseConvolutionLayer::Reshape(bottom, top);
@@ -58,14 +68,16 @@ void ConvolutionLayer::Reshape(const std::vector<Tensor*>& bottom,
   shape.group = group_;
   shape.bias = bias_term_;
   const HalfType half = HalfTensors();
-  if (fast_ && shape == fast_shape_ && half == fast_half_) return;
+  const math::HalfTensorLayouts layouts = LayoutsOf(bottom, top);
+  if (fast_ && shape == fast_shape_ && half == fast_half_ && layouts == fast_layouts_) return;
 #if CORTADO_WITH_CUDA
-  fast_ = ctx_->device().is_cuda() ? math::MakeGpuConvolution(*ctx_, shape, half)
+  fast_ = ctx_->device().is_cuda() ? math::MakeGpuConvolution(*ctx_, shape, half, layouts)
                                    : math::MakeFastConvolution(shape);
 #else
   fast_ = math::MakeFastConvolution(shape);
 #endif
   fast_shape_ = shape;
+  fast_layouts_ = layouts;
   // A build without cuDNN has no plan for half tensors (nor takes them).
   fast_half_ = fast_ != nullptr ? half : HalfType::kNone;
   CORTADO_LOG_DEBUG("{}: {}", Describe(), fast_ ? fast_->Name() : std::string("im2col + GEMM"));

@@ -2,13 +2,17 @@
 // Convolution on the GPU: cuDNN (the plan Reshape made) for 2-D convolutions unless engine is
 // CAFFE, else im2col + GEMM per image (base_conv_layer.cu). A plan made for half tensors reads
 // and writes the bottoms' and tops' 16-bit views only: taking a float32 view would make a
-// float32 copy of the activations, which half tensors are there to avoid.
+// float32 copy of the activations, which half tensors are there to avoid. Half tensors kept
+// channels-last (Tensor::home_nhwc) are passed as they are; the plan knows their layouts.
 #include "layers/convolution_layer.hpp"
 
 namespace cortado {
 
 void ConvolutionLayer::ForwardGpu(const std::vector<Tensor*>& bottom,
                                   const std::vector<Tensor*>& top) {
+  if (fast_ && fast_half_ != HalfType::kNone && LayoutsOf(bottom, top) != fast_layouts_) {
+    Reshape(bottom, top);
+  }
   const float* weights = blobs_[0]->gpu_data();
   if (fast_) {
     const float* bias = bias_term_ ? blobs_[1]->gpu_data() : nullptr;
@@ -37,6 +41,9 @@ void ConvolutionLayer::ForwardGpu(const std::vector<Tensor*>& bottom,
 void ConvolutionLayer::BackwardGpu(const std::vector<Tensor*>& top,
                                    const std::vector<bool>& propagate_down,
                                    const std::vector<Tensor*>& bottom) {
+  if (fast_ && fast_half_ != HalfType::kNone && LayoutsOf(bottom, top) != fast_layouts_) {
+    Reshape(bottom, top);
+  }
   const float* weights = blobs_[0]->gpu_data();
   for (size_t i = 0; i < top.size(); ++i) {
     if (fast_ && fast_half_ != HalfType::kNone) {

@@ -36,6 +36,11 @@ class ConvolutionLayer final : public BaseConvolutionLayer {
   // On a GPU context whose build has cuDNN, where the layer runs on it (not engine CAFFE, a 2-D
   // convolution over axis 1): the im2col + GEMM passes stay float32.
   bool TakesHalfTensors() const override;
+  // cuDNN reads and writes either layout, the bottom's and the top's each their own (one bottom:
+  // the plan is made for one pair of layouts).
+  NhwcUse NhwcTensors() const override {
+    return TakesHalfTensors() && param_.bottom_size() == 1 ? NhwcUse::kEach : NhwcUse::kNo;
+  }
 
  protected:
   bool reverse_dimensions() const override { return false; }
@@ -54,6 +59,11 @@ class ConvolutionLayer final : public BaseConvolutionLayer {
   math::ConvolutionShape fast_shape_;
   // The half type of the tensors fast_ was made for (HalfTensors() then; kNone: float32).
   HalfType fast_half_ = HalfType::kNone;
+  // The layouts of the bottom and top fast_ was made for (channels-last half tensors; the net
+  // sets them after Setup, so the GPU passes remake a plan whose layouts no longer match).
+  math::HalfTensorLayouts fast_layouts_;
+  static math::HalfTensorLayouts LayoutsOf(const std::vector<Tensor*>& bottom,
+                                           const std::vector<Tensor*>& top);
 };
 
 }  // namespace cortado

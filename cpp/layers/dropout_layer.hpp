@@ -26,6 +26,7 @@ class DropoutLayer final : public Layer {
   int ExactNumBottomBlobs() const override { return 1; }
   int ExactNumTopBlobs() const override { return 1; }
   bool TakesHalfTensors() const override { return true; }
+  NhwcUse NhwcTensors() const override { return NhwcUse::kSame; }  // element by element
 
   void Setup(const std::vector<Tensor*>& bottom, const std::vector<Tensor*>& top) override;
   void Reshape(const std::vector<Tensor*>& bottom, const std::vector<Tensor*>& top) override;

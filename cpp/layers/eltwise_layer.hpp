@@ -37,6 +37,9 @@ class EltwiseLayer final : public Layer {
     return param_.eltwise_param().operation() == caffe::EltwiseParameter::SUM &&
            param_.bottom_size() == 2;
   }
+  NhwcUse NhwcTensors() const override {  // element by element: any layout, all alike
+    return TakesHalfTensors() ? NhwcUse::kSame : NhwcUse::kNo;
+  }
 
  protected:
   void ForwardCpu(const std::vector<Tensor*>& bottom, const std::vector<Tensor*>& top) override;

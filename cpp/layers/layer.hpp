@@ -109,6 +109,14 @@ class Layer {
   // 0; kNone (float32) otherwise. They take each tensor's view in it (Tensor::gpu_half_data),
   // whatever that tensor's home type.
   HalfType HalfTensors() const;
+  // Mixed precision with channels-last blobs: how this layer's 16-bit GPU passes take 4-D
+  // tensors whose home is NHWC (Tensor::home_nhwc). kNo: NCHW only. kSame: either layout, all
+  // its bottoms and tops in the same one (element-wise layers, BatchNorm). kEach: each bottom
+  // and top in either, independently (cuDNN convolutions, pooling). Net keeps a group of 16-bit
+  // blobs in NHWC when every layer that touches it takes that and a convolution is among them
+  // (half_tensors.cpp). Default kNo.
+  enum class NhwcUse { kNo, kSame, kEach };
+  virtual NhwcUse NhwcTensors() const { return NhwcUse::kNo; }
 
   // Set by the Net when another layer's passes compute this layer too (it fuses BatchNorm with
   // the Scale and ReLU that follow it in place): Forward and Backward then do nothing.

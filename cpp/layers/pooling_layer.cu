@@ -2,6 +2,8 @@
 // Pooling on the GPU: the windows of pooling_layer.cpp, one thread per output in Forward and
 // one per input in Backward, which gathers over the output windows that cover its element
 // (no atomics, and the terms are added in the CPU code's order). STOCHASTIC is GPU-only.
+// 16-bit bottoms and tops may each be channels-last (Tensor::home_nhwc): threads then count
+// in that order, so a warp reads and writes neighbouring channels.
 #include <cfloat>
 #include <climits>
 #include <cstdint>
@@ -25,11 +27,18 @@ struct PoolShape {
   // division takes tens of instructions, and with several per element Backward was bound by
   // them rather than by memory (valid below 2^31, which Locate and Covering check).
   cuda::FastDiv by_width, by_plane, by_pooled_w, by_pooled_plane, by_stride_h, by_stride_w;
+  // Channels-last tensors (Tensor::home_nhwc; 16-bit passes): the bottom's and the top's
+  // layouts, each either. The kernels then count threads in the memory order of what they
+  // write, and address the other tensor in its own layout.
+  int channels;
+  bool in_nhwc, out_nhwc;
+  cuda::FastDiv by_channels;
 };
 
-PoolShape MakeShape(int height, int width, int pooled_h, int pooled_w, int kernel_h, int kernel_w,
-                    int stride_h, int stride_w, int pad_h, int pad_w) {
-  auto div = [](int d) { return cuda::FastDiv(static_cast<uint32_t>(d)); };
+PoolShape MakeShape(int channels, int height, int width, int pooled_h, int pooled_w, int kernel_h,
+                    int kernel_w, int stride_h, int stride_w, int pad_h, int pad_w, bool in_nhwc,
+                    bool out_nhwc) {
+  auto div = [](int d) { return cuda::FastDiv(static_cast<uint32_t>(d > 0 ? d : 1)); };
   return {height,        width,
           pooled_h,      pooled_w,
           kernel_h,      kernel_w,
@@ -37,7 +46,9 @@ PoolShape MakeShape(int height, int width, int pooled_h, int pooled_w, int kerne
           pad_h,         pad_w,
           div(width),    div(height * width),
           div(pooled_w), div(pooled_h * pooled_w),
-          div(stride_h), div(stride_w)};
+          div(stride_h), div(stride_w),
+          channels,      in_nhwc,
+          out_nhwc,      div(channels)};
 }
 
 // The output row / column range [begin, end) whose windows cover input row / column x.
@@ -48,17 +59,47 @@ __device__ int EndCovering(int x, int pad, const cuda::FastDiv& stride, int pool
   return min(static_cast<int>(stride.Div(x + pad)) + 1, pooled);
 }
 
-// Output i's plane (image x channel) and position.
+// Where the values of one channel of one image lie: at base + position * step (position h * W
+// + w; step 1 in NCHW, the channel count in NHWC).
+struct Plane {
+  int64_t base;
+  int step;
+};
+__device__ __forceinline__ Plane PlaneOf(int64_t image, int channel, int channels, int plane_size,
+                                         bool nhwc) {
+  return nhwc ? Plane{image * channels * plane_size + channel, channels}
+              : Plane{(image * channels + channel) * plane_size, 1};
+}
+
+// i / d for i >= 0 (the fast division below 2^31).
+__device__ __forceinline__ int64_t Quotient(int64_t i, const cuda::FastDiv& d) {
+  return i <= INT_MAX ? d.Div(static_cast<uint32_t>(i)) : i / d.divisor;
+}
+
+// Output i (counted in the top's memory order): its position, and where its channel's values lie in the bottom and in the top.
 struct OutputPosition {
-  int plane, ph, pw;
+  int ph, pw;
+  Plane in, out;
 };
 __device__ OutputPosition Locate(int64_t i, const PoolShape& s) {
-  const int64_t plane_size = static_cast<int64_t>(s.pooled_h) * s.pooled_w;
-  const int64_t plane =
-      i <= INT_MAX ? s.by_pooled_plane.Div(static_cast<uint32_t>(i)) : i / plane_size;
-  const int rest = static_cast<int>(i - plane * plane_size);
+  const int plane_size = s.pooled_h * s.pooled_w;
+  int64_t image;
+  int channel, rest;
+  if (s.out_nhwc) {
+    const int64_t pixel = Quotient(i, s.by_channels);  // image * plane_size + position
+    channel = static_cast<int>(i - pixel * s.channels);
+    image = Quotient(pixel, s.by_pooled_plane);
+    rest = static_cast<int>(pixel - image * plane_size);
+  } else {
+    const int64_t plane = Quotient(i, s.by_pooled_plane);
+    rest = static_cast<int>(i - plane * plane_size);
+    image = s.channels == 1 ? plane : Quotient(plane, s.by_channels);
+    channel = static_cast<int>(plane - image * s.channels);
+  }
   const int ph = static_cast<int>(s.by_pooled_w.Div(rest));
-  return {static_cast<int>(plane), ph, rest - ph * s.pooled_w};
+  return {ph, rest - ph * s.pooled_w,
+          PlaneOf(image, channel, s.channels, s.height * s.width, s.in_nhwc),
+          PlaneOf(image, channel, s.channels, plane_size, s.out_nhwc)};
 }
 
 // AVE's divisor: the window clipped to the padded bounds [-pad, size + pad).
@@ -80,7 +121,7 @@ __global__ void MaxForward(int64_t count, const T* x, PoolShape s, T* top, float
                            uint8_t* offsets) {
   CORTADO_KERNEL_LOOP(i, count) {
     const OutputPosition o = Locate(i, s);
-    const T* src = x + static_cast<int64_t>(o.plane) * s.height * s.width;
+    const T* src = x + o.in.base;
     const int hfirst = o.ph * s.stride_h - s.pad_h;
     const int wfirst = o.pw * s.stride_w - s.pad_w;
     const int hstart = max(hfirst, 0);
@@ -92,7 +133,7 @@ __global__ void MaxForward(int64_t count, const T* x, PoolShape s, T* top, float
     for (int h = hstart; h < hend; ++h) {
       for (int w = wstart; w < wend; ++w) {
         const int at = h * s.width + w;
-        const float v = Widen(src[at]);
+        const float v = Widen(src[static_cast<int64_t>(at) * o.in.step]);
         if (v > best) {
           best = v;
           best_index = at;
@@ -116,7 +157,7 @@ template <typename T>
 __global__ void AveForward(int64_t count, const T* x, PoolShape s, T* top) {
   CORTADO_KERNEL_LOOP(i, count) {
     const OutputPosition o = Locate(i, s);
-    const T* src = x + static_cast<int64_t>(o.plane) * s.height * s.width;
+    const T* src = x + o.in.base;
     const int pool_size = AveDivisor(o.ph, o.pw, s);
     const int hstart = max(o.ph * s.stride_h - s.pad_h, 0);
     const int wstart = max(o.pw * s.stride_w - s.pad_w, 0);
@@ -124,7 +165,9 @@ __global__ void AveForward(int64_t count, const T* x, PoolShape s, T* top) {
     const int wend = min(o.pw * s.stride_w - s.pad_w + s.kernel_w, s.width);
     float sum = 0.0f;
     for (int h = hstart; h < hend; ++h) {
-      for (int w = wstart; w < wend; ++w) sum += Widen(src[h * s.width + w]);
+      for (int w = wstart; w < wend; ++w) {
+        sum += Widen(src[static_cast<int64_t>(h * s.width + w) * o.in.step]);
+      }
     }
     top[i] = Narrow<T>(pool_size > 0 ? sum / pool_size : 0.0f);
   }
@@ -146,7 +189,7 @@ __global__ void StochasticForwardTrain(int64_t count, const float* x, PoolShape 
                                        float* index) {
   CORTADO_KERNEL_LOOP(i, count) {
     const OutputPosition o = Locate(i, s);
-    const float* src = x + static_cast<int64_t>(o.plane) * s.height * s.width;
+    const float* src = x + o.in.base;
     int hstart, hend, wstart, wend;
     StochasticWindow(o, s, &hstart, &hend, &wstart, &wend);
     float sum = 0.0f;
@@ -176,7 +219,7 @@ __global__ void StochasticForwardTrain(int64_t count, const float* x, PoolShape 
 __global__ void StochasticForwardTest(int64_t count, const float* x, PoolShape s, float* top) {
   CORTADO_KERNEL_LOOP(i, count) {
     const OutputPosition o = Locate(i, s);
-    const float* src = x + static_cast<int64_t>(o.plane) * s.height * s.width;
+    const float* src = x + o.in.base;
     int hstart, hend, wstart, wend;
     StochasticWindow(o, s, &hstart, &hend, &wstart, &wend);
     float sum = FLT_MIN;
@@ -192,18 +235,32 @@ __global__ void StochasticForwardTest(int64_t count, const float* x, PoolShape s
   }
 }
 
-// Input i's plane and position, and the range of outputs whose windows cover it.
+// Input i (counted in the bottom's memory order): its position, where its channel's
+// values lie in the bottom and in the top, and the range of outputs whose windows cover it.
 struct InputPosition {
-  int plane, h, w, ph_begin, ph_end, pw_begin, pw_end;
+  int h, w, ph_begin, ph_end, pw_begin, pw_end;
+  Plane in, out;
 };
 __device__ InputPosition Covering(int64_t i, const PoolShape& s) {
   InputPosition p;
-  const int64_t plane_size = static_cast<int64_t>(s.height) * s.width;
-  const int64_t plane = i <= INT_MAX ? s.by_plane.Div(static_cast<uint32_t>(i)) : i / plane_size;
-  const int rest = static_cast<int>(i - plane * plane_size);
+  const int plane_size = s.height * s.width;
+  int64_t image;
+  int channel, rest;
+  if (s.in_nhwc) {
+    const int64_t pixel = Quotient(i, s.by_channels);
+    channel = static_cast<int>(i - pixel * s.channels);
+    image = Quotient(pixel, s.by_plane);
+    rest = static_cast<int>(pixel - image * plane_size);
+  } else {
+    const int64_t plane = Quotient(i, s.by_plane);
+    rest = static_cast<int>(i - plane * plane_size);
+    image = s.channels == 1 ? plane : Quotient(plane, s.by_channels);
+    channel = static_cast<int>(plane - image * s.channels);
+  }
   p.h = static_cast<int>(s.by_width.Div(rest));
   p.w = rest - p.h * s.width;
-  p.plane = static_cast<int>(plane);
+  p.in = PlaneOf(image, channel, s.channels, plane_size, s.in_nhwc);
+  p.out = PlaneOf(image, channel, s.channels, s.pooled_h * s.pooled_w, s.out_nhwc);
   p.ph_begin = FirstCovering(p.h, s.pad_h, s.kernel_h, s.by_stride_h);
   p.ph_end = EndCovering(p.h, s.pad_h, s.by_stride_h, s.pooled_h);
   p.pw_begin = FirstCovering(p.w, s.pad_w, s.kernel_w, s.by_stride_w);
@@ -218,12 +275,11 @@ __global__ void IndexBackward(int64_t count, const T* top_diff, const float* ind
                               T* bottom_diff) {
   CORTADO_KERNEL_LOOP(i, count) {
     const InputPosition p = Covering(i, s);
-    const int64_t out_plane = static_cast<int64_t>(p.plane) * s.pooled_h * s.pooled_w;
     const int self = p.h * s.width + p.w;
     float gradient = 0.0f;
     for (int ph = p.ph_begin; ph < p.ph_end; ++ph) {
       for (int pw = p.pw_begin; pw < p.pw_end; ++pw) {
-        const int64_t out = out_plane + ph * s.pooled_w + pw;
+        const int64_t out = p.out.base + static_cast<int64_t>(ph * s.pooled_w + pw) * p.out.step;
         if (static_cast<int>(index[out]) == self) gradient += Widen(top_diff[out]);
       }
     }
@@ -237,12 +293,11 @@ __global__ void OffsetBackward(int64_t count, const T* top_diff, const uint8_t* 
                                PoolShape s, T* bottom_diff) {
   CORTADO_KERNEL_LOOP(i, count) {
     const InputPosition p = Covering(i, s);
-    const int64_t out_plane = static_cast<int64_t>(p.plane) * s.pooled_h * s.pooled_w;
     float gradient = 0.0f;
     for (int ph = p.ph_begin; ph < p.ph_end; ++ph) {
       const int row = (p.h - (ph * s.stride_h - s.pad_h)) * s.kernel_w;
       for (int pw = p.pw_begin; pw < p.pw_end; ++pw) {
-        const int64_t out = out_plane + ph * s.pooled_w + pw;
+        const int64_t out = p.out.base + static_cast<int64_t>(ph * s.pooled_w + pw) * p.out.step;
         if (offsets[out] == row + (p.w - (pw * s.stride_w - s.pad_w))) {
           gradient += Widen(top_diff[out]);
         }
@@ -256,11 +311,11 @@ template <typename T>
 __global__ void AveBackward(int64_t count, const T* top_diff, PoolShape s, T* bottom_diff) {
   CORTADO_KERNEL_LOOP(i, count) {
     const InputPosition p = Covering(i, s);
-    const int64_t out_plane = static_cast<int64_t>(p.plane) * s.pooled_h * s.pooled_w;
     float gradient = 0.0f;
     for (int ph = p.ph_begin; ph < p.ph_end; ++ph) {
       for (int pw = p.pw_begin; pw < p.pw_end; ++pw) {
-        gradient += Widen(top_diff[out_plane + ph * s.pooled_w + pw]) / AveDivisor(ph, pw, s);
+        const int64_t out = p.out.base + static_cast<int64_t>(ph * s.pooled_w + pw) * p.out.step;
+        gradient += Widen(top_diff[out]) / AveDivisor(ph, pw, s);
       }
     }
     bottom_diff[i] = Narrow<T>(gradient);
@@ -273,14 +328,14 @@ __global__ void StochasticBackwardTest(int64_t count, const float* x, const floa
                                        const float* top_diff, PoolShape s, float* bottom_diff) {
   CORTADO_KERNEL_LOOP(i, count) {
     const InputPosition p = Covering(i, s);
-    const float* src = x + static_cast<int64_t>(p.plane) * s.height * s.width;
-    const int64_t out_plane = static_cast<int64_t>(p.plane) * s.pooled_h * s.pooled_w;
+    const float* src = x + p.in.base;
+    const int64_t out_plane = p.out.base;
     const float self = src[p.h * s.width + p.w];
     float gradient = 0.0f;
     for (int ph = p.ph_begin; ph < p.ph_end; ++ph) {
       for (int pw = p.pw_begin; pw < p.pw_end; ++pw) {
         int hstart, hend, wstart, wend;
-        StochasticWindow({p.plane, ph, pw}, s, &hstart, &hend, &wstart, &wend);
+        StochasticWindow({ph, pw, p.in, p.out}, s, &hstart, &hend, &wstart, &wend);
         float sum = FLT_MIN;
         for (int h = hstart; h < hend; ++h) {
           for (int w = wstart; w < wend; ++w) sum += src[h * s.width + w];
@@ -296,8 +351,9 @@ __global__ void StochasticBackwardTest(int64_t count, const float* x, const floa
 }  // namespace
 
 void PoolingLayer::ForwardGpu(const std::vector<Tensor*>& bottom, const std::vector<Tensor*>& top) {
-  const PoolShape shape = MakeShape(height_, width_, pooled_h_, pooled_w_, kernel_h_, kernel_w_,
-                                    stride_h_, stride_w_, pad_h_, pad_w_);
+  const PoolShape shape =
+      MakeShape(channels_, height_, width_, pooled_h_, pooled_w_, kernel_h_, kernel_w_, stride_h_,
+                stride_w_, pad_h_, pad_w_, bottom[0]->home_nhwc(), top[0]->home_nhwc());
   const int64_t count = top[0]->count();
   const cudaStream_t stream = cuda::Stream(*ctx_);
   if (const HalfType half = HalfTensors(); half != HalfType::kNone) {  // MAX or AVE, one top
@@ -358,8 +414,9 @@ void PoolingLayer::BackwardGpu(const std::vector<Tensor*>& top,
                                const std::vector<bool>& propagate_down,
                                const std::vector<Tensor*>& bottom) {
   if (!propagate_down[0]) return;
-  const PoolShape shape = MakeShape(height_, width_, pooled_h_, pooled_w_, kernel_h_, kernel_w_,
-                                    stride_h_, stride_w_, pad_h_, pad_w_);
+  const PoolShape shape =
+      MakeShape(channels_, height_, width_, pooled_h_, pooled_w_, kernel_h_, kernel_w_, stride_h_,
+                stride_w_, pad_h_, pad_w_, bottom[0]->home_nhwc(), top[0]->home_nhwc());
   const int64_t count = bottom[0]->count();
   const cudaStream_t stream = cuda::Stream(*ctx_);
   if (const HalfType half = HalfTensors(); half != HalfType::kNone) {  // MAX or AVE, one top

@@ -44,6 +44,9 @@ class PoolingLayer final : public Layer {
     return (pool == caffe::PoolingParameter::MAX || pool == caffe::PoolingParameter::AVE) &&
            param_.top_size() == 1;
   }
+  NhwcUse NhwcTensors() const override {
+    return TakesHalfTensors() ? NhwcUse::kEach : NhwcUse::kNo;
+  }
 
  protected:
   void ForwardCpu(const std::vector<Tensor*>& bottom, const std::vector<Tensor*>& top) override;

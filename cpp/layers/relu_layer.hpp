@@ -19,6 +19,7 @@ class ReLULayer final : public Layer {
   using Layer::Layer;
   const char* type() const override { return "ReLU"; }
   bool TakesHalfTensors() const override { return true; }
+  NhwcUse NhwcTensors() const override { return NhwcUse::kSame; }  // element by element
   int ExactNumBottomBlobs() const override { return 1; }
   int ExactNumTopBlobs() const override { return 1; }
 

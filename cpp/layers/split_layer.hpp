@@ -19,6 +19,7 @@ class SplitLayer final : public Layer {
   bool BackwardReadsBottomData(int /*index*/) const override { return false; }
   bool BackwardReadsTopData(int /*index*/) const override { return false; }
   bool TakesHalfTensors() const override { return true; }
+  NhwcUse NhwcTensors() const override { return NhwcUse::kSame; }  // element by element
 
  protected:
   void ForwardCpu(const std::vector<Tensor*>&, const std::vector<Tensor*>&) override {}

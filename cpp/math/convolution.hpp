@@ -79,8 +79,21 @@ std::unique_ptr<ConvolutionPlan> MakeFastConvolution(const ConvolutionShape& sha
 // With half_tensors (a 16-bit type, the layer's Layer::HalfTensors) the plan is for the *Half
 // passes instead: it computes in that type whatever the shape (there are no float32 copies to
 // save), in the layout HalfTensorConvLayout() gives when the plan is made.
+// Half tensors may be kept channels-last (Tensor::home_nhwc): src_nhwc (the input and its
+// gradient) and dst_nhwc (the output and its gradient) say which are. A plan with either runs
+// cuDNN in NHWC and reads and writes those tensors themselves, with no copies; only an NCHW side
+// is transposed (as kNhwc below transposes both).
+struct HalfTensorLayouts {
+  bool src_nhwc = false;
+  bool dst_nhwc = false;
+  bool operator==(const HalfTensorLayouts& o) const {
+    return src_nhwc == o.src_nhwc && dst_nhwc == o.dst_nhwc;
+  }
+  bool operator!=(const HalfTensorLayouts& o) const { return !(*this == o); }
+};
 std::unique_ptr<ConvolutionPlan> MakeGpuConvolution(Context& ctx, const ConvolutionShape& shape,
-                                                    HalfType half_tensors = HalfType::kNone);
+                                                    HalfType half_tensors = HalfType::kNone,
+                                                    HalfTensorLayouts layouts = {});
 
 // How a convolution on half tensors lays out what cuDNN reads and writes: kNhwc transposes the
 // NCHW tensors into NHWC copies in the context's half scratch and the results back (tensor

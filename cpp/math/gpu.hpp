@@ -132,5 +132,10 @@ void AddChannelBiasHalf(Context& ctx, Context::HalfType type, int n, int c, int 
 // buffer (cuda::Resources::ReduceBuffer).
 void SumChannelsHalf(Context& ctx, Context::HalfType type, int n, int c, int hw, const void* x,
                      float* sums);
+// The same two on channels-last values, [rows][c] (rows = n * h * w).
+void AddChannelBiasHalfNhwc(Context& ctx, Context::HalfType type, int64_t rows, int c,
+                            const float* bias, void* x);
+void SumChannelsHalfNhwc(Context& ctx, Context::HalfType type, int64_t rows, int c, const void* x,
+                         float* sums);
 
 }  // namespace cortado::math::gpu

@@ -16,4 +16,13 @@ void HalfToFloatsHost(HalfType type, int64_t count, const void* src, float* dst)
 void FloatsToHalfGpu(void* stream, HalfType type, int64_t count, const float* src, void* dst);
 void HalfToFloatsGpu(void* stream, HalfType type, int64_t count, const void* src, float* dst);
 
+// The same between float32 [n, c, hw] (NCHW) and a 16-bit [n, hw, c] (NHWC): Tensor's twins of a
+// channels-last home (Tensor::home_nhwc).
+void FloatsToHalfNhwcHost(HalfType type, int n, int c, int hw, const float* src, void* dst);
+void HalfNhwcToFloatsHost(HalfType type, int n, int c, int hw, const void* src, float* dst);
+void FloatsToHalfNhwcGpu(void* stream, HalfType type, int n, int c, int hw, const float* src,
+                         void* dst);
+void HalfNhwcToFloatsGpu(void* stream, HalfType type, int n, int c, int hw, const void* src,
+                         float* dst);
+
 }  // namespace cortado::math

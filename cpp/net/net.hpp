@@ -142,6 +142,8 @@ class Net {
   // How many blobs the net keeps in a 16-bit type between layers (mixed precision on the GPU:
   // the blobs that only layers computing in it touch; Layer::TakesHalfTensors).
   int num_half_blobs() const { return num_half_blobs_; }
+  // How many of them it keeps channels-last (NHWC; Layer::NhwcTensors, net/channels_last.hpp).
+  int num_nhwc_blobs() const { return num_nhwc_blobs_; }
   const std::vector<int>& output_blob_indices() const { return output_blob_indices_; }
 
   bool has_blob(const std::string& name) const { return blob_index_.count(name) != 0; }
@@ -282,6 +284,7 @@ class Net {
   std::vector<std::vector<int>> param_id_vecs_;
   std::vector<Tensor*> input_blobs_;
   int num_half_blobs_ = 0;
+  int num_nhwc_blobs_ = 0;
   std::vector<Tensor*> output_blobs_;
   std::vector<int> output_blob_indices_;
   std::vector<std::shared_ptr<Tensor>> params_;

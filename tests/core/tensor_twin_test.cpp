@@ -123,6 +123,58 @@ TEST_P(TensorTwinTest, ProtoAndCopiesGoThroughTheFloatView) {
   for (int i = 0; i < 6; ++i) EXPECT_EQ(copy.cpu_data()[i], Rounded(type, 0.1f * i)) << i;
 }
 
+// Channels-last homes (Tensor::set_home_nhwc): the 16-bit home is [n][h][w][c], the float32
+// views NCHW; writes through either land where the other expects them.
+TEST_P(TensorTwinTest, ChannelsLastHomeIsTheFloatViewTransposed) {
+  const HalfType type = GetParam();
+  const int n = 2, c = 3, h = 4, w = 5, count = n * c * h * w;
+  Tensor t;
+  t.set_home_type(type);
+  t.Reshape({n, c, h, w});
+  t.set_home_nhwc(true);
+  EXPECT_TRUE(t.home_nhwc());
+  const std::vector<float> v = Values(count, 0.25f);
+  std::memcpy(t.mutable_cpu_data(), v.data(), sizeof(float) * count);
+  const auto* home = static_cast<const uint16_t*>(t.cpu_half_data(type));
+  for (int in = 0; in < n; ++in) {
+    for (int ch = 0; ch < c; ++ch) {
+      for (int p = 0; p < h * w; ++p) {
+        ASSERT_EQ(home[(in * h * w + p) * c + ch], Bits(type, v[(in * c + ch) * h * w + p]))
+            << in << " " << ch << " " << p;
+      }
+    }
+  }
+  // Back: a write to the home in NHWC order reads as NCHW floats.
+  auto* writable = static_cast<uint16_t*>(t.mutable_cpu_half_data(type));
+  for (int i = 0; i < count; ++i) writable[i] = Bits(type, static_cast<float>(i));
+  for (int in = 0; in < n; ++in) {
+    for (int ch = 0; ch < c; ++ch) {
+      for (int p = 0; p < h * w; ++p) {
+        ASSERT_EQ(t.cpu_data()[(in * c + ch) * h * w + p],
+                  Rounded(type, static_cast<float>((in * h * w + p) * c + ch)));
+      }
+    }
+  }
+}
+
+TEST_P(TensorTwinTest, ChannelsLastNeedsA16BitHomeAnd4Axes) {
+  const HalfType type = GetParam();
+  Tensor float_home({2, 3, 4, 5});
+  EXPECT_THROW(float_home.set_home_nhwc(true), Error);
+  Tensor three_axes;
+  three_axes.set_home_type(type);
+  three_axes.Reshape({2, 3, 4});
+  EXPECT_THROW(three_axes.set_home_nhwc(true), Error);
+  Tensor t;
+  t.set_home_type(type);
+  t.Reshape({2, 3, 4, 5});
+  t.set_home_nhwc(true);
+  t.Reshape({1, 3, 2, 2});  // still 4-D: fine
+  EXPECT_THROW(t.Reshape({12}), Error);
+  t.set_home_type(HalfType::kNone);
+  EXPECT_FALSE(t.home_nhwc());
+}
+
 INSTANTIATE_TEST_SUITE_P(Types, TensorTwinTest,
                          ::testing::Values(HalfType::kFloat16, HalfType::kBFloat16),
                          [](const auto& param_info) {

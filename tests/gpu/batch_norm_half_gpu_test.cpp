@@ -82,13 +82,15 @@ struct Case {
   bool fused = false;
   bool relu = false;
   float relu_slope = 0.0f;
+  // The GPU bottom and top (16-bit homes) kept channels-last (Tensor::home_nhwc).
+  bool nhwc = false;
 };
 
 std::string Describe(const Case& c) {
   std::string s = ::testing::PrintToString(c.shape);
   s += c.global_stats ? " stored statistics" : " batch statistics";
   s += c.in_place ? ", in place" : ", separate top";
-  s += c.half_home ? ", 16-bit tensors" : ", float32 tensors";
+  s += c.half_home ? (c.nhwc ? ", 16-bit NHWC tensors" : ", 16-bit tensors") : ", float32 tensors";
   if (c.fused)
     s += c.relu ? ", Scale + ReLU " + std::to_string(c.relu_slope) + " fused" : ", Scale fused";
   return s;
@@ -175,6 +177,11 @@ void RunCase(HalfType type, const Case& c, unsigned seed, bool forward_only = fa
     side->bottom.Reshape(c.shape);
     side->top = c.in_place ? &side->bottom : &side->top_store;
   }
+  if (c.nhwc) {
+    gpu.bottom.set_home_nhwc(true);
+    gpu.top_store.Reshape(c.shape);
+    gpu.top_store.set_home_nhwc(true);
+  }
   const int count = cpu.bottom.count();
   const std::vector<float> x = Inputs(count, seed);
   Write(x, cpu.bottom.mutable_cpu_data());
@@ -226,6 +233,7 @@ void RunCase(HalfType type, const Case& c, unsigned seed, bool forward_only = fa
   cpu.bn->Forward({&cpu.bottom}, {cpu.top});
   gpu.bn->Forward({&gpu.bottom}, {gpu.top});
   ASSERT_EQ(gpu.top->home_type(), c.half_home ? type : HalfType::kNone);
+  ASSERT_EQ(gpu.top->home_nhwc(), c.nhwc);
   detail::ExpectClose(cpu.top->cpu_data(), gpu.top->cpu_data(), count, tolerance, "top");
   for (size_t i = 0; i < cpu.bn->blobs().size(); ++i) {
     detail::ExpectClose(cpu.bn->blobs()[i]->cpu_data(), gpu.bn->blobs()[i]->cpu_data(),
@@ -332,6 +340,35 @@ TEST_P(BatchNormHalfGpuTest, FusedScaleAndReluMatchCpu) {
   }
 }
 
+// Channels-last 16-bit tensors (Tensor::home_nhwc), whose float32 views the comparison reads in
+// NCHW: against the CPU as above, on shapes that take each path of the NHWC passes: 8 channels a
+// unit with several rows per column of threads (64 and 16 channels), with more than 256 units a
+// row (2056 channels), and one channel a unit (3 channels; 300, more than 256 a row). Batch and
+// stored statistics, fused Scale and ReLU, in place and not, and without backward state.
+TEST_P(BatchNormHalfGpuTest, ChannelsLastTensorsMatchCpu) {
+  CORTADO_REQUIRE_GPU();
+  unsigned seed = 1010;
+  const std::vector<std::vector<int>> shapes = {
+      {2, 64, 5, 4}, {4, 16, 8, 8}, {2, 2056, 2, 2}, {2, 3, 5, 4}, {3, 300, 3, 3}};
+  for (const auto& shape : shapes) {
+    for (bool global_stats : {false, true}) {
+      for (int variant = 0; variant < 4; ++variant) {
+        Case c;
+        c.shape = shape;
+        c.half_home = true;
+        c.nhwc = true;
+        c.global_stats = global_stats;
+        c.in_place = variant != 1;
+        c.fused = variant >= 2;
+        c.relu = variant == 3;
+        c.relu_slope = 0.1f;
+        RunCase(GetParam(), c, seed += 10);
+        if (variant == 3) RunCase(GetParam(), c, seed += 10, /*forward_only=*/true);
+      }
+    }
+  }
+}
+
 // Without backward state (DropBackwardState) the normalised values go to the top directly.
 TEST_P(BatchNormHalfGpuTest, ForwardWithoutBackwardStateMatchesCpu) {
   CORTADO_REQUIRE_GPU();
@@ -380,6 +417,13 @@ TEST_P(BatchNormHalfGpuTest, RecomputeTopsGivesForwardsTopBitForBit) {
             top_store.set_home_type(type);
           }
           bottom.Reshape(shape);
+          // 16-bit homes in the second of each pair of seeds: channels-last.
+          const bool nhwc = half_home && (seed / 10) % 2 == 0;
+          if (nhwc) {
+            bottom.set_home_nhwc(true);
+            top_store.Reshape(shape);
+            top_store.set_home_nhwc(true);
+          }
           Tensor* top = in_place ? &bottom : &top_store;
           Write(Inputs(bottom.count(), seed), bottom.mutable_cpu_data());
           auto layer = CreateLayer(LayerParam(BatchNormText(false)), &ctx);

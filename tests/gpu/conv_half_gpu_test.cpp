@@ -95,10 +95,13 @@ caffe::LayerParameter ConvParam(const std::string& fields) {
 
 // `c` on a CPU context and on `gpu` (whose half type is `type`), the GPU's blobs kept in `type`
 // when `homes`: the GPU layer must take half tensors of `expected` (kNone: float32), and match.
+// With `homes`, nhwc_src and nhwc_dst keep the GPU bottoms and tops channels-last
+// (Tensor::home_nhwc), as a net's channels-last blobs are.
 void CheckConvolution(Context& gpu, HalfType type, const ConvCase& c, bool homes,
-                      HalfType expected) {
+                      HalfType expected, bool nhwc_src = false, bool nhwc_dst = false) {
   SCOPED_TRACE(std::string(c.what) + (homes ? ", blobs in " : ", float32 blobs, twins in ") +
-               HalfTypeName(type));
+               HalfTypeName(type) + (nhwc_src ? ", bottoms NHWC" : "") +
+               (nhwc_dst ? ", tops NHWC" : ""));
   Context cpu(Device::Cpu(), 1701);
   const caffe::LayerParameter param = ConvParam(c.param);
   std::mt19937 rng(97);
@@ -115,6 +118,7 @@ void CheckConvolution(Context& gpu, HalfType type, const ConvCase& c, bool homes
     gpu_bottom.push_back(make(homes));
     cpu_bottom.back()->Reshape(c.shape);
     gpu_bottom.back()->Reshape(c.shape);
+    if (nhwc_src) gpu_bottom.back()->set_home_nhwc(true);
     float* x = cpu_bottom.back()->mutable_cpu_data();
     for (int i = 0; i < cpu_bottom.back()->count(); ++i) x[i] = uniform(rng);
     gpu_bottom.back()->CopyFrom(*cpu_bottom.back());
@@ -125,6 +129,9 @@ void CheckConvolution(Context& gpu, HalfType type, const ConvCase& c, bool homes
   std::unique_ptr<Layer> gpu_layer = CreateLayer(param, &gpu);
   cpu_layer->Initialize(cpu_bottom, cpu_top);
   gpu_layer->Initialize(gpu_bottom, gpu_top);
+  if (nhwc_dst) {
+    for (Tensor* t : gpu_top) t->set_home_nhwc(true);
+  }
   ASSERT_EQ(gpu_layer->HalfTensors(), expected);
   ASSERT_EQ(cpu_layer->blobs().size(), gpu_layer->blobs().size());
   for (size_t i = 0; i < cpu_layer->blobs().size(); ++i) {
@@ -214,6 +221,25 @@ INSTANTIATE_TEST_SUITE_P(
       return std::string(HalfTypeName(param_info.param.type)) +
              (param_info.param.layout == math::HalfConvLayout::kNhwc ? "_nhwc" : "_nchw");
     });
+
+// Channels-last half tensors (Tensor::home_nhwc, as a net keeps them between its convolutions):
+// the bottoms, the tops or both in NHWC, read and written by cuDNN as they are, every shape
+// above with one bottom (those with a bias add and sum it on NHWC rows), both types.
+TEST(ConvHalfTensorsGpuTest, ChannelsLastTensorsMatchCpu) {
+  CORTADO_REQUIRE_GPU();
+  if (!CORTADO_WITH_CUDNN) GTEST_SKIP() << "no cuDNN in this build";
+  for (HalfType type : {HalfType::kFloat16, HalfType::kBFloat16}) {
+    Context gpu(Device::Cuda(0), 1701);
+    gpu.MakeCurrent();
+    gpu.set_half_compute(type);
+    for (const ConvCase& c : Cases()) {
+      if (c.bottoms != 1) continue;
+      for (int sides = 1; sides <= 3; ++sides) {
+        CheckConvolution(gpu, type, c, true, type, (sides & 1) != 0, (sides & 2) != 0);
+      }
+    }
+  }
+}
 
 // Half tensors only where the layer runs on cuDNN, and not with CORTADO_HALF_TENSORS=0.
 TEST(ConvHalfTensorsGpuTest, TakenOnCudnnOnly) {

@@ -86,6 +86,38 @@ TEST_P(HalfLayersGpuTest, Pooling) {
                      {{3, 8, 7, 7}}, Options());
 }
 
+// Channels-last 16-bit blobs (Tensor::home_nhwc), as a net keeps them between convolutions: the
+// element-wise layers with every blob in NHWC, and pooling with its bottom, its top or both in
+// NHWC (MAX with padding and with ResNet's unpadded 3x3 stride 2, AVE, global AVE). The float32
+// views the comparison reads are NCHW, so the GPU results must land in the right places.
+TEST_P(HalfLayersGpuTest, ChannelsLastTensors) {
+  CORTADO_REQUIRE_GPU();
+  if (!GetParam().homes) GTEST_SKIP() << "channels-last needs 16-bit homes";
+  GpuCheckOptions all = Options();
+  all.nhwc_bottoms = all.nhwc_tops = true;
+  CheckBothWays("name: 'relu' type: 'ReLU'", {2, 6, 5, 7}, all);
+  CheckGpuMatchesCpu(LayerParam("name: 'sum' type: 'Eltwise' bottom: 'a' bottom: 'b'"),
+                     {{2, 6, 5, 5}, {2, 6, 5, 5}}, all);
+  CheckGpuMatchesCpu(LayerParam("name: 'split' type: 'Split' top: 'a' top: 'b'"), {{2, 5, 3, 7}},
+                     all);
+  const char* pools[] = {
+      "pool: MAX kernel_size: 3 stride: 2 pad: 1", "pool: MAX kernel_size: 3 stride: 2",
+      "pool: AVE kernel_size: 3 stride: 2", "pool: AVE global_pooling: true"};
+  for (const char* pool : pools) {
+    for (int sides = 1; sides <= 3; ++sides) {
+      GpuCheckOptions options = Options();
+      options.fill_bottom = FillExactly;
+      options.nhwc_bottoms = (sides & 1) != 0;
+      options.nhwc_tops = (sides & 2) != 0;
+      SCOPED_TRACE(std::string(pool) + (options.nhwc_bottoms ? ", bottom NHWC" : "") +
+                   (options.nhwc_tops ? ", top NHWC" : ""));
+      CheckGpuMatchesCpu(
+          LayerParam(std::string("name: 'pool' type: 'Pooling' pooling_param { ") + pool + " }"),
+          {{2, 12, 9, 11}}, options);
+    }
+  }
+}
+
 TEST_P(HalfLayersGpuTest, InnerProduct) {
   CORTADO_REQUIRE_GPU();
   const std::string fillers =

@@ -449,7 +449,7 @@ TEST(HalfTensorsTest, CpuNetsKeepEveryBlobInFloat32) {
 // and its loss and gradients follow the same net with float32 blobs (CORTADO_HALF_TENSORS=0, the
 // convolutions still computing in the half type) within that type's rounding; planned, its
 // buffers take half the bytes where the blobs are half, and it gives the unplanned net's
-// gradients.
+// gradients. Blobs between two convolutions are kept channels-last (net/channels_last.hpp).
 TEST(HalfTensorsGpuTest, ResidualNetKeepsHalfBlobsAndFollowsFloat32Blobs) {
   CORTADO_REQUIRE_GPU();
   caffe::NetParameter param = NetParam(ResidualNet());
@@ -492,6 +492,16 @@ TEST(HalfTensorsGpuTest, ResidualNetKeepsHalfBlobsAndFollowsFloat32Blobs) {
     EXPECT_EQ(half.blob_by_name("fc")->home_type(), HalfType::kNone);
     EXPECT_EQ(half.blob_by_name("loss")->home_type(), HalfType::kNone);
     EXPECT_EQ(half.blob_by_name("b0c0")->data()->size(), 2u * half.blob_by_name("b0c0")->count());
+    // Channels-last: each block's inner blob (convolution, BatchNorm + Scale + ReLU,
+    // convolution) is NHWC; the residual path is not, since the float32 input x is its first
+    // sum's bottom.
+    EXPECT_EQ(half.num_nhwc_blobs(), 3);
+    for (const char* name : {"b0c0", "b1c0", "b2c0"}) {
+      EXPECT_TRUE(half.blob_by_name(name)->home_nhwc()) << name;
+    }
+    for (const char* name : {"b0c1", "b1", "pool"}) {
+      EXPECT_FALSE(half.blob_by_name(name)->home_nhwc()) << name;
+    }
 
     float expected = 0.0f;
     {
@@ -516,6 +526,118 @@ TEST(HalfTensorsGpuTest, ResidualNetKeepsHalfBlobsAndFollowsFloat32Blobs) {
         }
         EXPECT_LE(worst, tolerance * std::max(scale, 1e-3f))
             << reference->param_display_names()[k] << (net == &half ? "" : ", planned");
+      }
+    }
+  }
+}
+
+// A net shaped as ResNet's stem and a block: a convolution on the float32 input, BatchNorm +
+// Scale + ReLU, max pooling, a bottleneck beside a 1x1 shortcut, their sum, global average
+// pooling and an inner product. Every blob from the stem's convolution to the global pooling's
+// bottom goes channels-last, pooling included, and the net's loss and gradients follow the same
+// net with NCHW blobs (CORTADO_NHWC_BLOBS=0) within the type's rounding, over two iterations of
+// plain SGD steps, planned (shared buffers, recomputed tops) and not.
+TEST(HalfTensorsGpuTest, ChannelsLastBlobsFollowNchwBlobs) {
+  CORTADO_REQUIRE_GPU();
+  std::string text = R"(
+    name: "stem"
+    layer { name: "in" type: "Input" top: "x" top: "label"
+            input_param { shape { dim: 4 dim: 3 dim: 16 dim: 16 } shape { dim: 4 } } }
+    layer { name: "conv1" type: "Convolution" bottom: "x" top: "conv1"
+            convolution_param { num_output: 16 kernel_size: 3 stride: 2 pad: 1 bias_term: false
+                                weight_filler { type: "msra" } } }
+    layer { name: "bn1" type: "BatchNorm" bottom: "conv1" top: "conv1" }
+    layer { name: "sc1" type: "Scale" bottom: "conv1" top: "conv1" scale_param { bias_term: true } }
+    layer { name: "relu1" type: "ReLU" bottom: "conv1" top: "conv1" }
+    layer { name: "pool1" type: "Pooling" bottom: "conv1" top: "pool1"
+            pooling_param { pool: MAX kernel_size: 3 stride: 2 } }
+  )";
+  const char* block[][4] = {{"a", "pool1", "8", "1"}, {"b", "a", "8", "3"}, {"c", "b", "32", "1"},
+                            {"s", "pool1", "32", "1"}};
+  for (const auto& conv : block) {
+    text += fmt::format(R"(
+      layer {{ name: "{0}" type: "Convolution" bottom: "{1}" top: "{0}"
+              convolution_param {{ num_output: {2} kernel_size: {3} pad: {4} bias_term: {5}
+                                  weight_filler {{ type: "msra" }} }} }}
+      layer {{ name: "{0}bn" type: "BatchNorm" bottom: "{0}" top: "{0}" }}
+      layer {{ name: "{0}sc" type: "Scale" bottom: "{0}" top: "{0}" scale_param {{ bias_term: true }} }}
+    )",
+                        conv[0], conv[1], conv[2], conv[3], conv[3][0] == '3' ? 1 : 0,
+                        conv[0][0] == 'a' ? "true" : "false");
+    if (conv[0][0] == 'a' || conv[0][0] == 'b') {
+      text += fmt::format(R"(layer {{ name: "{0}relu" type: "ReLU" bottom: "{0}" top: "{0}" }})",
+                          conv[0]);
+    }
+  }
+  text += R"(
+    layer { name: "sum" type: "Eltwise" bottom: "c" bottom: "s" top: "sum" }
+    layer { name: "relu" type: "ReLU" bottom: "sum" top: "sum" }
+    layer { name: "pool" type: "Pooling" bottom: "sum" top: "pool"
+            pooling_param { pool: AVE global_pooling: true } }
+    layer { name: "fc" type: "InnerProduct" bottom: "pool" top: "fc"
+            inner_product_param { num_output: 5 weight_filler { type: "xavier" } } }
+    layer { name: "loss" type: "SoftmaxWithLoss" bottom: "fc" bottom: "label" top: "loss" }
+  )";
+  caffe::NetParameter param = NetParam(text);
+  param.mutable_state()->set_phase(caffe::TRAIN);
+  for (HalfType type : {HalfType::kFloat16, HalfType::kBFloat16}) {
+    for (bool plan : {false, true}) {
+      SCOPED_TRACE(std::string(HalfTypeName(type)) + (plan ? ", planned" : ""));
+      const float tolerance = type == HalfType::kFloat16 ? 3e-2f : 0.35f;
+      Context ctx_nchw(Device::Cuda(0), 5), ctx_nhwc(Device::Cuda(0), 5);
+      for (Context* ctx : {&ctx_nchw, &ctx_nhwc}) ctx->set_half_compute(type);
+      std::unique_ptr<Net> nchw;
+      {
+        ScopedEnv off("CORTADO_NHWC_BLOBS", "0");
+        ctx_nchw.MakeCurrent();
+        nchw = std::make_unique<Net>(param, &ctx_nchw);
+      }
+      EXPECT_EQ(nchw->num_nhwc_blobs(), 0);
+      caffe::NetParameter weights;
+      nchw->ToProto(&weights);
+      ctx_nhwc.MakeCurrent();
+      Net nhwc(param, &ctx_nhwc);
+      nhwc.CopyTrainedLayersFrom(weights);
+      if (plan) {
+        ASSERT_GT(nchw->ShareTrainingBuffers(), 0u);
+        ASSERT_GT(nhwc.ShareTrainingBuffers(), 0u);
+      }
+      for (const char* name : {"conv1", "pool1", "a", "b", "c", "s", "sum"}) {
+        EXPECT_TRUE(nhwc.blob_by_name(name)->home_nhwc()) << name;
+      }
+      for (const char* name : {"x", "pool", "fc"}) {
+        EXPECT_FALSE(nhwc.blob_by_name(name)->home_nhwc()) << name;
+      }
+      for (int iteration = 0; iteration < 2; ++iteration) {
+        float expected = 0.0f, loss = 0.0f;
+        for (Net* net : {nchw.get(), &nhwc}) {
+          (net == &nhwc ? ctx_nhwc : ctx_nchw).MakeCurrent();
+          FillInputs(net);
+          for (const auto& p : net->learnable_params()) {
+            std::fill_n(p->mutable_cpu_diff(), p->count(), 0.0f);
+          }
+          (net == &nhwc ? loss : expected) = net->ForwardBackward();
+        }
+        EXPECT_NEAR(loss, expected, tolerance * std::max(1.0f, expected)) << iteration;
+        for (size_t k = 0; k < nchw->learnable_params().size(); ++k) {
+          const Tensor& e = *nchw->learnable_params()[k];
+          const Tensor& a = *nhwc.learnable_params()[k];
+          float scale = 0.0f, worst = 0.0f;
+          for (int i = 0; i < e.count(); ++i) {
+            scale = std::max(scale, std::fabs(e.cpu_diff()[i]));
+            worst = std::max(worst, std::fabs(e.cpu_diff()[i] - a.cpu_diff()[i]));
+          }
+          EXPECT_LE(worst, tolerance * std::max(scale, 1e-3f))
+              << nchw->param_display_names()[k] << ", iteration " << iteration;
+        }
+        // The same step on both (the NCHW net's gradients), so the next iteration starts alike.
+        for (size_t k = 0; k < nchw->learnable_params().size(); ++k) {
+          Tensor& e = *nchw->learnable_params()[k];
+          Tensor& a = *nhwc.learnable_params()[k];
+          e.scale_diff(0.1f);
+          e.Update();
+          a.CopyFrom(e);
+        }
       }
     }
   }

@@ -52,6 +52,9 @@ struct GpuCheckOptions {
   // With `half`: the GPU side's bottoms and tops keep their values in it (Tensor::set_home_type),
   // as a net's half blobs do; else they are float32 and the layer reads and writes their twins.
   bool half_homes = false;
+  // With half_homes: the GPU side's 4-D bottoms and tops kept channels-last (Tensor::home_nhwc).
+  bool nhwc_bottoms = false;
+  bool nhwc_tops = false;
 };
 
 namespace detail {
@@ -87,6 +90,9 @@ inline void CheckGpuMatchesCpu(const caffe::LayerParameter& param,
     cpu_bottom_store.push_back(std::make_unique<Tensor>(bottom_shapes[i]));
     gpu_bottom_store.push_back(std::make_unique<Tensor>(bottom_shapes[i]));
     if (options.half_homes) gpu_bottom_store.back()->set_home_type(options.half);
+    if (options.half_homes && options.nhwc_bottoms && bottom_shapes[i].size() == 4) {
+      gpu_bottom_store.back()->set_home_nhwc(true);
+    }
     Tensor* c = cpu_bottom_store.back().get();
     if (options.fill_bottom) {
       options.fill_bottom(i, c);
@@ -118,6 +124,11 @@ inline void CheckGpuMatchesCpu(const caffe::LayerParameter& param,
   std::unique_ptr<Layer> gpu_layer = CreateLayer(param, &gpu);
   cpu_layer->Initialize(cpu_bottom, cpu_top);
   gpu_layer->Initialize(gpu_bottom, gpu_top);
+  if (options.half_homes && options.nhwc_tops && !options.in_place) {
+    for (Tensor* t : gpu_top) {
+      if (t->num_axes() == 4) t->set_home_nhwc(true);
+    }
+  }
   ASSERT_EQ(cpu_layer->blobs().size(), gpu_layer->blobs().size());
   for (size_t i = 0; i < cpu_layer->blobs().size(); ++i) {
     gpu_layer->blobs()[i]->CopyFrom(*cpu_layer->blobs()[i]);

@@ -7,6 +7,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 #include "math/half_convert.hpp"
 
@@ -113,6 +114,33 @@ void HalfToFloatsHost(HalfType type, int64_t count, const void* src, float* dst)
     Float16sToFloats(in, static_cast<size_t>(count), dst);
   } else {
     for (int64_t i = 0; i < count; ++i) dst[i] = BFloat16ToFloat(in[i]);
+  }
+}
+
+
+void FloatsToHalfNhwcHost(HalfType type, int n, int c, int hw, const float* src, void* dst) {
+  const int64_t plane = static_cast<int64_t>(c) * hw;
+  std::vector<float> image(static_cast<size_t>(plane));
+  auto* out = static_cast<uint16_t*>(dst);
+  for (int img = 0; img < n; ++img) {
+    const float* in = src + img * plane;
+    for (int p = 0; p < hw; ++p) {
+      for (int ch = 0; ch < c; ++ch) image[int64_t{p} * c + ch] = in[int64_t{ch} * hw + p];
+    }
+    FloatsToHalfHost(type, plane, image.data(), out + img * plane);
+  }
+}
+
+void HalfNhwcToFloatsHost(HalfType type, int n, int c, int hw, const void* src, float* dst) {
+  const int64_t plane = static_cast<int64_t>(c) * hw;
+  std::vector<float> image(static_cast<size_t>(plane));
+  const auto* in = static_cast<const uint16_t*>(src);
+  for (int img = 0; img < n; ++img) {
+    HalfToFloatsHost(type, plane, in + img * plane, image.data());
+    float* out = dst + img * plane;
+    for (int p = 0; p < hw; ++p) {
+      for (int ch = 0; ch < c; ++ch) out[int64_t{ch} * hw + p] = image[int64_t{p} * c + ch];
+    }
   }
 }
 

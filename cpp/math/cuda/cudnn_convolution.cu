@@ -470,7 +470,8 @@ bool Aligned(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
 class CudnnConvolution final : public ConvolutionPlan {
  public:
-  CudnnConvolution(Context& ctx, const ConvolutionShape& s, HalfType half_tensors)
+  CudnnConvolution(Context& ctx, const ConvolutionShape& s, HalfType half_tensors,
+                   HalfTensorLayouts layouts)
       : ctx_(ctx), shape_(s), half_tensors_(half_tensors != HalfType::kNone) {
     auto& res = cuda::Get(ctx_);
     handle_ = res.cudnn;
@@ -482,6 +483,10 @@ class CudnnConvolution final : public ConvolutionPlan {
       const HalfConvLayout layout = HalfTensorConvLayout();
       nhwc_ = layout == HalfConvLayout::kNhwc ||
               (layout == HalfConvLayout::kAuto && MuchWorkPerElement(s));
+      // Tensors kept in NHWC are read and written as they are (no copy either way).
+      if (layouts.src_nhwc || layouts.dst_nhwc) nhwc_ = true;
+      src_nhwc_ = layouts.src_nhwc;
+      dst_nhwc_ = layouts.dst_nhwc;
     } else if (half_ != Context::HalfType::kNone && !HalfPays(s)) {
       half_ = Context::HalfType::kNone;
       tf32_ = true;
@@ -655,11 +660,24 @@ class CudnnConvolution final : public ConvolutionPlan {
     if (!shape_.bias) bias = nullptr;
     if (nhwc_) {
       HalfOperands h = Operands();
-      gpu::HalfNchwToNhwc(ctx_, half_, s.num, s.channels, s.height * s.width, src, h.src);
+      void* x = const_cast<void*>(src);
+      if (!src_nhwc_) {
+        gpu::HalfNchwToNhwc(ctx_, half_, s.num, s.channels, s.height * s.width, src, h.src);
+        x = h.src;
+      }
       ToHalf(Slot::kFilter, weights, h.filter);
-      RunHalf(Pass::kForward, h.src, h.filter, h.dst);
-      gpu::HalfNhwcToNchw(ctx_, half_, s.num, s.num_output, s.output_h() * s.output_w(), h.dst,
-                          bias, dst);
+      const int out_hw = s.output_h() * s.output_w();
+      if (dst_nhwc_) {
+        RunHalf(Pass::kForward, x, h.filter, dst);
+        // [N * H * W][K]: the bias of channel k on every row.
+        if (bias != nullptr) {
+          gpu::AddChannelBiasHalfNhwc(ctx_, half_, int64_t{s.num} * out_hw, s.num_output, bias,
+                                      dst);
+        }
+        return;
+      }
+      RunHalf(Pass::kForward, x, h.filter, h.dst);
+      gpu::HalfNhwcToNchw(ctx_, half_, s.num, s.num_output, out_hw, h.dst, bias, dst);
       return;
     }
     void* filter = HalfFilter();
@@ -679,17 +697,23 @@ class CudnnConvolution final : public ConvolutionPlan {
       // unless the scratch was asked for since: once here, by Operands (the same size, so the
       // same place).
       HalfOperands h = Operands();
-      const bool reuse = diff_dst == dst_copied_from_ &&
-                         cuda::Get(ctx_).half_scratch_calls() == dst_copied_at_ + 1;
-      if (!reuse) {
-        gpu::HalfNchwToNhwc(ctx_, half_, s.num, s.num_output, s.output_h() * s.output_w(), diff_dst,
-                            h.dst);
+      void* dy = const_cast<void*>(diff_dst);
+      if (!dst_nhwc_) {
+        const bool reuse = diff_dst == dst_copied_from_ &&
+                           cuda::Get(ctx_).half_scratch_calls() == dst_copied_at_ + 1;
+        if (!reuse) {
+          gpu::HalfNchwToNhwc(ctx_, half_, s.num, s.num_output, s.output_h() * s.output_w(),
+                              diff_dst, h.dst);
+        }
+        dy = h.dst;
       }
       dst_copied_from_ = nullptr;
       ToHalf(Slot::kFilter, weights, h.filter);
-      RunHalf(Pass::kData, h.src, h.filter, h.dst);
-      gpu::HalfNhwcToNchw(ctx_, half_, s.num, s.channels, s.height * s.width, h.src, nullptr,
-                          diff_src);
+      RunHalf(Pass::kData, src_nhwc_ ? diff_src : h.src, h.filter, dy);
+      if (!src_nhwc_) {
+        gpu::HalfNhwcToNchw(ctx_, half_, s.num, s.channels, s.height * s.width, h.src, nullptr,
+                            diff_src);
+      }
       return;
     }
     void* filter = HalfFilter();
@@ -703,12 +727,20 @@ class CudnnConvolution final : public ConvolutionPlan {
     const ConvolutionShape& s = shape_;
     if (diff_weights != nullptr && nhwc_) {
       HalfOperands h = Operands();
-      gpu::HalfNchwToNhwc(ctx_, half_, s.num, s.channels, s.height * s.width, src, h.src);
-      gpu::HalfNchwToNhwc(ctx_, half_, s.num, s.num_output, s.output_h() * s.output_w(), diff_dst,
-                          h.dst);
-      dst_copied_from_ = diff_dst;
-      dst_copied_at_ = cuda::Get(ctx_).half_scratch_calls();
-      RunHalf(Pass::kFilter, h.src, h.filter, h.dst);
+      void* x = const_cast<void*>(src);
+      void* dy = const_cast<void*>(diff_dst);
+      if (!src_nhwc_) {
+        gpu::HalfNchwToNhwc(ctx_, half_, s.num, s.channels, s.height * s.width, src, h.src);
+        x = h.src;
+      }
+      if (!dst_nhwc_) {
+        gpu::HalfNchwToNhwc(ctx_, half_, s.num, s.num_output, s.output_h() * s.output_w(),
+                            diff_dst, h.dst);
+        dy = h.dst;
+        dst_copied_from_ = diff_dst;
+        dst_copied_at_ = cuda::Get(ctx_).half_scratch_calls();
+      }
+      RunHalf(Pass::kFilter, x, h.filter, dy);
       FromHalf(Slot::kFilter, h.filter, 1.0f, diff_weights);
     } else if (diff_weights != nullptr) {
       // The filter gradient comes out in the half type ([K, C, R, S] as the float32 one), then
@@ -719,15 +751,24 @@ class CudnnConvolution final : public ConvolutionPlan {
                         diff_weights);
     }
     if (shape_.bias && diff_bias != nullptr) {
-      gpu::SumChannelsHalf(ctx_, half_, s.num, s.num_output, s.output_h() * s.output_w(), diff_dst,
-                           diff_bias);
+      const int out_hw = s.output_h() * s.output_w();
+      if (dst_nhwc_) {
+        gpu::SumChannelsHalfNhwc(ctx_, half_, int64_t{s.num} * out_hw, s.num_output, diff_dst,
+                                 diff_bias);
+      } else {
+        gpu::SumChannelsHalf(ctx_, half_, s.num, s.num_output, out_hw, diff_dst, diff_bias);
+      }
     }
   }
 
   std::string Name() const override {
     if (!half_tensors_) return Describe(*plans_);
     return fmt::format("{} on {} tensors in {}", Describe(*plans_), HalfTypeName(half_),
-                       nhwc_ ? "NHWC copies" : "NCHW");
+                       !nhwc_                      ? "NCHW"
+                       : src_nhwc_ && dst_nhwc_    ? "NHWC"
+                       : src_nhwc_                 ? "NHWC (output copied to NCHW)"
+                       : dst_nhwc_                 ? "NHWC (input copied from NCHW)"
+                                                   : "NHWC copies");
   }
 
  private:
@@ -955,6 +996,8 @@ class CudnnConvolution final : public ConvolutionPlan {
   // The layout cuDNN reads and writes: NHWC (the half copies) or NCHW (float32, or half tensors
   // with CORTADO_HALF_CONV_LAYOUT=nchw).
   bool nhwc_ = false;
+  // Half tensors kept in NHWC themselves (HalfTensorLayouts): read and written without copies.
+  bool src_nhwc_ = false, dst_nhwc_ = false;
   cudnnDataType_t data_type_ = CUDNN_DATA_FLOAT;
   // src_, dst_ and filter_ describe what cuDNN's convolution reads and writes: float32 NCHW, or
   // the half type in NHWC under mixed precision (or NCHW, half tensors as they are); float_dst_ is
@@ -973,15 +1016,17 @@ class CudnnConvolution final : public ConvolutionPlan {
 }  // namespace
 
 std::unique_ptr<ConvolutionPlan> MakeGpuConvolution(Context& ctx, const ConvolutionShape& shape,
-                                                    HalfType half_tensors) {
-  return std::make_unique<CudnnConvolution>(ctx, shape, half_tensors);
+                                                    HalfType half_tensors,
+                                                    HalfTensorLayouts layouts) {
+  return std::make_unique<CudnnConvolution>(ctx, shape, half_tensors, layouts);
 }
 
 #else
 
 std::unique_ptr<ConvolutionPlan> MakeGpuConvolution(Context& /*ctx*/,
                                                     const ConvolutionShape& /*shape*/,
-                                                    HalfType /*half_tensors*/) {
+                                                    HalfType /*half_tensors*/,
+                                                    HalfTensorLayouts /*layouts*/) {
   return nullptr;
 }
 

@@ -536,6 +536,30 @@ void FloatsToHalfGpu(void* stream, HalfType type, int64_t count, const float* sr
   CORTADO_CUDA_CHECK_LAUNCH();
 }
 
+void FloatsToHalfNhwcGpu(void* stream, HalfType type, int n, int c, int hw, const float* src,
+                         void* dst) {
+  if (static_cast<int64_t>(n) * c * hw == 0) return;
+  auto s = static_cast<cudaStream_t>(stream);
+  if (type == HalfType::kBFloat16) {
+    gpu::ToNhwc(s, n, c, hw, src, static_cast<__nv_bfloat16*>(dst));
+  } else {
+    gpu::ToNhwc(s, n, c, hw, src, static_cast<__half*>(dst));
+  }
+  CORTADO_CUDA_CHECK_LAUNCH();
+}
+
+void HalfNhwcToFloatsGpu(void* stream, HalfType type, int n, int c, int hw, const void* src,
+                         float* dst) {
+  if (static_cast<int64_t>(n) * c * hw == 0) return;
+  auto s = static_cast<cudaStream_t>(stream);
+  if (type == HalfType::kBFloat16) {
+    gpu::FromNhwc(s, n, c, hw, static_cast<const __nv_bfloat16*>(src), 0.0f, dst);
+  } else {
+    gpu::FromNhwc(s, n, c, hw, static_cast<const __half*>(src), 0.0f, dst);
+  }
+  CORTADO_CUDA_CHECK_LAUNCH();
+}
+
 void HalfToFloatsGpu(void* stream, HalfType type, int64_t count, const void* src, float* dst) {
   if (count == 0) return;
   auto s = static_cast<cudaStream_t>(stream);
@@ -774,6 +798,38 @@ __global__ void SumGroups(int c, int groups, const float* __restrict__ partial,
   sums[ch] += sum;
 }
 
+// Channels-last [rows][c]: x[r][ch] += bias[ch].
+template <typename H>
+__global__ void AddRowBiasKernel(int64_t rows, int c, const float* __restrict__ bias,
+                                 H* __restrict__ x) {
+  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+    H* row = x + r * c;
+    for (int ch = threadIdx.x; ch < c; ch += blockDim.x) row[ch] = Narrow<H>(Widen(row[ch]) + bias[ch]);
+  }
+}
+
+// Channels-last [rows][c]: partial[g][ch] = the sum of x[r][ch] over group g's rows, in order.
+template <typename H>
+__global__ void SumRowsKernel(int64_t rows, int c, int64_t rows_per_group, const H* __restrict__ x,
+                              float* __restrict__ partial) {
+  const int64_t begin = blockIdx.x * rows_per_group;
+  const int64_t end = min(begin + rows_per_group, rows);
+  for (int ch = threadIdx.x; ch < c; ch += blockDim.x) {
+    float sum = 0.0f;
+    for (int64_t r = begin; r < end; ++r) sum += Widen(x[r * c + ch]);
+    partial[static_cast<int64_t>(blockIdx.x) * c + ch] = sum;
+  }
+}
+
+__global__ void SumRowGroups(int c, int groups, const float* __restrict__ partial,
+                             float* __restrict__ sums) {
+  const int ch = blockIdx.x * blockDim.x + threadIdx.x;
+  if (ch >= c) return;
+  float sum = 0.0f;
+  for (int g = 0; g < groups; ++g) sum += partial[static_cast<int64_t>(g) * c + ch];
+  sums[ch] += sum;
+}
+
 bool Aligned4(const void* p) { return reinterpret_cast<uintptr_t>(p) % 4 == 0; }
 
 // The wide copies from NCHW to NHWC between 16-bit layouts (HalfToNhwcWideKernel);
@@ -882,6 +938,41 @@ void AddChannelBiasHalf(Context& ctx, Context::HalfType type, int n, int c, int 
     AddChannelBiasKernel<<<grid, threads, 0, stream>>>(planes, c, hw, bias,
                                                        static_cast<__half*>(x));
   }
+  CORTADO_CUDA_CHECK_LAUNCH();
+}
+
+void AddChannelBiasHalfNhwc(Context& ctx, Context::HalfType type, int64_t rows, int c,
+                            const float* bias, void* x) {
+  if (rows * c == 0) return;
+  const int threads = std::min(kFlatThreads, (c + 31) / 32 * 32);
+  const int blocks = static_cast<int>(std::min<int64_t>(rows, 65535));
+  cudaStream_t stream = ::cortado::cuda::Stream(ctx);
+  if (type == Context::HalfType::kBFloat16) {
+    AddRowBiasKernel<<<blocks, threads, 0, stream>>>(rows, c, bias, static_cast<__nv_bfloat16*>(x));
+  } else {
+    AddRowBiasKernel<<<blocks, threads, 0, stream>>>(rows, c, bias, static_cast<__half*>(x));
+  }
+  CORTADO_CUDA_CHECK_LAUNCH();
+}
+
+void SumChannelsHalfNhwc(Context& ctx, Context::HalfType type, int64_t rows, int c, const void* x,
+                         float* sums) {
+  if (rows * c == 0) return;
+  auto& res = ::cortado::cuda::Get(ctx);
+  // About 64 rows per block, at most 4096 groups; the partials in the context's workspace.
+  const int64_t rows_per_group = std::max<int64_t>(64, (rows + 4095) / 4096);
+  const int groups = static_cast<int>((rows + rows_per_group - 1) / rows_per_group);
+  auto* partial = static_cast<float*>(res.Workspace(sizeof(float) * groups * static_cast<size_t>(c)));
+  const int threads = std::min(kFlatThreads, (c + 31) / 32 * 32);
+  if (type == Context::HalfType::kBFloat16) {
+    SumRowsKernel<<<groups, threads, 0, res.stream>>>(
+        rows, c, rows_per_group, static_cast<const __nv_bfloat16*>(x), partial);
+  } else {
+    SumRowsKernel<<<groups, threads, 0, res.stream>>>(rows, c, rows_per_group,
+                                                      static_cast<const __half*>(x), partial);
+  }
+  CORTADO_CUDA_CHECK_LAUNCH();
+  SumRowGroups<<<(c + 255) / 256, 256, 0, res.stream>>>(c, groups, partial, sums);
   CORTADO_CUDA_CHECK_LAUNCH();
 }
 
