@@ -418,15 +418,18 @@ struct NhwcLayout {
   int channels, units, groups, rows_per_block, parts;
 };
 
-constexpr int kNhwcRowsPerThread = 64;
+// Rows per thread: the reductions take many (their partials, one per block and channel, stay
+// a few percent of the data), the element-wise passes few (more blocks in flight).
+constexpr int kNhwcSumRows = 64;
+constexpr int kNhwcElementRows = 16;
 
-NhwcLayout MakeNhwcLayout(int64_t rows, int channels, int v) {
+NhwcLayout MakeNhwcLayout(int64_t rows, int channels, int v, int rows_per_thread) {
   NhwcLayout l;
   l.rows = rows;
   l.channels = channels;
   l.units = channels / v;
   l.groups = l.units <= cuda::kThreads ? cuda::kThreads / l.units : 1;
-  l.rows_per_block = l.groups * kNhwcRowsPerThread;
+  l.rows_per_block = l.groups * rows_per_thread;
   l.parts = static_cast<int>(std::max<int64_t>((rows + l.rows_per_block - 1) / l.rows_per_block, 1));
   return l;
 }
@@ -450,6 +453,34 @@ __device__ __forceinline__ NhwcThread NhwcThreadAt(const NhwcLayout& l, int j0) 
   }
   return t;
 }
+
+// This thread's rows of its unit column, r0 + group, r0 + group + groups, ... below r1, four at a
+// time: load(at) for all four first, then body(at, loaded) for each (at: the unit's index). The
+// loads of a batch are in flight together, and a pass in place (top == x) stays correct: each
+// thread reads only what it then writes.
+template <typename Load, typename Body>
+__device__ __forceinline__ void EachRow(const NhwcLayout& l, const NhwcThread& t, int64_t r0,
+                                        int64_t r1, Load load, Body body) {
+  constexpr int kBatch = 4;
+  const int64_t step = l.groups;
+  int64_t r = r0 + t.group;
+  for (; r + (kBatch - 1) * step < r1; r += kBatch * step) {
+    decltype(load(int64_t{0})) v[kBatch];
+#pragma unroll
+    for (int k = 0; k < kBatch; ++k) v[k] = load((r + k * step) * l.units + t.unit);
+#pragma unroll
+    for (int k = 0; k < kBatch; ++k) body((r + k * step) * l.units + t.unit, v[k]);
+  }
+  for (; r < r1; r += step) {
+    const int64_t at = r * l.units + t.unit;
+    body(at, load(at));
+  }
+}
+
+template <int V>
+struct TwoPacks {
+  Pack<V> a, b;
+};
 
 // Block `part`: per channel, either (kGradient) the sums of a (dy, masked by the ReLU when
 // `mask` has one) and a * b (b = x_norm), or the sums of a - k and (a - k)^2 with k the channel's
@@ -478,30 +509,36 @@ __global__ void __launch_bounds__(cuda::kThreads)
           mb[i] = mask.bias != nullptr ? mask.bias[t.unit * V + i] : 0.0f;
         }
       }
-      for (int64_t r = r0 + t.group; r < r1; r += l.groups) {
-        const int64_t at = r * l.units + t.unit;
-        const Pack<V> x = Load<V>(a, at);
-        if constexpr (kGradient) {
-          const Pack<V> y = Load<V>(b, at);
-          if (mask.scale != nullptr) {
-            for (int i = 0; i < V; ++i) {
-              const float g = Masked(mask, ms[i], mb[i], y.v[i], x.v[i]);
-              s1[i] += g;
-              s2[i] += g * y.v[i];
-            }
-          } else {
-            for (int i = 0; i < V; ++i) {
-              s1[i] += x.v[i];
-              s2[i] += x.v[i] * y.v[i];
-            }
-          }
-        } else {
-          for (int i = 0; i < V; ++i) {
-            const float d = x.v[i] - k[i];
-            s1[i] += d;
-            s2[i] += d * d;
-          }
-        }
+      if constexpr (kGradient) {
+        EachRow(
+            l, t, r0, r1,
+            [&](int64_t at) {
+              return TwoPacks<V>{Load<V>(a, at), Load<V>(b, at)};
+            },
+            [&](int64_t, const TwoPacks<V>& p) {
+              if (mask.scale != nullptr) {
+                for (int i = 0; i < V; ++i) {
+                  const float g = Masked(mask, ms[i], mb[i], p.b.v[i], p.a.v[i]);
+                  s1[i] += g;
+                  s2[i] += g * p.b.v[i];
+                }
+              } else {
+                for (int i = 0; i < V; ++i) {
+                  s1[i] += p.a.v[i];
+                  s2[i] += p.a.v[i] * p.b.v[i];
+                }
+              }
+            });
+      } else {
+        EachRow(
+            l, t, r0, r1, [&](int64_t at) { return Load<V>(a, at); },
+            [&](int64_t, const Pack<V>& x) {
+              for (int i = 0; i < V; ++i) {
+                const float d = x.v[i] - k[i];
+                s1[i] += d;
+                s2[i] += d * d;
+              }
+            });
       }
     }
     if (l.groups > 1) {
@@ -603,26 +640,26 @@ __global__ void __launch_bounds__(cuda::kThreads)
       s[i] = scale != nullptr ? scale[c] : 1.0f;
       b[i] = bias != nullptr ? bias[c] : 0.0f;
     }
-    for (int64_t r = r0 + t.group; r < r1; r += l.groups) {
-      const int64_t at = r * l.units + t.unit;
-      Pack<V> v = Load<V>(x, at);
-      if (divide) {
-        for (int i = 0; i < V; ++i) v.v[i] = (v.v[i] - mu[i]) / sd[i];
-      } else {
-        for (int i = 0; i < V; ++i) v.v[i] = (v.v[i] - mu[i]) * inv_sd[i];
-      }
-      Store<V>(x_norm, at, v);
-      if (scale != nullptr) {
-        if constexpr (!std::is_same_v<T, float>) {
-          for (int i = 0; i < V; ++i) v.v[i] = Widen(Narrow<T>(v.v[i]));
-        }
-        for (int i = 0; i < V; ++i) {
-          const float u = ScaleShift(v.v[i], s[i], b[i], bias != nullptr);
-          v.v[i] = relu ? Relu(u, relu_slope) : u;
-        }
-      }
-      Store<V>(top, at, v);
-    }
+    EachRow(
+        l, t, r0, r1, [&](int64_t at) { return Load<V>(x, at); },
+        [&](int64_t at, Pack<V> v) {
+          if (divide) {
+            for (int i = 0; i < V; ++i) v.v[i] = (v.v[i] - mu[i]) / sd[i];
+          } else {
+            for (int i = 0; i < V; ++i) v.v[i] = (v.v[i] - mu[i]) * inv_sd[i];
+          }
+          Store<V>(x_norm, at, v);
+          if (scale != nullptr) {
+            if constexpr (!std::is_same_v<T, float>) {
+              for (int i = 0; i < V; ++i) v.v[i] = Widen(Narrow<T>(v.v[i]));
+            }
+            for (int i = 0; i < V; ++i) {
+              const float u = ScaleShift(v.v[i], s[i], b[i], bias != nullptr);
+              v.v[i] = relu ? Relu(u, relu_slope) : u;
+            }
+          }
+          Store<V>(top, at, v);
+        });
   }
 }
 
@@ -649,23 +686,34 @@ __global__ void __launch_bounds__(cuda::kThreads)
       ms[i] = mask.scale != nullptr ? mask.scale[c] : 1.0f;
       mb[i] = mask.bias != nullptr ? mask.bias[c] : 0.0f;
     }
-    for (int64_t r = r0 + t.group; r < r1; r += l.groups) {
-      const int64_t at = r * l.units + t.unit;
-      Pack<V> g = Load<V>(dy, at);
-      Pack<V> v{};
-      if (mask.scale != nullptr || subtract) v = Load<V>(y, at);
-      if (mask.scale != nullptr) {
-        for (int i = 0; i < V; ++i) g.v[i] = Masked(mask, ms[i], mb[i], v.v[i], g.v[i]);
-      }
-      if (scale != nullptr) {
-        for (int i = 0; i < V; ++i) g.v[i] *= s[i];
-      }
-      for (int i = 0; i < V; ++i) {
-        const float d = subtract ? g.v[i] - a[i] - b[i] * v.v[i] : g.v[i];
-        g.v[i] = divide ? d / sd[i] : d * inv_sd[i];
-      }
-      Store<V>(dx, at, g);
-    }
+    const bool read_y = mask.scale != nullptr || subtract;
+    EachRow(
+        l, t, r0, r1,
+        [&](int64_t at) {
+          TwoPacks<V> p;
+          p.a = Load<V>(dy, at);
+          if (read_y) {
+            p.b = Load<V>(y, at);
+          } else {
+            for (int i = 0; i < V; ++i) p.b.v[i] = 0.0f;
+          }
+          return p;
+        },
+        [&](int64_t at, TwoPacks<V> p) {
+          Pack<V>& g = p.a;
+          const Pack<V>& v = p.b;
+          if (mask.scale != nullptr) {
+            for (int i = 0; i < V; ++i) g.v[i] = Masked(mask, ms[i], mb[i], v.v[i], g.v[i]);
+          }
+          if (scale != nullptr) {
+            for (int i = 0; i < V; ++i) g.v[i] *= s[i];
+          }
+          for (int i = 0; i < V; ++i) {
+            const float d = subtract ? g.v[i] - a[i] - b[i] * v.v[i] : g.v[i];
+            g.v[i] = divide ? d / sd[i] : d * inv_sd[i];
+          }
+          Store<V>(dx, at, g);
+        });
   }
 }
 
@@ -684,15 +732,15 @@ __global__ void __launch_bounds__(cuda::kThreads)
       s[i] = scale[t.unit * V + i];
       b[i] = bias != nullptr ? bias[t.unit * V + i] : 0.0f;
     }
-    for (int64_t r = r0 + t.group; r < r1; r += l.groups) {
-      const int64_t at = r * l.units + t.unit;
-      Pack<V> v = Load<V>(x_norm, at);
-      for (int i = 0; i < V; ++i) {
-        const float u = ScaleShift(v.v[i], s[i], b[i], bias != nullptr);
-        v.v[i] = relu ? Relu(u, relu_slope) : u;
-      }
-      Store<V>(top, at, v);
-    }
+    EachRow(
+        l, t, r0, r1, [&](int64_t at) { return Load<V>(x_norm, at); },
+        [&](int64_t at, Pack<V> v) {
+          for (int i = 0; i < V; ++i) {
+            const float u = ScaleShift(v.v[i], s[i], b[i], bias != nullptr);
+            v.v[i] = relu ? Relu(u, relu_slope) : u;
+          }
+          Store<V>(top, at, v);
+        });
   }
 }
 
@@ -727,7 +775,8 @@ void LaunchForwardNhwc(Context& ctx, int64_t rows, int channels, bool batch_stat
                        float* std_dev, float* mean_sum, float* var_sum, float* norm,
                        const FusedOps& fused, T* x_norm, T* top) {
   if (rows == 0 || channels == 0) return;
-  const NhwcLayout l = MakeNhwcLayout(rows, channels, V);
+  const NhwcLayout l = MakeNhwcLayout(rows, channels, V, kNhwcSumRows);
+  const NhwcLayout e = MakeNhwcLayout(rows, channels, V, kNhwcElementRows);
   const cudaStream_t stream = cuda::Stream(ctx);
   if (batch_statistics) {
     float* shift = nullptr;
@@ -740,8 +789,8 @@ void LaunchForwardNhwc(Context& ctx, int64_t rows, int channels, bool batch_stat
         norm);
     CORTADO_CUDA_CHECK_LAUNCH();
   }
-  NhwcNormalize<V, T><<<l.parts, cuda::kThreads, 0, stream>>>(
-      l, x, mean, std_dev, fused.scale, fused.bias, fused.relu, fused.relu_slope, Divides<T>(),
+  NhwcNormalize<V, T><<<e.parts, cuda::kThreads, 0, stream>>>(
+      e, x, mean, std_dev, fused.scale, fused.bias, fused.relu, fused.relu_slope, Divides<T>(),
       x_norm, top);
   CORTADO_CUDA_CHECK_LAUNCH();
 }
@@ -752,7 +801,8 @@ void LaunchBackwardNhwc(Context& ctx, int64_t rows, int channels, bool batch_sta
                         const float* scale, const float* std_dev, float* mean_dy,
                         float* mean_dyy, float* scale_grad, float* bias_grad, T* dx) {
   if (rows == 0 || channels == 0) return;
-  const NhwcLayout l = MakeNhwcLayout(rows, channels, V);
+  const NhwcLayout l = MakeNhwcLayout(rows, channels, V, kNhwcSumRows);
+  const NhwcLayout e = MakeNhwcLayout(rows, channels, V, kNhwcElementRows);
   const cudaStream_t stream = cuda::Stream(ctx);
   if (sums) {
     double2* partials = NhwcWorkspace(ctx, l, nullptr);
@@ -764,8 +814,8 @@ void LaunchBackwardNhwc(Context& ctx, int64_t rows, int channels, bool batch_sta
     CORTADO_CUDA_CHECK_LAUNCH();
   }
   if (dx == nullptr) return;
-  NhwcBackward<V, T><<<l.parts, cuda::kThreads, 0, stream>>>(
-      l, dy, y, mask, scale, batch_statistics, std_dev, mean_dy, mean_dyy, Divides<T>(), dx);
+  NhwcBackward<V, T><<<e.parts, cuda::kThreads, 0, stream>>>(
+      e, dy, y, mask, scale, batch_statistics, std_dev, mean_dy, mean_dyy, Divides<T>(), dx);
   CORTADO_CUDA_CHECK_LAUNCH();
 }
 
@@ -791,7 +841,7 @@ void BatchNormLayer::RecomputeTopGpu(Tensor* top) {
     if (top->home_nhwc()) {
       const int64_t rows = static_cast<int64_t>(num_) * spatial_dim_;
       const int v = NhwcPack<T>(channels_, {x_norm, out});
-      const NhwcLayout l = MakeNhwcLayout(rows, channels_, v);
+      const NhwcLayout l = MakeNhwcLayout(rows, channels_, v, kNhwcElementRows);
       (v == 8 ? NhwcAffine<WidePack<T>(), T> : NhwcAffine<1, T>)<<<l.parts, cuda::kThreads, 0,
                                                                     stream>>>(
           l, x_norm, scale, bias, relu_, relu_slope_, out);

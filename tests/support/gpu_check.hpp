@@ -117,6 +117,12 @@ inline void CheckGpuMatchesCpu(const caffe::LayerParameter& param,
       cpu_top.push_back(top_store.back().get());
       top_store.push_back(std::make_unique<Tensor>());
       if (options.half_homes) top_store.back()->set_home_type(options.half);
+      // Channels-last before the layer's set-up, as a net's blobs are when it runs (a Split's
+      // tops share the bottom's buffer: same layout); any 4-D shape until Reshape sets it.
+      if (options.half_homes && options.nhwc_tops && bottom_shapes[0].size() == 4) {
+        top_store.back()->Reshape(bottom_shapes[0]);
+        top_store.back()->set_home_nhwc(true);
+      }
       gpu_top.push_back(top_store.back().get());
     }
   }
@@ -124,11 +130,6 @@ inline void CheckGpuMatchesCpu(const caffe::LayerParameter& param,
   std::unique_ptr<Layer> gpu_layer = CreateLayer(param, &gpu);
   cpu_layer->Initialize(cpu_bottom, cpu_top);
   gpu_layer->Initialize(gpu_bottom, gpu_top);
-  if (options.half_homes && options.nhwc_tops && !options.in_place) {
-    for (Tensor* t : gpu_top) {
-      if (t->num_axes() == 4) t->set_home_nhwc(true);
-    }
-  }
   ASSERT_EQ(cpu_layer->blobs().size(), gpu_layer->blobs().size());
   for (size_t i = 0; i < cpu_layer->blobs().size(); ++i) {
     gpu_layer->blobs()[i]->CopyFrom(*cpu_layer->blobs()[i]);
