@@ -351,9 +351,12 @@ __global__ void StochasticBackwardTest(int64_t count, const float* x, const floa
 }  // namespace
 
 void PoolingLayer::ForwardGpu(const std::vector<Tensor*>& bottom, const std::vector<Tensor*>& top) {
+  // Channels-last applies to the 16-bit passes only: the float32 ones read NCHW views.
+  const bool half = HalfTensors() != HalfType::kNone;
   const PoolShape shape =
       MakeShape(channels_, height_, width_, pooled_h_, pooled_w_, kernel_h_, kernel_w_, stride_h_,
-                stride_w_, pad_h_, pad_w_, bottom[0]->home_nhwc(), top[0]->home_nhwc());
+                stride_w_, pad_h_, pad_w_, half && bottom[0]->home_nhwc(),
+                half && top[0]->home_nhwc());
   const int64_t count = top[0]->count();
   const cudaStream_t stream = cuda::Stream(*ctx_);
   if (const HalfType half = HalfTensors(); half != HalfType::kNone) {  // MAX or AVE, one top
@@ -414,9 +417,11 @@ void PoolingLayer::BackwardGpu(const std::vector<Tensor*>& top,
                                const std::vector<bool>& propagate_down,
                                const std::vector<Tensor*>& bottom) {
   if (!propagate_down[0]) return;
+  const bool half = HalfTensors() != HalfType::kNone;
   const PoolShape shape =
       MakeShape(channels_, height_, width_, pooled_h_, pooled_w_, kernel_h_, kernel_w_, stride_h_,
-                stride_w_, pad_h_, pad_w_, bottom[0]->home_nhwc(), top[0]->home_nhwc());
+                stride_w_, pad_h_, pad_w_, half && bottom[0]->home_nhwc(),
+                half && top[0]->home_nhwc());
   const int64_t count = bottom[0]->count();
   const cudaStream_t stream = cuda::Stream(*ctx_);
   if (const HalfType half = HalfTensors(); half != HalfType::kNone) {  // MAX or AVE, one top

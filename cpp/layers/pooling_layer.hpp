@@ -44,8 +44,12 @@ class PoolingLayer final : public Layer {
     return (pool == caffe::PoolingParameter::MAX || pool == caffe::PoolingParameter::AVE) &&
            param_.top_size() == 1;
   }
+  // Either layout on each side; but a top of more than one position takes the bottom's layout,
+  // since threads follow the top's order and a bottom in the other layout would be read apart
+  // (global pooling's top is the same bytes in both layouts, so it stays free).
   NhwcUse NhwcTensors() const override {
-    return TakesHalfTensors() ? NhwcUse::kEach : NhwcUse::kNo;
+    if (!TakesHalfTensors()) return NhwcUse::kNo;
+    return pooled_h_ * pooled_w_ == 1 ? NhwcUse::kEach : NhwcUse::kSame;
   }
 
  protected:

@@ -75,15 +75,25 @@ TEST_P(HalfLayersGpuTest, Pooling) {
   CORTADO_REQUIRE_GPU();
   GpuCheckOptions options = Options();
   options.fill_bottom = FillExactly;
-  CheckGpuMatchesCpu(LayerParam("name: 'max' type: 'Pooling' pooling_param { pool: MAX "
+  // One named top: the 16-bit passes are for MAX and AVE without a mask top.
+  CheckGpuMatchesCpu(LayerParam("name: 'max' type: 'Pooling' top: 'y' pooling_param { pool: MAX "
                                 "kernel_size: 3 stride: 2 pad: 1 }"),
                      {{2, 4, 9, 11}}, options);
-  CheckGpuMatchesCpu(LayerParam("name: 'ave' type: 'Pooling' pooling_param { pool: AVE "
+  CheckGpuMatchesCpu(LayerParam("name: 'ave' type: 'Pooling' top: 'y' pooling_param { pool: AVE "
                                 "kernel_size: 3 stride: 2 }"),
                      {{2, 3, 8, 7}}, Options());
-  CheckGpuMatchesCpu(LayerParam("name: 'global' type: 'Pooling' pooling_param { pool: AVE "
-                                "global_pooling: true }"),
+  CheckGpuMatchesCpu(LayerParam("name: 'global' type: 'Pooling' top: 'y' pooling_param { pool: "
+                                "AVE global_pooling: true }"),
                      {{3, 8, 7, 7}}, Options());
+  {
+    Context ctx(Device::Cuda(0), 1);
+    ctx.set_half_compute(GetParam().type);
+    EXPECT_EQ(CreateLayer(LayerParam("name: 'max' type: 'Pooling' top: 'y' pooling_param { "
+                                     "pool: MAX kernel_size: 2 }"),
+                          &ctx)
+                  ->HalfTensors(),
+              GetParam().type);
+  }
 }
 
 // Channels-last 16-bit blobs (Tensor::home_nhwc), as a net keeps them between convolutions: the
@@ -112,7 +122,8 @@ TEST_P(HalfLayersGpuTest, ChannelsLastTensors) {
       SCOPED_TRACE(std::string(pool) + (options.nhwc_bottoms ? ", bottom NHWC" : "") +
                    (options.nhwc_tops ? ", top NHWC" : ""));
       CheckGpuMatchesCpu(
-          LayerParam(std::string("name: 'pool' type: 'Pooling' pooling_param { ") + pool + " }"),
+          LayerParam(std::string("name: 'pool' type: 'Pooling' top: 'y' pooling_param { ") +
+                     pool + " }"),
           {{2, 12, 9, 11}}, options);
     }
   }

@@ -815,9 +815,15 @@ __global__ void SumRowsKernel(int64_t rows, int c, int64_t rows_per_group, const
   const int64_t begin = blockIdx.x * rows_per_group;
   const int64_t end = min(begin + rows_per_group, rows);
   for (int ch = threadIdx.x; ch < c; ch += blockDim.x) {
-    float sum = 0.0f;
-    for (int64_t r = begin; r < end; ++r) sum += Widen(x[r * c + ch]);
-    partial[static_cast<int64_t>(blockIdx.x) * c + ch] = sum;
+    // Four running sums (four loads in flight), added in a fixed order.
+    float sum[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    int64_t r = begin;
+    for (; r + 3 < end; r += 4) {
+#pragma unroll
+      for (int k = 0; k < 4; ++k) sum[k] += Widen(x[(r + k) * c + ch]);
+    }
+    for (; r < end; ++r) sum[0] += Widen(x[r * c + ch]);
+    partial[static_cast<int64_t>(blockIdx.x) * c + ch] = (sum[0] + sum[1]) + (sum[2] + sum[3]);
   }
 }
 
