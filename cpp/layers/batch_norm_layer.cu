@@ -430,7 +430,8 @@ NhwcLayout MakeNhwcLayout(int64_t rows, int channels, int v, int rows_per_thread
   l.units = channels / v;
   l.groups = l.units <= cuda::kThreads ? cuda::kThreads / l.units : 1;
   l.rows_per_block = l.groups * rows_per_thread;
-  l.parts = static_cast<int>(std::max<int64_t>((rows + l.rows_per_block - 1) / l.rows_per_block, 1));
+  l.parts =
+      static_cast<int>(std::max<int64_t>((rows + l.rows_per_block - 1) / l.rows_per_block, 1));
   return l;
 }
 
@@ -668,8 +669,8 @@ __global__ void __launch_bounds__(cuda::kThreads)
 template <int V, typename T>
 __global__ void __launch_bounds__(cuda::kThreads)
     NhwcBackward(NhwcLayout l, const T* dy, const T* y, ReluMask mask, const float* scale,
-                 bool subtract, const float* std_dev, const float* mean_dy,
-                 const float* mean_dyy, bool divide, T* dx) {
+                 bool subtract, const float* std_dev, const float* mean_dy, const float* mean_dyy,
+                 bool divide, T* dx) {
   const int64_t r0 = static_cast<int64_t>(blockIdx.x) * l.rows_per_block;
   const int64_t r1 = min(r0 + l.rows_per_block, l.rows);
   for (int j0 = 0; j0 < l.units; j0 += cuda::kThreads) {
@@ -770,8 +771,8 @@ double2* NhwcWorkspace(Context& ctx, const NhwcLayout& l, float** shift) {
 }
 
 template <int V, typename T>
-void LaunchForwardNhwc(Context& ctx, int64_t rows, int channels, bool batch_statistics,
-                       const T* x, float fraction, float bias_correction, float eps, float* mean,
+void LaunchForwardNhwc(Context& ctx, int64_t rows, int channels, bool batch_statistics, const T* x,
+                       float fraction, float bias_correction, float eps, float* mean,
                        float* std_dev, float* mean_sum, float* var_sum, float* norm,
                        const FusedOps& fused, T* x_norm, T* top) {
   if (rows == 0 || channels == 0) return;
@@ -785,8 +786,7 @@ void LaunchForwardNhwc(Context& ctx, int64_t rows, int channels, bool batch_stat
         <<<l.parts, cuda::kThreads, 0, stream>>>(l, x, nullptr, ReluMask{}, shift, partials);
     CORTADO_CUDA_CHECK_LAUNCH();
     NhwcStatistics<<<WarpBlocks(channels), cuda::kThreads, 0, stream>>>(
-        l, partials, shift, fraction, bias_correction, eps, mean, std_dev, mean_sum, var_sum,
-        norm);
+        l, partials, shift, fraction, bias_correction, eps, mean, std_dev, mean_sum, var_sum, norm);
     CORTADO_CUDA_CHECK_LAUNCH();
   }
   NhwcNormalize<V, T><<<e.parts, cuda::kThreads, 0, stream>>>(
@@ -796,10 +796,10 @@ void LaunchForwardNhwc(Context& ctx, int64_t rows, int channels, bool batch_stat
 }
 
 template <int V, typename T>
-void LaunchBackwardNhwc(Context& ctx, int64_t rows, int channels, bool batch_statistics,
-                        bool sums, const T* dy, const T* y, const ReluMask& mask,
-                        const float* scale, const float* std_dev, float* mean_dy,
-                        float* mean_dyy, float* scale_grad, float* bias_grad, T* dx) {
+void LaunchBackwardNhwc(Context& ctx, int64_t rows, int channels, bool batch_statistics, bool sums,
+                        const T* dy, const T* y, const ReluMask& mask, const float* scale,
+                        const float* std_dev, float* mean_dy, float* mean_dyy, float* scale_grad,
+                        float* bias_grad, T* dx) {
   if (rows == 0 || channels == 0) return;
   const NhwcLayout l = MakeNhwcLayout(rows, channels, V, kNhwcSumRows);
   const NhwcLayout e = MakeNhwcLayout(rows, channels, V, kNhwcElementRows);
@@ -842,9 +842,9 @@ void BatchNormLayer::RecomputeTopGpu(Tensor* top) {
       const int64_t rows = static_cast<int64_t>(num_) * spatial_dim_;
       const int v = NhwcPack<T>(channels_, {x_norm, out});
       const NhwcLayout l = MakeNhwcLayout(rows, channels_, v, kNhwcElementRows);
-      (v == 8 ? NhwcAffine<WidePack<T>(), T> : NhwcAffine<1, T>)<<<l.parts, cuda::kThreads, 0,
-                                                                    stream>>>(
-          l, x_norm, scale, bias, relu_, relu_slope_, out);
+      (v == 8 ? NhwcAffine<WidePack<T>(), T>
+              : NhwcAffine<1, T>)<<<l.parts, cuda::kThreads, 0, stream>>>(l, x_norm, scale, bias,
+                                                                          relu_, relu_slope_, out);
       CORTADO_CUDA_CHECK_LAUNCH();
       return;
     }
@@ -899,8 +899,7 @@ void BatchNormLayer::ForwardGpu(const std::vector<Tensor*>& bottom,
   // Channels-last blobs (Layer::NhwcTensors kSame: the top in the bottom's layout; the kept
   // x_norm too).
   const bool nhwc = bottom[0]->home_nhwc();
-  CORTADO_CHECK(top[0]->home_nhwc() == nhwc, "{}: bottom and top in different layouts",
-                Describe());
+  CORTADO_CHECK(top[0]->home_nhwc() == nhwc, "{}: bottom and top in different layouts", Describe());
   if (keep_x_norm_ && x_norm_.home_nhwc() != nhwc) x_norm_.set_home_nhwc(nhwc);
   half_values::WithValueType(h, [&](auto tag) {
     using T = decltype(tag);
@@ -909,10 +908,11 @@ void BatchNormLayer::ForwardGpu(const std::vector<Tensor*>& bottom,
     T* x_norm = keep_x_norm_ ? half_values::MutableData<T>(x_norm_, h) : out;
     if (nhwc) {
       const int64_t rows = static_cast<int64_t>(num_) * spatial_dim_;
-      (NhwcPack<T>(channels_, {x, x_norm, out}) == 8 ? LaunchForwardNhwc<WidePack<T>(), T>
-                                                     : LaunchForwardNhwc<1, T>)(
-          *ctx_, rows, channels_, !use_global_stats_, x, moving_average_fraction_,
-          bias_correction, eps_, mean, std_dev, mean_sum, var_sum, norm, fused, x_norm, out);
+      (NhwcPack<T>(channels_, {x, x_norm, out}) == 8
+           ? LaunchForwardNhwc<WidePack<T>(), T>
+           : LaunchForwardNhwc<1, T>)(*ctx_, rows, channels_, !use_global_stats_, x,
+                                      moving_average_fraction_, bias_correction, eps_, mean,
+                                      std_dev, mean_sum, var_sum, norm, fused, x_norm, out);
       return;
     }
     const bool vector =
@@ -953,11 +953,12 @@ void BatchNormLayer::BackwardGpu(const std::vector<Tensor*>& top,
     const T* y = half_values::Data<T>(x_norm_, h);
     if (bottom[0]->home_nhwc()) {
       const int64_t rows = static_cast<int64_t>(num_) * spatial_dim_;
-      (NhwcPack<T>(channels_, {dy, y, dx}) == 8 ? LaunchBackwardNhwc<WidePack<T>(), T>
-                                                : LaunchBackwardNhwc<1, T>)(
-          *ctx_, rows, channels_, !use_global_stats_, !use_global_stats_ || param_grads, dy, y,
-          mask, scale, std_dev, stats + 2 * channels_, stats + 3 * channels_, scale_grad,
-          bias_grad, dx);
+      (NhwcPack<T>(channels_, {dy, y, dx}) == 8
+           ? LaunchBackwardNhwc<WidePack<T>(), T>
+           : LaunchBackwardNhwc<1, T>)(*ctx_, rows, channels_, !use_global_stats_,
+                                       !use_global_stats_ || param_grads, dy, y, mask, scale,
+                                       std_dev, stats + 2 * channels_, stats + 3 * channels_,
+                                       scale_grad, bias_grad, dx);
       return;
     }
     const bool vector = spatial_dim_ % 4 == 0 && PackAligned<T>(dy) && PackAligned<T>(y) &&

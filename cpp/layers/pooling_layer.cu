@@ -76,7 +76,8 @@ __device__ __forceinline__ int64_t Quotient(int64_t i, const cuda::FastDiv& d) {
   return i <= INT_MAX ? d.Div(static_cast<uint32_t>(i)) : i / d.divisor;
 }
 
-// Output i (counted in the top's memory order): its position, and where its channel's values lie in the bottom and in the top.
+// Output i (counted in the top's memory order): its position, and where its channel's values lie in
+// the bottom and in the top.
 struct OutputPosition {
   int ph, pw;
   Plane in, out;
@@ -353,10 +354,9 @@ __global__ void StochasticBackwardTest(int64_t count, const float* x, const floa
 void PoolingLayer::ForwardGpu(const std::vector<Tensor*>& bottom, const std::vector<Tensor*>& top) {
   // Channels-last applies to the 16-bit passes only: the float32 ones read NCHW views.
   const bool half = HalfTensors() != HalfType::kNone;
-  const PoolShape shape =
-      MakeShape(channels_, height_, width_, pooled_h_, pooled_w_, kernel_h_, kernel_w_, stride_h_,
-                stride_w_, pad_h_, pad_w_, half && bottom[0]->home_nhwc(),
-                half && top[0]->home_nhwc());
+  const PoolShape shape = MakeShape(channels_, height_, width_, pooled_h_, pooled_w_, kernel_h_,
+                                    kernel_w_, stride_h_, stride_w_, pad_h_, pad_w_,
+                                    half && bottom[0]->home_nhwc(), half && top[0]->home_nhwc());
   const int64_t count = top[0]->count();
   const cudaStream_t stream = cuda::Stream(*ctx_);
   if (const HalfType half = HalfTensors(); half != HalfType::kNone) {  // MAX or AVE, one top
@@ -418,10 +418,9 @@ void PoolingLayer::BackwardGpu(const std::vector<Tensor*>& top,
                                const std::vector<Tensor*>& bottom) {
   if (!propagate_down[0]) return;
   const bool half = HalfTensors() != HalfType::kNone;
-  const PoolShape shape =
-      MakeShape(channels_, height_, width_, pooled_h_, pooled_w_, kernel_h_, kernel_w_, stride_h_,
-                stride_w_, pad_h_, pad_w_, half && bottom[0]->home_nhwc(),
-                half && top[0]->home_nhwc());
+  const PoolShape shape = MakeShape(channels_, height_, width_, pooled_h_, pooled_w_, kernel_h_,
+                                    kernel_w_, stride_h_, stride_w_, pad_h_, pad_w_,
+                                    half && bottom[0]->home_nhwc(), half && top[0]->home_nhwc());
   const int64_t count = bottom[0]->count();
   const cudaStream_t stream = cuda::Stream(*ctx_);
   if (const HalfType half = HalfTensors(); half != HalfType::kNone) {  // MAX or AVE, one top

@@ -133,8 +133,8 @@ int Net::KeepHalfTensors() {
     for (int i = 0; i < num_layers; ++i) {
       const Layer& layer = *layers_[i];
       users[i].use = layer.fused_into() != nullptr ? Layer::NhwcUse::kSame : layer.NhwcTensors();
-      users[i].convolution = std::strcmp(layer.type(), "Convolution") == 0 &&
-                             users[i].use == Layer::NhwcUse::kEach;
+      users[i].convolution =
+          std::strcmp(layer.type(), "Convolution") == 0 && users[i].use == Layer::NhwcUse::kEach;
       users[i].blobs = bottom_ids_[i];
       users[i].blobs.insert(users[i].blobs.end(), top_ids_[i].begin(), top_ids_[i].end());
     }

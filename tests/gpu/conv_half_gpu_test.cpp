@@ -97,8 +97,8 @@ caffe::LayerParameter ConvParam(const std::string& fields) {
 // when `homes`: the GPU layer must take half tensors of `expected` (kNone: float32), and match.
 // With `homes`, nhwc_src and nhwc_dst keep the GPU bottoms and tops channels-last
 // (Tensor::home_nhwc), as a net's channels-last blobs are.
-void CheckConvolution(Context& gpu, HalfType type, const ConvCase& c, bool homes,
-                      HalfType expected, bool nhwc_src = false, bool nhwc_dst = false) {
+void CheckConvolution(Context& gpu, HalfType type, const ConvCase& c, bool homes, HalfType expected,
+                      bool nhwc_src = false, bool nhwc_dst = false) {
   SCOPED_TRACE(std::string(c.what) + (homes ? ", blobs in " : ", float32 blobs, twins in ") +
                HalfTypeName(type) + (nhwc_src ? ", bottoms NHWC" : "") +
                (nhwc_dst ? ", tops NHWC" : ""));

@@ -110,9 +110,9 @@ TEST_P(HalfLayersGpuTest, ChannelsLastTensors) {
                      {{2, 6, 5, 5}, {2, 6, 5, 5}}, all);
   CheckGpuMatchesCpu(LayerParam("name: 'split' type: 'Split' top: 'a' top: 'b'"), {{2, 5, 3, 7}},
                      all);
-  const char* pools[] = {
-      "pool: MAX kernel_size: 3 stride: 2 pad: 1", "pool: MAX kernel_size: 3 stride: 2",
-      "pool: AVE kernel_size: 3 stride: 2", "pool: AVE global_pooling: true"};
+  const char* pools[] = {"pool: MAX kernel_size: 3 stride: 2 pad: 1",
+                         "pool: MAX kernel_size: 3 stride: 2", "pool: AVE kernel_size: 3 stride: 2",
+                         "pool: AVE global_pooling: true"};
   for (const char* pool : pools) {
     for (int sides = 1; sides <= 3; ++sides) {
       GpuCheckOptions options = Options();
@@ -122,8 +122,8 @@ TEST_P(HalfLayersGpuTest, ChannelsLastTensors) {
       SCOPED_TRACE(std::string(pool) + (options.nhwc_bottoms ? ", bottom NHWC" : "") +
                    (options.nhwc_tops ? ", top NHWC" : ""));
       CheckGpuMatchesCpu(
-          LayerParam(std::string("name: 'pool' type: 'Pooling' top: 'y' pooling_param { ") +
-                     pool + " }"),
+          LayerParam(std::string("name: 'pool' type: 'Pooling' top: 'y' pooling_param { ") + pool +
+                     " }"),
           {{2, 12, 9, 11}}, options);
     }
   }

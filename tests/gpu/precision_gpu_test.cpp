@@ -195,9 +195,9 @@ TEST(MixedPrecisionGpuTest, NhwcCopiesTransposeAndComeBackExactly) {
 
 // The copies between two 16-bit layouts (half blobs around cuDNN): every path of half.cu's
 // HalfToNhwc / HalfFromNhwc. Even hw with 4-byte aligned rows takes the wide tiles to NHWC
-// (partial on both axes), unless CORTADO_HALF_WIDE_COPIES=0; odd hw, and a pointer 2 bytes off a 4-byte
-// boundary, the pair tiles; odd channels the general tile; few channels and one channel their
-// own. Values come back bit for bit, and with a bias each is the rounded sum.
+// (partial on both axes), unless CORTADO_HALF_WIDE_COPIES=0; odd hw, and a pointer 2 bytes off a
+// 4-byte boundary, the pair tiles; odd channels the general tile; few channels and one channel
+// their own. Values come back bit for bit, and with a bias each is the rounded sum.
 TEST(MixedPrecisionGpuTest, HalfLayoutCopiesTransposeExactlyOnEveryPath) {
   CORTADO_REQUIRE_GPU();
   Context ctx(Device::Cuda(0), 1);

@@ -552,7 +552,9 @@ TEST(HalfTensorsGpuTest, ChannelsLastBlobsFollowNchwBlobs) {
     layer { name: "pool1" type: "Pooling" bottom: "conv1" top: "pool1"
             pooling_param { pool: MAX kernel_size: 3 stride: 2 } }
   )";
-  const char* block[][4] = {{"a", "pool1", "8", "1"}, {"b", "a", "8", "3"}, {"c", "b", "32", "1"},
+  const char* block[][4] = {{"a", "pool1", "8", "1"},
+                            {"b", "a", "8", "3"},
+                            {"c", "b", "32", "1"},
                             {"s", "pool1", "32", "1"}};
   for (const auto& conv : block) {
     text += fmt::format(R"(

@@ -2,11 +2,11 @@
 // Which 16-bit blobs a net keeps channels-last (net/channels_last.hpp), on graphs written out by
 // hand: the choice is a pure function of the graph, so a CPU machine checks it; the GPU tests
 // check the layers' passes on such blobs and a whole net with them.
+#include "net/channels_last.hpp"
+
 #include <gtest/gtest.h>
 
 #include <vector>
-
-#include "net/channels_last.hpp"
 
 namespace cortado {
 namespace {
@@ -34,7 +34,7 @@ std::vector<int> OwnGroups(int n) {
 //   b + sc -Eltwise-> sum[8] -pool5 (global AVE)-> g[9] -InnerProduct-> fc[10] -loss-> l[11]
 // data is float32 (an Input layer), g and after are 1x1 or 2-D, fc and l float32.
 TEST(ChannelsLastTest, ResidualBlockBetweenPoolingsGoesNhwcAndStopsAtTheInnerProduct) {
-  const std::vector<bool> may = {false, true, true, true, true, true,
+  const std::vector<bool> may = {false, true, true, true,  true,  true,
                                  true,  true, true, false, false, false};
   std::vector<LayoutUser> layers = {
       User(Use::kEach, {0, 1}, true),  // conv1: float32 data in
@@ -52,7 +52,7 @@ TEST(ChannelsLastTest, ResidualBlockBetweenPoolingsGoesNhwcAndStopsAtTheInnerPro
       User(Use::kNo, {10, 11}),        // loss
   };
   const std::vector<bool> nhwc = ChannelsLastBlobs(may, OwnGroups(12), layers);
-  const std::vector<bool> expected = {false, true, true, true, true, true,
+  const std::vector<bool> expected = {false, true, true, true,  true,  true,
                                       true,  true, true, false, false, false};
   EXPECT_EQ(nhwc, expected);
 }
@@ -60,9 +60,8 @@ TEST(ChannelsLastTest, ResidualBlockBetweenPoolingsGoesNhwcAndStopsAtTheInnerPro
 TEST(ChannelsLastTest, OneLayerThatTakesOnlyNchwKeepsItsWholeSetNchw) {
   // conv -> a[1] -ReLU-> b[2] -LRN (kNo)-> c[3] -conv-> d[4]
   const std::vector<bool> may(5, true);
-  std::vector<LayoutUser> layers = {
-      User(Use::kEach, {0, 1}, true), User(Use::kSame, {1, 2}), User(Use::kNo, {2, 3}),
-      User(Use::kEach, {3, 4}, true)};
+  std::vector<LayoutUser> layers = {User(Use::kEach, {0, 1}, true), User(Use::kSame, {1, 2}),
+                                    User(Use::kNo, {2, 3}), User(Use::kEach, {3, 4}, true)};
   std::vector<bool> nhwc = ChannelsLastBlobs(may, OwnGroups(5), layers);
   // 0 is only a convolution's bottom: nothing stops it; a and b are LRN's set; c its top; d a
   // convolution's top with nothing else.

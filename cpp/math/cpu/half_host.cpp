@@ -117,7 +117,6 @@ void HalfToFloatsHost(HalfType type, int64_t count, const void* src, float* dst)
   }
 }
 
-
 void FloatsToHalfNhwcHost(HalfType type, int n, int c, int hw, const float* src, void* dst) {
   const int64_t plane = static_cast<int64_t>(c) * hw;
   std::vector<float> image(static_cast<size_t>(plane));

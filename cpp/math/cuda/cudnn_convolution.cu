@@ -734,8 +734,8 @@ class CudnnConvolution final : public ConvolutionPlan {
         x = h.src;
       }
       if (!dst_nhwc_) {
-        gpu::HalfNchwToNhwc(ctx_, half_, s.num, s.num_output, s.output_h() * s.output_w(),
-                            diff_dst, h.dst);
+        gpu::HalfNchwToNhwc(ctx_, half_, s.num, s.num_output, s.output_h() * s.output_w(), diff_dst,
+                            h.dst);
         dy = h.dst;
         dst_copied_from_ = diff_dst;
         dst_copied_at_ = cuda::Get(ctx_).half_scratch_calls();
@@ -764,11 +764,11 @@ class CudnnConvolution final : public ConvolutionPlan {
   std::string Name() const override {
     if (!half_tensors_) return Describe(*plans_);
     return fmt::format("{} on {} tensors in {}", Describe(*plans_), HalfTypeName(half_),
-                       !nhwc_                      ? "NCHW"
-                       : src_nhwc_ && dst_nhwc_    ? "NHWC"
-                       : src_nhwc_                 ? "NHWC (output copied to NCHW)"
-                       : dst_nhwc_                 ? "NHWC (input copied from NCHW)"
-                                                   : "NHWC copies");
+                       !nhwc_                   ? "NCHW"
+                       : src_nhwc_ && dst_nhwc_ ? "NHWC"
+                       : src_nhwc_              ? "NHWC (output copied to NCHW)"
+                       : dst_nhwc_              ? "NHWC (input copied from NCHW)"
+                                                : "NHWC copies");
   }
 
  private:

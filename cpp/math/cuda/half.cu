@@ -804,7 +804,8 @@ __global__ void AddRowBiasKernel(int64_t rows, int c, const float* __restrict__ 
                                  H* __restrict__ x) {
   for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
     H* row = x + r * c;
-    for (int ch = threadIdx.x; ch < c; ch += blockDim.x) row[ch] = Narrow<H>(Widen(row[ch]) + bias[ch]);
+    for (int ch = threadIdx.x; ch < c; ch += blockDim.x)
+      row[ch] = Narrow<H>(Widen(row[ch]) + bias[ch]);
   }
 }
 
@@ -968,7 +969,8 @@ void SumChannelsHalfNhwc(Context& ctx, Context::HalfType type, int64_t rows, int
   // About 64 rows per block, at most 4096 groups; the partials in the context's workspace.
   const int64_t rows_per_group = std::max<int64_t>(64, (rows + 4095) / 4096);
   const int groups = static_cast<int>((rows + rows_per_group - 1) / rows_per_group);
-  auto* partial = static_cast<float*>(res.Workspace(sizeof(float) * groups * static_cast<size_t>(c)));
+  auto* partial =
+      static_cast<float*>(res.Workspace(sizeof(float) * groups * static_cast<size_t>(c)));
   const int threads = std::min(kFlatThreads, (c + 31) / 32 * 32);
   if (type == Context::HalfType::kBFloat16) {
     SumRowsKernel<<<groups, threads, 0, res.stream>>>(
