@@ -159,44 +159,27 @@ void Tensor::Convert(SyncedMemory& from, HalfType from_type, SyncedMemory& to, H
   CORTADO_CHECK((from_type == HalfType::kNone) != (to_type == HalfType::kNone),
                 "a conversion from {} to {}", HalfTypeName(from_type), HalfTypeName(to_type));
   const HalfType half = from_type == HalfType::kNone ? to_type : from_type;
+  // A channels-last home is [n][h][w][c]; the float32 twin NCHW.
+  int n = 0, c = 0, hw = 0;
   if (nhwc_) {
-    // The home is [n][h][w][c]; the float32 twin NCHW.
     CORTADO_CHECK_EQ(num_axes(), 4, "an NHWC tensor of shape {}", ShapeString());
-    const int n = shape_[0], c = shape_[1], hw = shape_[2] * shape_[3];
-    if (on_device) {
-#if CORTADO_WITH_CUDA
-      void* stream = cuda::CurrentStream();
-      if (from_type == HalfType::kNone) {
-        math::FloatsToHalfNhwcGpu(stream, half, n, c, hw,
-                                  static_cast<const float*>(from.device_data()),
-                                  to.mutable_device_data());
-      } else {
-        math::HalfNhwcToFloatsGpu(stream, half, n, c, hw, from.device_data(),
-                                  static_cast<float*>(to.mutable_device_data()));
-      }
-      return;
-#else
-      CORTADO_THROW(kUnimplemented, "device memory requested in a build without CUDA");
-#endif
-    }
-    if (from_type == HalfType::kNone) {
-      math::FloatsToHalfNhwcHost(half, n, c, hw, static_cast<const float*>(from.host_data()),
-                                 to.mutable_host_data());
-    } else {
-      math::HalfNhwcToFloatsHost(half, n, c, hw, from.host_data(),
-                                 static_cast<float*>(to.mutable_host_data()));
-    }
-    return;
+    n = shape_[0];
+    c = shape_[1];
+    hw = shape_[2] * shape_[3];
   }
   if (on_device) {
 #if CORTADO_WITH_CUDA
     void* stream = cuda::CurrentStream();
     if (from_type == HalfType::kNone) {
-      math::FloatsToHalfGpu(stream, half, count_, static_cast<const float*>(from.device_data()),
-                            to.mutable_device_data());
+      const auto* src = static_cast<const float*>(from.device_data());
+      void* dst = to.mutable_device_data();
+      nhwc_ ? math::FloatsToHalfNhwcGpu(stream, half, n, c, hw, src, dst)
+            : math::FloatsToHalfGpu(stream, half, count_, src, dst);
     } else {
-      math::HalfToFloatsGpu(stream, half, count_, from.device_data(),
-                            static_cast<float*>(to.mutable_device_data()));
+      const void* src = from.device_data();
+      auto* dst = static_cast<float*>(to.mutable_device_data());
+      nhwc_ ? math::HalfNhwcToFloatsGpu(stream, half, n, c, hw, src, dst)
+            : math::HalfToFloatsGpu(stream, half, count_, src, dst);
     }
     return;
 #else
@@ -204,11 +187,15 @@ void Tensor::Convert(SyncedMemory& from, HalfType from_type, SyncedMemory& to, H
 #endif
   }
   if (from_type == HalfType::kNone) {
-    math::FloatsToHalfHost(half, count_, static_cast<const float*>(from.host_data()),
-                           to.mutable_host_data());
+    const auto* src = static_cast<const float*>(from.host_data());
+    void* dst = to.mutable_host_data();
+    nhwc_ ? math::FloatsToHalfNhwcHost(half, n, c, hw, src, dst)
+          : math::FloatsToHalfHost(half, count_, src, dst);
   } else {
-    math::HalfToFloatsHost(half, count_, from.host_data(),
-                           static_cast<float*>(to.mutable_host_data()));
+    const void* src = from.host_data();
+    auto* dst = static_cast<float*>(to.mutable_host_data());
+    nhwc_ ? math::HalfNhwcToFloatsHost(half, n, c, hw, src, dst)
+          : math::HalfToFloatsHost(half, count_, src, dst);
   }
 }
 
