@@ -114,11 +114,32 @@ __global__ void FromNhwcKernel(int n, int c, int hw, const H* __restrict__ src, 
 // tile's edge: c is even, so channel ch < c (ch even) has ch + 1 < c too.
 constexpr int kPairs = 32;
 
+// The second half of the NCHW-to-NHWC pair kernels below: a barrier, then the block's tile
+// ([pair][position]) out as channels c0 + 2x and c0 + 2x + 1 at positions p0 + y + kRows * k of
+// one image's NHWC values (a pair as one 4-byte value, a warp 128 contiguous bytes), then a
+// barrier before the tile is filled again.
+template <typename H, int kPositions>
+__device__ __forceinline__ void StorePairsTile(
+    const typename Pair<H>::Type (&tile)[kPairs][kPositions + 1], int c, int hw, int c0, int p0,
+    typename Pair<H>::Type* __restrict__ out) {
+  constexpr int kSteps = kPositions / kRows;
+  const int x = threadIdx.x, y = threadIdx.y;
+  __syncthreads();
+  if (c0 + 2 * x < c) {
+#pragma unroll
+    for (int k = 0; k < kSteps; ++k) {
+      const int q = y + kRows * k;
+      if (p0 + q < hw) out[static_cast<int64_t>(p0 + q) * (c / 2) + c0 / 2 + x] = tile[x][q];
+    }
+  }
+  __syncthreads();
+}
+
 template <typename H, int kCols, typename S = float>
 __global__ void __launch_bounds__(kPairs* kRows)
     ToNhwcPairsKernel(int n, int c, int hw, const S* __restrict__ src, H* __restrict__ dst) {
   using H2 = typename Pair<H>::Type;
-  constexpr int kPositions = 32 * kCols, kPairRows = kPairs / kRows, kSteps = kPositions / kRows;
+  constexpr int kPositions = 32 * kCols, kPairRows = kPairs / kRows;
   __shared__ H2 tile[kPairs][kPositions + 1];
   const int x = threadIdx.x, y = threadIdx.y;
   const int c0 = blockIdx.y * 2 * kPairs, p0 = blockIdx.x * kPositions;
@@ -150,16 +171,7 @@ __global__ void __launch_bounds__(kPairs* kRows)
         }
       }
     }
-    __syncthreads();
-    // Channels c0 + 2x and c0 + 2x + 1 at positions p0 + y + kRows * k.
-    if (c0 + 2 * x < c) {
-#pragma unroll
-      for (int k = 0; k < kSteps; ++k) {
-        const int q = y + kRows * k;
-        if (p0 + q < hw) out[static_cast<int64_t>(p0 + q) * (c / 2) + c0 / 2 + x] = tile[x][q];
-      }
-    }
-    __syncthreads();
+    StorePairsTile<H, kPositions>(tile, c, hw, c0, p0, out);
   }
 }
 
@@ -661,7 +673,7 @@ template <typename H, int kCols>
 __global__ void __launch_bounds__(kPairs* kRows, kWideBlocks)
     HalfToNhwcWideKernel(int n, int c, int hw, const H* __restrict__ src, H* __restrict__ dst) {
   using H2 = typename Pair<H>::Type;
-  constexpr int kPositions = 64 * kCols, kPairRows = kPairs / kRows, kSteps = kPositions / kRows;
+  constexpr int kPositions = 64 * kCols, kPairRows = kPairs / kRows;
   __shared__ H2 tile[kPairs][kPositions + 1];
   const int x = threadIdx.x, y = threadIdx.y;
   const int c0 = blockIdx.y * 2 * kPairs, p0 = blockIdx.x * kPositions;
@@ -695,16 +707,7 @@ __global__ void __launch_bounds__(kPairs* kRows, kWideBlocks)
         }
       }
     }
-    __syncthreads();
-    // Channels c0 + 2x and c0 + 2x + 1 at positions p0 + y + kRows * k.
-    if (c0 + 2 * x < c) {
-#pragma unroll
-      for (int k = 0; k < kSteps; ++k) {
-        const int q = y + kRows * k;
-        if (p0 + q < hw) out[static_cast<int64_t>(p0 + q) * (c / 2) + c0 / 2 + x] = tile[x][q];
-      }
-    }
-    __syncthreads();
+    StorePairsTile<H, kPositions>(tile, c, hw, c0, p0, out);
   }
 }
 
