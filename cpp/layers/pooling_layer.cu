@@ -76,6 +76,30 @@ __device__ __forceinline__ int64_t Quotient(int64_t i, const cuda::FastDiv& d) {
   return i <= INT_MAX ? d.Div(static_cast<uint32_t>(i)) : i / d.divisor;
 }
 
+// Element i of a [images][channels][plane] tensor (nhwc: [images][plane][channels]), by_plane
+// dividing by the plane's size: its image, channel and position in the plane.
+struct Element {
+  int64_t image;
+  int channel, position;
+};
+__device__ Element ElementAt(int64_t i, int channels, const cuda::FastDiv& by_channels,
+                             const cuda::FastDiv& by_plane, bool nhwc) {
+  const int plane_size = static_cast<int>(by_plane.divisor);
+  Element e;
+  if (nhwc) {
+    const int64_t pixel = Quotient(i, by_channels);  // image * plane_size + position
+    e.channel = static_cast<int>(i - pixel * channels);
+    e.image = Quotient(pixel, by_plane);
+    e.position = static_cast<int>(pixel - e.image * plane_size);
+  } else {
+    const int64_t plane = Quotient(i, by_plane);
+    e.position = static_cast<int>(i - plane * plane_size);
+    e.image = channels == 1 ? plane : Quotient(plane, by_channels);
+    e.channel = static_cast<int>(plane - e.image * channels);
+  }
+  return e;
+}
+
 // Output i (counted in the top's memory order): its position, and where its channel's values lie in
 // the bottom and in the top.
 struct OutputPosition {
@@ -83,24 +107,11 @@ struct OutputPosition {
   Plane in, out;
 };
 __device__ OutputPosition Locate(int64_t i, const PoolShape& s) {
-  const int plane_size = s.pooled_h * s.pooled_w;
-  int64_t image;
-  int channel, rest;
-  if (s.out_nhwc) {
-    const int64_t pixel = Quotient(i, s.by_channels);  // image * plane_size + position
-    channel = static_cast<int>(i - pixel * s.channels);
-    image = Quotient(pixel, s.by_pooled_plane);
-    rest = static_cast<int>(pixel - image * plane_size);
-  } else {
-    const int64_t plane = Quotient(i, s.by_pooled_plane);
-    rest = static_cast<int>(i - plane * plane_size);
-    image = s.channels == 1 ? plane : Quotient(plane, s.by_channels);
-    channel = static_cast<int>(plane - image * s.channels);
-  }
-  const int ph = static_cast<int>(s.by_pooled_w.Div(rest));
-  return {ph, rest - ph * s.pooled_w,
-          PlaneOf(image, channel, s.channels, s.height * s.width, s.in_nhwc),
-          PlaneOf(image, channel, s.channels, plane_size, s.out_nhwc)};
+  const Element e = ElementAt(i, s.channels, s.by_channels, s.by_pooled_plane, s.out_nhwc);
+  const int ph = static_cast<int>(s.by_pooled_w.Div(e.position));
+  return {ph, e.position - ph * s.pooled_w,
+          PlaneOf(e.image, e.channel, s.channels, s.height * s.width, s.in_nhwc),
+          PlaneOf(e.image, e.channel, s.channels, s.pooled_h * s.pooled_w, s.out_nhwc)};
 }
 
 // AVE's divisor: the window clipped to the padded bounds [-pad, size + pad).
@@ -244,24 +255,11 @@ struct InputPosition {
 };
 __device__ InputPosition Covering(int64_t i, const PoolShape& s) {
   InputPosition p;
-  const int plane_size = s.height * s.width;
-  int64_t image;
-  int channel, rest;
-  if (s.in_nhwc) {
-    const int64_t pixel = Quotient(i, s.by_channels);
-    channel = static_cast<int>(i - pixel * s.channels);
-    image = Quotient(pixel, s.by_plane);
-    rest = static_cast<int>(pixel - image * plane_size);
-  } else {
-    const int64_t plane = Quotient(i, s.by_plane);
-    rest = static_cast<int>(i - plane * plane_size);
-    image = s.channels == 1 ? plane : Quotient(plane, s.by_channels);
-    channel = static_cast<int>(plane - image * s.channels);
-  }
-  p.h = static_cast<int>(s.by_width.Div(rest));
-  p.w = rest - p.h * s.width;
-  p.in = PlaneOf(image, channel, s.channels, plane_size, s.in_nhwc);
-  p.out = PlaneOf(image, channel, s.channels, s.pooled_h * s.pooled_w, s.out_nhwc);
+  const Element e = ElementAt(i, s.channels, s.by_channels, s.by_plane, s.in_nhwc);
+  p.h = static_cast<int>(s.by_width.Div(e.position));
+  p.w = e.position - p.h * s.width;
+  p.in = PlaneOf(e.image, e.channel, s.channels, s.height * s.width, s.in_nhwc);
+  p.out = PlaneOf(e.image, e.channel, s.channels, s.pooled_h * s.pooled_w, s.out_nhwc);
   p.ph_begin = FirstCovering(p.h, s.pad_h, s.kernel_h, s.by_stride_h);
   p.ph_end = EndCovering(p.h, s.pad_h, s.by_stride_h, s.pooled_h);
   p.pw_begin = FirstCovering(p.w, s.pad_w, s.kernel_w, s.by_stride_w);
