@@ -87,6 +87,42 @@ __device__ __forceinline__ float Masked(const ReluMask& m, float s, float b, flo
   return ScaleShift(y, s, b, m.bias != nullptr) > 0.0f ? dy : dy * m.slope;
 }
 
+// A channel's batch mean, variance and std from the sums of x - shift and (x - shift)^2 over
+// its m values (the single-pass variance, free of cancellation thanks to the shift).
+struct BatchStatistics {
+  float mean, variance, sd;
+};
+__device__ __forceinline__ BatchStatistics FromSums(double2 sums, double m, float shift,
+                                                    float eps) {
+  const double shifted_mean = sums.x / m;
+  BatchStatistics b;
+  b.mean = static_cast<float>(shift + shifted_mean);
+  b.variance = static_cast<float>(fmax(sums.y / m - shifted_mean * shifted_mean, 0.0));
+  b.sd = sqrtf(b.variance + eps);
+  return b;
+}
+// Channel c's stored mean and std, and the running sums mean_sum = f * mean_sum + mean,
+// var_sum = f * var_sum + m / (m - 1) * var, norm = f * norm + 1 (once, by channel 0).
+__device__ __forceinline__ void StoreStatistics(int c, const BatchStatistics& b, float fraction,
+                                                float bias_correction, float* mean, float* std_dev,
+                                                float* mean_sum, float* var_sum, float* norm) {
+  mean[c] = b.mean;
+  std_dev[c] = b.sd;
+  mean_sum[c] = fraction * mean_sum[c] + b.mean;
+  var_sum[c] = fraction * var_sum[c] + bias_correction * b.variance;
+  if (c == 0) norm[0] = norm[0] * fraction + 1.0f;
+}
+// Channel c's gradient sums A = sum(h) and B = sum(h * y) over m values: mean_dy = A / m,
+// mean_dyy = B / m, and the Scale's diffs scale_grad += B, bias_grad += A (each when given).
+__device__ __forceinline__ void StoreGradientSums(int c, double2 sums, double m, float* mean_dy,
+                                                  float* mean_dyy, float* scale_grad,
+                                                  float* bias_grad) {
+  mean_dy[c] = static_cast<float>(sums.x / m);
+  mean_dyy[c] = static_cast<float>(sums.y / m);
+  if (scale_grad != nullptr) scale_grad[c] += static_cast<float>(sums.y);
+  if (bias_grad != nullptr) bias_grad[c] += static_cast<float>(sums.x);
+}
+
 // Block (c, part): over its chunk of channel c, either (kGradient) the sums of a and a * b, or
 // the sums of a - k and (a - k)^2 with k the channel's first value (stored in shift[c]).
 // kGradient with a ReLU mask: a is dy masked by the ReLU (b is x_norm).
@@ -163,20 +199,12 @@ __global__ void Normalize(ChannelLayout layout, const T* x, const double2* parti
     const double2 sums =
         CombineParts(partials + static_cast<int64_t>(c) * layout.parts, layout.parts);
     if (threadIdx.x == 0) {
-      const double m = static_cast<double>(layout.units) * V;
-      const double shifted_mean = sums.x / m;
-      const float channel_mean = static_cast<float>(shift[c] + shifted_mean);
-      const float variance =
-          static_cast<float>(fmax(sums.y / m - shifted_mean * shifted_mean, 0.0));
-      const float sd = sqrtf(variance + eps);
-      stats[0] = channel_mean;
-      stats[1] = sd;
+      const BatchStatistics b =
+          FromSums(sums, static_cast<double>(layout.units) * V, shift[c], eps);
+      stats[0] = b.mean;
+      stats[1] = b.sd;
       if (part == 0) {
-        mean[c] = channel_mean;
-        std_dev[c] = sd;
-        mean_sum[c] = fraction * mean_sum[c] + channel_mean;
-        var_sum[c] = fraction * var_sum[c] + bias_correction * variance;
-        if (c == 0) norm[0] = norm[0] * fraction + 1.0f;
+        StoreStatistics(c, b, fraction, bias_correction, mean, std_dev, mean_sum, var_sum, norm);
       }
     }
   } else if (threadIdx.x == 0) {
@@ -244,12 +272,7 @@ __global__ void BatchBackward(ChannelLayout layout, const T* dy, const T* y, Rel
       const double s = scale != nullptr ? scale[c] : 1.0;
       means[0] = static_cast<float>(s * sums.x / m);
       means[1] = static_cast<float>(s * sums.y / m);
-      if (part == 0) {
-        mean_dy[c] = static_cast<float>(sums.x / m);
-        mean_dyy[c] = static_cast<float>(sums.y / m);
-        if (scale_grad != nullptr) scale_grad[c] += static_cast<float>(sums.y);
-        if (bias_grad != nullptr) bias_grad[c] += static_cast<float>(sums.x);
-      }
+      if (part == 0) StoreGradientSums(c, sums, m, mean_dy, mean_dyy, scale_grad, bias_grad);
     }
     __syncthreads();
   }
@@ -319,7 +342,9 @@ ChannelLayout MakeLayout(int num, int channels, int spatial, int v) {
 }
 
 // Workspace for the partials of every block and (after them) the per-channel shifts.
-double2* Partials(Context& ctx, const ChannelLayout& layout, float** shift) {
+// (ChannelLayout or, below, NhwcLayout: either has a partial per channel and part.)
+template <typename Layout>
+double2* Partials(Context& ctx, const Layout& layout, float** shift) {
   const size_t blocks = static_cast<size_t>(layout.channels) * layout.parts;
   auto* partials = static_cast<double2*>(
       cuda::Get(ctx).Workspace(blocks * sizeof(double2) + layout.channels * sizeof(float)));
@@ -595,15 +620,8 @@ __global__ void NhwcStatistics(NhwcLayout l, const double2* partials, const floa
   if (c >= l.channels) return;
   const double2 sums = WarpChannelSum(l, partials, c);
   if (threadIdx.x % 32 != 0) return;
-  const double m = static_cast<double>(l.rows);
-  const double shifted_mean = sums.x / m;
-  const float channel_mean = static_cast<float>(shift[c] + shifted_mean);
-  const float variance = static_cast<float>(fmax(sums.y / m - shifted_mean * shifted_mean, 0.0));
-  mean[c] = channel_mean;
-  std_dev[c] = sqrtf(variance + eps);
-  mean_sum[c] = fraction * mean_sum[c] + channel_mean;
-  var_sum[c] = fraction * var_sum[c] + bias_correction * variance;
-  if (c == 0) norm[0] = norm[0] * fraction + 1.0f;
+  StoreStatistics(c, FromSums(sums, static_cast<double>(l.rows), shift[c], eps), fraction,
+                  bias_correction, mean, std_dev, mean_sum, var_sum, norm);
 }
 
 // One warp per channel: mean_dy = A / m and mean_dyy = B / m of the gradient sums, and the
@@ -614,11 +632,7 @@ __global__ void NhwcGradientSums(NhwcLayout l, const double2* partials, float* m
   if (c >= l.channels) return;
   const double2 sums = WarpChannelSum(l, partials, c);
   if (threadIdx.x % 32 != 0) return;
-  const double m = static_cast<double>(l.rows);
-  mean_dy[c] = static_cast<float>(sums.x / m);
-  mean_dyy[c] = static_cast<float>(sums.y / m);
-  if (scale_grad != nullptr) scale_grad[c] += static_cast<float>(sums.y);
-  if (bias_grad != nullptr) bias_grad[c] += static_cast<float>(sums.x);
+  StoreGradientSums(c, sums, static_cast<double>(l.rows), mean_dy, mean_dyy, scale_grad, bias_grad);
 }
 
 // x_norm = (x - mean) / std (or times 1 / std, `divide` false) and the fused top, as Normalize.
@@ -762,14 +776,6 @@ int NhwcPack(int channels, std::initializer_list<const void*> pointers) {
 
 int WarpBlocks(int channels) { return (channels * 32 + cuda::kThreads - 1) / cuda::kThreads; }
 
-double2* NhwcWorkspace(Context& ctx, const NhwcLayout& l, float** shift) {
-  const size_t partials = static_cast<size_t>(l.parts) * l.channels;
-  auto* p = static_cast<double2*>(
-      cuda::Get(ctx).Workspace(partials * sizeof(double2) + l.channels * sizeof(float)));
-  if (shift != nullptr) *shift = reinterpret_cast<float*>(p + partials);
-  return p;
-}
-
 template <int V, typename T>
 void LaunchForwardNhwc(Context& ctx, int64_t rows, int channels, bool batch_statistics, const T* x,
                        float fraction, float bias_correction, float eps, float* mean,
@@ -781,7 +787,7 @@ void LaunchForwardNhwc(Context& ctx, int64_t rows, int channels, bool batch_stat
   const cudaStream_t stream = cuda::Stream(ctx);
   if (batch_statistics) {
     float* shift = nullptr;
-    double2* partials = NhwcWorkspace(ctx, l, &shift);
+    double2* partials = Partials(ctx, l, &shift);
     NhwcPartials<V, false, T>
         <<<l.parts, cuda::kThreads, 0, stream>>>(l, x, nullptr, ReluMask{}, shift, partials);
     CORTADO_CUDA_CHECK_LAUNCH();
@@ -805,7 +811,7 @@ void LaunchBackwardNhwc(Context& ctx, int64_t rows, int channels, bool batch_sta
   const NhwcLayout e = MakeNhwcLayout(rows, channels, V, kNhwcElementRows);
   const cudaStream_t stream = cuda::Stream(ctx);
   if (sums) {
-    double2* partials = NhwcWorkspace(ctx, l, nullptr);
+    double2* partials = Partials(ctx, l, nullptr);
     NhwcPartials<V, true, T>
         <<<l.parts, cuda::kThreads, 0, stream>>>(l, dy, y, mask, nullptr, partials);
     CORTADO_CUDA_CHECK_LAUNCH();
