@@ -150,6 +150,23 @@ void ExpectSameParamDiffs(const Net& expected, const Net& actual, float toleranc
   }
 }
 
+// Each parameter's gradient within `tolerance` of that parameter's largest (at least 1e-3): for
+// nets whose values differ by a 16-bit type's rounding.
+void ExpectParamDiffsWithinLargest(const Net& expected, const Net& actual, float tolerance,
+                                   const std::string& where) {
+  for (size_t k = 0; k < expected.learnable_params().size(); ++k) {
+    const Tensor& e = *expected.learnable_params()[k];
+    const Tensor& a = *actual.learnable_params()[k];
+    float scale = 0.0f, worst = 0.0f;
+    for (int i = 0; i < e.count(); ++i) {
+      scale = std::max(scale, std::fabs(e.cpu_diff()[i]));
+      worst = std::max(worst, std::fabs(e.cpu_diff()[i] - a.cpu_diff()[i]));
+    }
+    EXPECT_LE(worst, tolerance * std::max(scale, 1e-3f))
+        << expected.param_display_names()[k] << where;
+  }
+}
+
 // The plan a test applies: the two separate ones, or the joint one a Solver uses.
 enum class Plan { kSeparate, kJoint };
 
@@ -516,17 +533,7 @@ TEST(HalfTensorsGpuTest, ResidualNetKeepsHalfBlobsAndFollowsFloat32Blobs) {
       FillInputs(net);
       const float loss = net->ForwardBackward();
       EXPECT_NEAR(loss, expected, tolerance * std::max(1.0f, expected));
-      for (size_t k = 0; k < reference->learnable_params().size(); ++k) {
-        const Tensor& e = *reference->learnable_params()[k];
-        const Tensor& a = *net->learnable_params()[k];
-        float scale = 0.0f, worst = 0.0f;
-        for (int i = 0; i < e.count(); ++i) {
-          scale = std::max(scale, std::fabs(e.cpu_diff()[i]));
-          worst = std::max(worst, std::fabs(e.cpu_diff()[i] - a.cpu_diff()[i]));
-        }
-        EXPECT_LE(worst, tolerance * std::max(scale, 1e-3f))
-            << reference->param_display_names()[k] << (net == &half ? "" : ", planned");
-      }
+      ExpectParamDiffsWithinLargest(*reference, *net, tolerance, net == &half ? "" : ", planned");
     }
   }
 }
@@ -621,17 +628,8 @@ TEST(HalfTensorsGpuTest, ChannelsLastBlobsFollowNchwBlobs) {
           (net == &nhwc ? loss : expected) = net->ForwardBackward();
         }
         EXPECT_NEAR(loss, expected, tolerance * std::max(1.0f, expected)) << iteration;
-        for (size_t k = 0; k < nchw->learnable_params().size(); ++k) {
-          const Tensor& e = *nchw->learnable_params()[k];
-          const Tensor& a = *nhwc.learnable_params()[k];
-          float scale = 0.0f, worst = 0.0f;
-          for (int i = 0; i < e.count(); ++i) {
-            scale = std::max(scale, std::fabs(e.cpu_diff()[i]));
-            worst = std::max(worst, std::fabs(e.cpu_diff()[i] - a.cpu_diff()[i]));
-          }
-          EXPECT_LE(worst, tolerance * std::max(scale, 1e-3f))
-              << nchw->param_display_names()[k] << ", iteration " << iteration;
-        }
+        ExpectParamDiffsWithinLargest(*nchw, nhwc, tolerance,
+                                      ", iteration " + std::to_string(iteration));
         // The same step on both (the NCHW net's gradients), so the next iteration starts alike.
         for (size_t k = 0; k < nchw->learnable_params().size(); ++k) {
           Tensor& e = *nchw->learnable_params()[k];
