@@ -117,16 +117,59 @@ void EltwiseLayer::ForwardCpu(const std::vector<Tensor*>& bottom, const std::vec
   }
 }
 
+namespace {
+
+// A SUM's gradients: diffs[k] = coeffs[k] * g with g the top's gradient (t0, or t0 + t1 with
+// kTerms: SumTopDiffs), masked by the sign of the fused ReLU's output (relu_top) with kRelu.
+// One pass for all the bottoms that want a gradient.
+template <bool kTerms, bool kRelu>
+inline float SumGradient(const float* t0, const float* t1, const float* relu_top, float slope,
+                         int i) {
+  const float dy = kTerms ? t0[i] + t1[i] : t0[i];
+  return kRelu ? (relu_top[i] > 0.0f ? dy : dy * slope) : dy;
+}
+
+template <bool kTerms, bool kRelu>
+void SumBackwardCpu(int n, const float* t0, const float* t1, const float* relu_top, float slope,
+                    const std::vector<float*>& diffs, const std::vector<float>& coeffs) {
+  if (diffs.size() == 2) {  // a residual connection
+    float* d0 = diffs[0];
+    float* d1 = diffs[1];
+    const float c0 = coeffs[0];
+    const float c1 = coeffs[1];
+#pragma omp parallel for if (n > math::kParallelThreshold) schedule(static)
+    for (int i = 0; i < n; ++i) {
+      const float g = SumGradient<kTerms, kRelu>(t0, t1, relu_top, slope, i);
+      d0[i] = c0 * g;
+      d1[i] = c1 * g;
+    }
+    return;
+  }
+  const int m = static_cast<int>(diffs.size());
+  float* const* out = diffs.data();
+  const float* c = coeffs.data();
+#pragma omp parallel for if (n > math::kParallelThreshold) schedule(static)
+  for (int i = 0; i < n; ++i) {
+    const float g = SumGradient<kTerms, kRelu>(t0, t1, relu_top, slope, i);
+    for (int k = 0; k < m; ++k) out[k][i] = c[k] * g;
+  }
+}
+
+}  // namespace
+
+void EltwiseLayer::SumTopDiffs(const Tensor* a, const Tensor* b) {
+  CORTADO_CHECK(op_ == caffe::EltwiseParameter::SUM && a != nullptr && b != nullptr,
+                "{}: only a SUM takes its top's gradient as a sum of two diffs", Describe());
+  top_diff_terms_[0] = a;
+  top_diff_terms_[1] = b;
+}
+
 void EltwiseLayer::BackwardCpu(const std::vector<Tensor*>& top,
                                const std::vector<bool>& propagate_down,
                                const std::vector<Tensor*>& bottom) {
   const int n = top[0]->count();
-  const float* top_diff = top[0]->cpu_diff();
-  const float* top_data = top[0]->cpu_data();
   const int num_bottom = static_cast<int>(bottom.size());
-  if (op_ == caffe::EltwiseParameter::SUM && relu_) {
-    // One pass: the ReLU's gradient, from the sign of its (in-place) output, scaled into the
-    // diff of every bottom that wants one.
+  if (op_ == caffe::EltwiseParameter::SUM) {
     std::vector<float*> diffs;
     std::vector<float> coeffs;
     for (int b = 0; b < num_bottom; ++b) {
@@ -134,29 +177,27 @@ void EltwiseLayer::BackwardCpu(const std::vector<Tensor*>& top,
       diffs.push_back(bottom[b]->mutable_cpu_diff());
       coeffs.push_back(coeffs_[b]);
     }
-    const float slope = relu_slope_;
-    if (diffs.size() == 2) {  // a residual connection
-      float* d0 = diffs[0];
-      float* d1 = diffs[1];
-      const float c0 = coeffs[0];
-      const float c1 = coeffs[1];
-#pragma omp parallel for if (n > math::kParallelThreshold) schedule(static)
-      for (int i = 0; i < n; ++i) {
-        const float g = top_data[i] > 0.0f ? top_diff[i] : top_diff[i] * slope;
-        d0[i] = c0 * g;
-        d1[i] = c1 * g;
+    if (diffs.empty()) return;
+    const float* relu_top = relu_ ? top[0]->cpu_data() : nullptr;
+    if (sums_top_diffs()) {
+      const float* t0 = top_diff_terms_[0]->cpu_diff();
+      const float* t1 = top_diff_terms_[1]->cpu_diff();
+      if (relu_) {
+        SumBackwardCpu<true, true>(n, t0, t1, relu_top, relu_slope_, diffs, coeffs);
+      } else {
+        SumBackwardCpu<true, false>(n, t0, t1, relu_top, relu_slope_, diffs, coeffs);
       }
-      return;
-    }
-    const int m = static_cast<int>(diffs.size());
-#pragma omp parallel for if (n > math::kParallelThreshold) schedule(static)
-    for (int i = 0; i < n; ++i) {
-      const float g = top_data[i] > 0.0f ? top_diff[i] : top_diff[i] * slope;
-      for (int k = 0; k < m; ++k)
-        diffs[static_cast<size_t>(k)][i] = coeffs[static_cast<size_t>(k)] * g;
+    } else if (relu_) {
+      SumBackwardCpu<false, true>(n, top[0]->cpu_diff(), nullptr, relu_top, relu_slope_, diffs,
+                                  coeffs);
+    } else {
+      SumBackwardCpu<false, false>(n, top[0]->cpu_diff(), nullptr, relu_top, relu_slope_, diffs,
+                                   coeffs);
     }
     return;
   }
+  const float* top_diff = top[0]->cpu_diff();
+  const float* top_data = top[0]->cpu_data();
   for (int b = 0; b < num_bottom; ++b) {
     if (!propagate_down[b]) continue;
     float* diff = bottom[b]->mutable_cpu_diff();
@@ -178,15 +219,6 @@ void EltwiseLayer::BackwardCpu(const std::vector<Tensor*>& top,
           math::Div(n, top_data, bottom[b]->cpu_data(), diff);
         }
         math::Mul(n, diff, top_diff, diff);
-        break;
-      case caffe::EltwiseParameter::SUM:
-        if (relu_) {  // the ReLU's gradient first, from the sign of its (in-place) output
-          for (int i = 0; i < n; ++i) {
-            diff[i] = coeffs_[b] * (top_data[i] > 0.0f ? top_diff[i] : top_diff[i] * relu_slope_);
-          }
-        } else {
-          math::Scale(n, coeffs_[b], top_diff, diff);
-        }
         break;
       case caffe::EltwiseParameter::MAX: {
         const int* idx = max_idx_.data();

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // Eltwise on the GPU: PROD through the GPU math primitives in eltwise_layer.cpp's order; SUM in
-// one pass per two bottoms, with the fused ReLU if any; MAX with one kernel per bottom that keeps
+// one pass per two bottoms, with the fused ReLU if any (and the folded Split's sum of the top's
+// gradient, SumTopDiffs); MAX with one kernel per bottom that keeps
 // the index of the winning bottom per element, as floats in max_mask_.
 #include <cstdint>
 
@@ -69,21 +70,28 @@ __global__ void SumTwoPacks(int64_t units, int64_t first, float c0, const T* a, 
   }
 }
 
+// dy2 set: the top's gradient is dy + dy2 (EltwiseLayer::SumTopDiffs), rounded to T as the
+// Split that would otherwise add them stores it.
 template <typename T, int V>
-__global__ void SumBackwardPacks(int64_t units, int64_t first, const T* dy, const T* relu_top,
-                                 float slope, float c0, T* dx0, float c1, T* dx1) {
+__global__ void SumBackwardPacks(int64_t units, int64_t first, const T* dy, const T* dy2,
+                                 const T* relu_top, float slope, float c0, T* dx0, float c1,
+                                 T* dx1) {
   dy += first;
+  if (dy2 != nullptr) dy2 += first;
   if (relu_top != nullptr) relu_top += first;
   if (dx0 != nullptr) dx0 += first;
   if (dx1 != nullptr) dx1 += first;
   for (int64_t q = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; q < units;
        q += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const half_values::Vec<T, V> d = half_values::LoadVec<T, V>(dy, q);
+    half_values::Vec<T, V> d2{};
+    if (dy2 != nullptr) d2 = half_values::LoadVec<T, V>(dy2, q);
     half_values::Vec<T, V> t{};
     if (relu_top != nullptr) t = half_values::LoadVec<T, V>(relu_top, q);
     half_values::Vec<T, V> r0, r1;
     for (int k = 0; k < V; ++k) {
-      const float g = Widen(d.v[k]);
+      const float g =
+          dy2 == nullptr ? Widen(d.v[k]) : Widen(Narrow<T>(Widen(d.v[k]) + Widen(d2.v[k])));
       const float masked = relu_top == nullptr || Widen(t.v[k]) > 0.0f ? g : g * slope;
       r0.v[k] = Narrow<T>(c0 * masked);
       r1.v[k] = Narrow<T>(c1 * masked);
@@ -98,11 +106,13 @@ __global__ void ReluInPlace(int n, float slope, float* x) {
 }
 
 // The gradients of a SUM for up to two bottoms at once (a null dx is skipped): dx = c * g with
-// g the top's gradient, masked by the sign of the top when a ReLU is fused (relu_top set).
-__global__ void SumBackward(int n, const float* dy, const float* relu_top, float slope, float c0,
-                            float* dx0, float c1, float* dx1) {
+// g the top's gradient (dy, or dy + dy2: EltwiseLayer::SumTopDiffs), masked by the sign of the
+// top when a ReLU is fused (relu_top set).
+__global__ void SumBackward(int n, const float* dy, const float* dy2, const float* relu_top,
+                            float slope, float c0, float* dx0, float c1, float* dx1) {
   CORTADO_KERNEL_LOOP(i, n) {
-    const float g = relu_top == nullptr || relu_top[i] > 0.0f ? dy[i] : dy[i] * slope;
+    const float d = dy2 == nullptr ? dy[i] : dy[i] + dy2[i];
+    const float g = relu_top == nullptr || relu_top[i] > 0.0f ? d : d * slope;
     if (dx0 != nullptr) dx0[i] = c0 * g;
     if (dx1 != nullptr) dx1[i] = c1 * g;
   }
@@ -191,34 +201,37 @@ void EltwiseLayer::BackwardGpu(const std::vector<Tensor*>& top,
       T* dx1 = propagate_down[1] ? half_values::MutableDiff<T>(*bottom[1], half) : nullptr;
       if (dx0 == nullptr && dx1 == nullptr) return;
       const T* relu_top = relu_ ? half_values::Data<T>(*top[0], half) : nullptr;
-      const T* dy = half_values::Diff<T>(*top[0], half);
-      const bool aligned = half_values::PackAligned<T>(dy) &&
+      const T* dy = half_values::Diff<T>(sums_top_diffs() ? *top_diff_terms_[0] : *top[0], half);
+      const T* dy2 = sums_top_diffs() ? half_values::Diff<T>(*top_diff_terms_[1], half) : nullptr;
+      const bool aligned = half_values::PackAligned<T>(dy) && half_values::PackAligned<T>(dy2) &&
                            half_values::PackAligned<T>(relu_top) &&
                            half_values::PackAligned<T>(dx0) && half_values::PackAligned<T>(dx1);
       half_values::InPacksOfFour(n, aligned, [&](auto v, int64_t units, int64_t first) {
         SumBackwardPacks<T, decltype(v)::value>
             <<<half_values::PackBlocks(units), cuda::kThreads, 0, cuda::Stream(ctx)>>>(
-                units, first, dy, relu_top, relu_slope_, coeffs_[0], dx0, coeffs_[1], dx1);
+                units, first, dy, dy2, relu_top, relu_slope_, coeffs_[0], dx0, coeffs_[1], dx1);
         CORTADO_CUDA_CHECK_LAUNCH();
       });
     });
     return;
   }
-  const float* top_diff = top[0]->gpu_diff();
   const int num_bottom = static_cast<int>(bottom.size());
   if (op_ == caffe::EltwiseParameter::SUM) {  // one pass per two bottoms
     const float* relu_top = relu_ ? top[0]->gpu_data() : nullptr;
+    const float* dy = sums_top_diffs() ? top_diff_terms_[0]->gpu_diff() : top[0]->gpu_diff();
+    const float* dy2 = sums_top_diffs() ? top_diff_terms_[1]->gpu_diff() : nullptr;
     for (int b = 0; b < num_bottom; b += 2) {
       float* dx0 = propagate_down[b] ? bottom[b]->mutable_gpu_diff() : nullptr;
       const bool second = b + 1 < num_bottom && propagate_down[b + 1];
       float* dx1 = second ? bottom[b + 1]->mutable_gpu_diff() : nullptr;
       if (dx0 == nullptr && dx1 == nullptr) continue;
       SumBackward<<<cuda::Blocks(n), cuda::kThreads, 0, cuda::Stream(ctx)>>>(
-          n, top_diff, relu_top, relu_slope_, coeffs_[b], dx0, second ? coeffs_[b + 1] : 0.0f, dx1);
+          n, dy, dy2, relu_top, relu_slope_, coeffs_[b], dx0, second ? coeffs_[b + 1] : 0.0f, dx1);
       CORTADO_CUDA_CHECK_LAUNCH();
     }
     return;
   }
+  const float* top_diff = top[0]->gpu_diff();
   for (int b = 0; b < num_bottom; ++b) {
     if (!propagate_down[b]) continue;
     float* diff = bottom[b]->mutable_gpu_diff();

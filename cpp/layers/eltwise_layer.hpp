@@ -25,6 +25,13 @@ class EltwiseLayer final : public Layer {
   // (Net::Init fuses; the ReLU layer then does nothing): Forward writes relu(sum), Backward
   // masks the top's gradient by the sign of the top, as the ReLU's own Backward would.
   void FuseRelu(float negative_slope);
+  // Takes the top's gradient as the sum of two other tensors' diffs instead of its own diff: the
+  // tops of the Split that alone consumes the top (Net::Init folds the Split's Backward into this
+  // layer's, so the sum is never written out). The sum is taken as the Split's Backward takes
+  // it, a + b in float32 (rounded to the 16-bit type of half tensors, as the Split would store
+  // it), so the gradients are the same bits as with the Split. SUM only.
+  void SumTopDiffs(const Tensor* a, const Tensor* b);
+  bool sums_top_diffs() const { return top_diff_terms_[0] != nullptr; }
   // A sum's gradient is the coefficients alone (and the fused ReLU's sign of the top).
   bool BackwardReadsBottomData(int /*index*/) const override {
     return op_ != caffe::EltwiseParameter::SUM;
@@ -53,6 +60,8 @@ class EltwiseLayer final : public Layer {
   bool stable_prod_grad_ = true;
   bool relu_ = false;  // a fused ReLU (SUM only)
   float relu_slope_ = 0.0f;
+  // SumTopDiffs: the two tensors whose diffs add up to the top's gradient (null: none).
+  const Tensor* top_diff_terms_[2] = {nullptr, nullptr};
   std::vector<int> max_idx_;  // MAX only: which bottom won each element
   Tensor max_mask_;           // MAX on the GPU: the same, as floats on the device
 };

@@ -354,7 +354,8 @@ void RecurrentLayer::LogDebugInfo(bool forward) const {
       }
       continue;
     }
-    if (!net.layer_need_backward()[i]) continue;
+    // A fused layer's gradients are its host's work (a folded Split writes no bottom diff).
+    if (!net.layer_need_backward()[i] || net.layers()[i]->fused_into() != nullptr) continue;
     for (size_t b = 0; b < net.bottom_vecs()[i].size(); ++b) {
       if (!net.bottom_need_backward()[i][b]) continue;
       CORTADO_LOG_INFO("{}: [Backward] Layer {}, bottom blob {} diff: {}", Describe(), layer,

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // The fusion pass of a Net (net.hpp): BatchNorm + Scale (+ ReLU) chains and Eltwise SUM + ReLU
-// pairs computed by their first layer.
+// pairs computed by their first layer, and the Splits of those sums' outputs folded into them.
+#include <cstring>
 #include <string>
 
 #include "layers/batch_norm_layer.hpp"
@@ -64,6 +65,43 @@ int Net::FuseEltwiseRelus() {
     ++fused;
   }
   return fused;
+}
+
+int Net::FoldSplitsIntoSums() {
+  const int num_layers = static_cast<int>(layers_.size());
+  int folded = 0;
+  for (int s = 1; s < num_layers; ++s) {
+    if (std::strcmp(layers_[s]->type(), "Split") != 0 || top_ids_[s].size() != 2 ||
+        !layer_need_backward_[s] || !bottom_need_backward_[s][0] ||
+        layers_[s]->fused_into() != nullptr) {
+      continue;
+    }
+    // The layer whose passes compute the Split's bottom: the last one before the Split, unless
+    // that one is fused into another (an in-place ReLU into its sum).
+    int host = s - 1;
+    const Layer* fused_host = layers_[host]->fused_into();
+    while (fused_host != nullptr && host > 0 && layers_[host].get() != fused_host) --host;
+    if (layers_[host]->fused_into() != nullptr ||
+        std::strcmp(layers_[host]->type(), "Eltwise") != 0 || top_ids_[host].size() != 1 ||
+        top_ids_[host][0] != bottom_ids_[s][0] || layers_[host]->loss(0) != 0.0f) {
+      continue;
+    }
+    bool chain = true;  // every layer between them fused into the host
+    for (int j = host + 1; j < s; ++j) {
+      chain = chain && layers_[j]->fused_into() == layers_[host].get();
+    }
+    auto* sum = static_cast<EltwiseLayer*>(layers_[host].get());
+    if (!chain || sum->layer_param().eltwise_param().operation() != caffe::EltwiseParameter::SUM ||
+        sum->sums_top_diffs() || blob_loss_weights_[top_ids_[s][0]] != 0.0f ||
+        blob_loss_weights_[top_ids_[s][1]] != 0.0f) {
+      continue;
+    }
+    sum->SumTopDiffs(top_vecs_[s][0], top_vecs_[s][1]);
+    layers_[s]->set_fused_into(sum);
+    layer_need_backward_[host] = layer_need_backward_[host] || layer_need_backward_[s];
+    ++folded;
+  }
+  return folded;
 }
 
 }  // namespace cortado

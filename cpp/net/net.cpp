@@ -264,9 +264,12 @@ void Net::Init(const caffe::NetParameter& in_param) {
   if (options_.fuse) {
     const int chains = FuseBatchNormChains();
     const int sums = FuseEltwiseRelus();
-    if (chains + sums > 0) {
-      CORTADO_LOG_DEBUG("net '{}': fused {} BatchNorm + Scale chains, {} Eltwise + ReLU pairs",
-                        name_, chains, sums);
+    const int splits = FoldSplitsIntoSums();
+    if (chains + sums + splits > 0) {
+      CORTADO_LOG_DEBUG(
+          "net '{}': fused {} BatchNorm + Scale chains, {} Eltwise + ReLU pairs, {} Splits into "
+          "sums",
+          name_, chains, sums, splits);
     }
   }
   DropUnneededBackwardState();

@@ -10,7 +10,11 @@
 // Then, unless NetOptions::fuse is false, each in-place BatchNorm followed in place by a
 // per-channel Scale (and a ReLU) is fused: the BatchNorm layer computes all of them and the
 // others do nothing (BatchNormLayer::FuseScale); so is each Eltwise SUM followed in place by a
-// ReLU. A partial ForwardFromTo that ends between fused layers therefore runs the whole group.
+// ReLU; and each two-top Split of such a sum's output is folded into the sum's Backward, which
+// adds the Split's two top gradients itself (a residual block's input gradient, without
+// writing out the sum: the Split's bottom then gets no diff of its own). A partial ForwardFromTo
+// that ends between fused layers therefore runs the whole group, and a partial BackwardFromTo
+// must not end between a sum and its folded Split.
 //
 // Finally the gradients (diffs) of the learnable parameters are laid out in one allocation (see
 // flat_diff below), so that a collective can reduce them all at once.
@@ -211,6 +215,10 @@ class Net {
   // file); returns how many of each.
   int FuseBatchNormChains();
   int FuseEltwiseRelus();
+  // Folds each two-top Split whose bottom an Eltwise SUM (and its fused ReLU) computes into that
+  // sum's Backward (EltwiseLayer::SumTopDiffs): the sum reads the Split's two top diffs and adds
+  // them itself, and the Split does nothing. Returns how many.
+  int FoldSplitsIntoSums();
   // Whether layer i exists, has `type`, works in place on blob `blob` alone, has no explicit
   // propagate_down nor loss weight and is not fused yet: what a fused follower must be.
   bool FusableInPlace(int i, int blob, const char* type) const;

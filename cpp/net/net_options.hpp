@@ -8,8 +8,9 @@ namespace cortado {
 
 struct NetOptions {
   // Fuse each in-place BatchNorm + per-channel Scale (+ ReLU) chain, and each Eltwise SUM
-  // followed in place by a ReLU, into their first layer (net.hpp). Off: every layer runs on its
-  // own (for comparing against, or inspecting the intermediate blobs).
+  // followed in place by a ReLU, into their first layer, and fold the Split of such a sum's
+  // output into the sum's Backward (net.hpp). Off: every layer runs on its own (for comparing
+  // against, or inspecting the intermediate blobs and their gradients).
   bool fuse = true;
   // Let the Solver plan its nets' memory (Net::ShareDiffBuffers and ShareDataBuffers: blobs
   // never alive together share buffers). Off: one data and one diff buffer per blob, so every

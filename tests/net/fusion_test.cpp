@@ -4,7 +4,9 @@
 // statistics, input gradient and parameter gradients, in TRAIN and TEST, with and without the
 // Scale's bias, with a leaky ReLU, with a frozen Scale; and on the GPU against the CPU. Chains
 // that cannot be fused (not in place, a ReLU of negative slope, a Scale over other axes) are
-// left as they are. Eltwise SUM + an in-place ReLU likewise: fused against separate layers.
+// left as they are. Eltwise SUM + an in-place ReLU likewise: fused against separate layers. And
+// the Split of such a sum's output, folded into the sum's Backward: against separate layers,
+// with and without the training memory plan, on the CPU and on the GPU.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
@@ -413,6 +415,167 @@ TEST(EltwiseReluFusionGpuTest, MatchesSeparateLayersOnTheCpu) {
   SumOptions apart;
   apart.relu_top = "r";
   ExpectSumSameAsUnfused(apart, Device::Cuda(0), 1e-4f);
+}
+
+// ---- a Split folded into the sum that computes its bottom -------------------------------------
+
+struct FoldOptions {
+  std::string eltwise_param;                                // of both sums
+  std::string relu = "relu_param { negative_slope: 0.1 }";  // "": no ReLU after the first sum
+  bool third_consumer = false;  // the first sum's output also feeds a third layer
+  bool plan = false;            // the fused net runs with the training memory plan
+};
+
+// Input -> conv0 -> sum0 (x + conv0) -> ReLU in place -> conv1 -> sum1 (s0 + conv1) -> ReLU ->
+// InnerProduct -> EuclideanLoss: two residual blocks, the first sum's output split between the
+// second block's convolution and its sum, as in ResNet.
+caffe::NetParameter FoldNet(const FoldOptions& o) {
+  auto conv = [](const std::string& name, const std::string& bottom) {
+    return fmt::format(R"(
+      layer {{ name: "{0}" type: "Convolution" bottom: "{1}" top: "{0}"
+              convolution_param {{ num_output: 2 kernel_size: 3 pad: 1
+                                  weight_filler {{ type: "gaussian" std: 0.5 }}
+                                  bias_filler {{ type: "gaussian" std: 0.5 }} }} }})",
+                       name, bottom);
+  };
+  std::string text = R"(
+    name: "fold" force_backward: true
+    layer { name: "in" type: "Input" top: "x" top: "target"
+            input_param { shape { dim: 3 dim: 2 dim: 4 dim: 5 } shape { dim: 3 dim: 2 } } })";
+  text += conv("conv0", "x");
+  text += fmt::format(R"(
+    layer {{ name: "sum0" type: "Eltwise" bottom: "x" bottom: "conv0" top: "s0" {} }})",
+                      o.eltwise_param);
+  if (!o.relu.empty()) {
+    text += fmt::format(R"(
+      layer {{ name: "relu0" type: "ReLU" bottom: "s0" top: "s0" {} }})",
+                        o.relu);
+  }
+  text += conv("conv1", "s0");
+  text += fmt::format(R"(
+    layer {{ name: "sum1" type: "Eltwise" bottom: "s0" bottom: "conv1" top: "s1" {} }}
+    layer {{ name: "relu1" type: "ReLU" bottom: "s1" top: "s1" }}
+    layer {{ name: "ip" type: "InnerProduct" bottom: "s1" top: "out"
+            inner_product_param {{ num_output: 2 weight_filler {{ type: "gaussian" std: 0.3 }} }} }}
+    layer {{ name: "loss" type: "EuclideanLoss" bottom: "out" bottom: "target" top: "loss" }})",
+                      o.eltwise_param);
+  if (o.third_consumer) {
+    text += R"(
+      layer { name: "ip2" type: "InnerProduct" bottom: "s0" top: "out2"
+              inner_product_param { num_output: 2 weight_filler { type: "gaussian" std: 0.3 } } }
+      layer { name: "loss2" type: "EuclideanLoss" bottom: "out2" bottom: "target" top: "loss2" })";
+  }
+  caffe::NetParameter param;
+  io::ReadProtoFromTextString(text, "<fold>", &param);
+  return param;
+}
+
+// The Split layers of `net` folded into layer `host`.
+int SplitsFoldedInto(const Net& net, const std::string& host) {
+  int folded = 0;
+  for (const auto& layer : net.layers()) {
+    if (std::string(layer->type()) == "Split" && layer->fused_into() == net.layer_by_name(host)) {
+      ++folded;
+    }
+  }
+  return folded;
+}
+
+// The folded net (on `device`, planned if asked) against the same net with separate layers on
+// the CPU, over three iterations: loss, the input gradient and every parameter gradient.
+void ExpectFoldSameAsSeparate(const FoldOptions& o, Device device = Device::Cpu(),
+                              float tolerance = 2e-5f) {
+  const caffe::NetParameter param = FoldNet(o);
+  Context cpu(Device::Cpu(), 1701);
+  Context dev(device, 1701);
+  auto reference = Build(param, &cpu, false);
+  auto folded = Build(param, &dev, true);
+  ASSERT_EQ(SplitsFoldedInto(*reference, "sum0"), 0);
+  ASSERT_EQ(SplitsFoldedInto(*folded, "sum0"), o.third_consumer ? 0 : 1);
+  if (o.plan) {
+    ASSERT_GT(folded->ShareTrainingBuffers(), 0u);
+  }
+  caffe::NetParameter weights;
+  reference->ToProto(&weights);
+  folded->CopyTrainedLayersFrom(weights);
+  for (Net* net : {reference.get(), folded.get()}) {
+    Rng rng(99);
+    RandomizeInputs(net, rng);
+  }
+  for (int iteration = 0; iteration < 3; ++iteration) {
+    const std::string at = fmt::format(" (iteration {})", iteration);
+    const float expected_loss = reference->ForwardBackward();
+    const float loss = folded->ForwardBackward();
+    EXPECT_NEAR(loss, expected_loss, tolerance * std::max(1.0f, std::fabs(expected_loss))) << at;
+    ExpectClose(*reference->blob_by_name("x"), *folded->blob_by_name("x"), true, tolerance,
+                "input gradient" + at);
+    for (size_t k = 0; k < reference->learnable_params().size(); ++k) {
+      ExpectClose(*reference->learnable_params()[k], *folded->learnable_params()[k], true,
+                  tolerance, "diff of " + reference->param_display_names()[k] + at);
+    }
+    // Move the weights so the next iteration sees other values.
+    for (Net* net : {reference.get(), folded.get()}) {
+      for (Tensor* p : net->learnable_params()) {
+        math::Axpy(p->count(), -0.05f, p->cpu_diff(), p->mutable_cpu_data());
+      }
+    }
+  }
+}
+
+TEST(SplitFoldTest, FoldsTheSplitOfASumsOutputIntoTheSum) {
+  Context ctx(Device::Cpu(), 1701);
+  auto net = Build(FoldNet({}), &ctx, true);
+  EXPECT_EQ(SplitsFoldedInto(*net, "sum0"), 1);
+  EXPECT_EQ(net->layer_by_name("relu0")->fused_into(), net->layer_by_name("sum0"));
+  // x's Split is an Input's, s1 has one consumer: nothing else to fold.
+  EXPECT_EQ(SplitsFoldedInto(*net, "sum1"), 0);
+  int splits = 0;
+  for (const auto& layer : net->layers()) splits += std::string(layer->type()) == "Split";
+  EXPECT_EQ(splits, 2);
+  // A sum without a ReLU after it folds its Split too.
+  FoldOptions bare;
+  bare.relu.clear();
+  auto bare_net = Build(FoldNet(bare), &ctx, true);
+  EXPECT_EQ(SplitsFoldedInto(*bare_net, "sum0"), 1);
+  // Not folded: without fusion, a Split of three tops, a product.
+  EXPECT_EQ(SplitsFoldedInto(*Build(FoldNet({}), &ctx, false), "sum0"), 0);
+  FoldOptions three;
+  three.third_consumer = true;
+  EXPECT_EQ(SplitsFoldedInto(*Build(FoldNet(three), &ctx, true), "sum0"), 0);
+  FoldOptions product;
+  product.eltwise_param = "eltwise_param { operation: PROD }";
+  EXPECT_EQ(SplitsFoldedInto(*Build(FoldNet(product), &ctx, true), "sum0"), 0);
+}
+
+TEST(SplitFoldTest, MatchesSeparateLayers) {
+  ExpectFoldSameAsSeparate({});
+  FoldOptions bare;
+  bare.relu.clear();
+  ExpectFoldSameAsSeparate(bare);
+  FoldOptions coeffs;
+  coeffs.eltwise_param = "eltwise_param { coeff: 0.5 coeff: -1.5 }";
+  ExpectFoldSameAsSeparate(coeffs);
+  FoldOptions three;
+  three.third_consumer = true;
+  ExpectFoldSameAsSeparate(three);
+}
+
+// The memory plan must keep the Split's top diffs until the sum reads them, below the Split.
+TEST(SplitFoldTest, PlannedMatchesSeparateLayers) {
+  FoldOptions planned;
+  planned.plan = true;
+  ExpectFoldSameAsSeparate(planned);
+  planned.relu.clear();
+  ExpectFoldSameAsSeparate(planned);
+}
+
+TEST(SplitFoldGpuTest, MatchesSeparateLayersOnTheCpu) {
+  CORTADO_REQUIRE_GPU();
+  ExpectFoldSameAsSeparate({}, Device::Cuda(0), 1e-4f);
+  FoldOptions coeffs;
+  coeffs.eltwise_param = "eltwise_param { coeff: 0.5 coeff: -1.5 }";
+  coeffs.plan = true;
+  ExpectFoldSameAsSeparate(coeffs, Device::Cuda(0), 1e-4f);
 }
 
 }  // namespace
