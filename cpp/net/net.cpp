@@ -264,7 +264,7 @@ void Net::Init(const caffe::NetParameter& in_param) {
   if (options_.fuse) {
     const int chains = FuseBatchNormChains();
     const int sums = FuseEltwiseRelus();
-    const int splits = FoldSplitsIntoSums();
+    const int splits = options_.fold_splits ? FoldSplitsIntoSums() : 0;
     if (chains + sums + splits > 0) {
       CORTADO_LOG_DEBUG(
           "net '{}': fused {} BatchNorm + Scale chains, {} Eltwise + ReLU pairs, {} Splits into "

@@ -18,6 +18,7 @@ bool NotZero(const char* name) {
 NetOptions NetOptionsFromEnvironment() {
   NetOptions options;
   options.fuse = NotZero("CORTADO_FUSE");
+  options.fold_splits = NotZero("CORTADO_FOLD_SPLITS");
   options.share_buffers = NotZero("CORTADO_SHARE_BUFFERS");
   options.recompute = NotZero("CORTADO_RECOMPUTE");
   return options;

@@ -8,10 +8,13 @@ namespace cortado {
 
 struct NetOptions {
   // Fuse each in-place BatchNorm + per-channel Scale (+ ReLU) chain, and each Eltwise SUM
-  // followed in place by a ReLU, into their first layer, and fold the Split of such a sum's
-  // output into the sum's Backward (net.hpp). Off: every layer runs on its own (for comparing
-  // against, or inspecting the intermediate blobs and their gradients).
+  // followed in place by a ReLU, into their first layer, and (with fold_splits) fold the Split of
+  // such a sum's output into the sum's Backward (net.hpp). Off: every layer runs on its own (for
+  // comparing against, or inspecting the intermediate blobs and their gradients).
   bool fuse = true;
+  // With fuse: the folded Splits alone. Off: each Split adds its tops' gradients into its
+  // bottom's, as in Caffe (the same bits; for measuring the fold, or to read that gradient).
+  bool fold_splits = true;
   // Let the Solver plan its nets' memory (Net::ShareDiffBuffers and ShareDataBuffers: blobs
   // never alive together share buffers). Off: one data and one diff buffer per blob, so every
   // blob's data and diff are readable after a step. Net itself plans only when asked; this is
@@ -24,8 +27,9 @@ struct NetOptions {
   bool recompute = true;
 };
 
-// The defaults, with CORTADO_FUSE=0 setting `fuse` false, CORTADO_SHARE_BUFFERS=0 setting
-// `share_buffers` false and CORTADO_RECOMPUTE=0 setting `recompute` false (any other value, or
+// The defaults, with CORTADO_FUSE=0 setting `fuse` false, CORTADO_FOLD_SPLITS=0 setting
+// `fold_splits` false, CORTADO_SHARE_BUFFERS=0 setting `share_buffers` false and
+// CORTADO_RECOMPUTE=0 setting `recompute` false (any other value, or
 // none, keeps the default). The only place the
 // library reads these variables; only the CLI and the JNI shim call it.
 NetOptions NetOptionsFromEnvironment();

@@ -481,19 +481,34 @@ int SplitsFoldedInto(const Net& net, const std::string& host) {
   return folded;
 }
 
-// The folded net (on `device`, planned if asked) against the same net with separate layers on
-// the CPU, over three iterations: loss, the input gradient and every parameter gradient.
-void ExpectFoldSameAsSeparate(const FoldOptions& o, Device device = Device::Cpu(),
-                              float tolerance = 2e-5f) {
+// The folded net (on `device`, planned if asked) against a reference over three iterations:
+// loss, the input gradient and every parameter gradient. The reference is the same net with
+// separate layers on the CPU, or (`reference_folds_nothing`) the same net fused on `device` in
+// the same context, only with its Splits left alone (NetOptions::fold_splits false).
+void ExpectFoldSameAsReference(const FoldOptions& o, Device device, float tolerance,
+                               bool reference_folds_nothing) {
   const caffe::NetParameter param = FoldNet(o);
   Context cpu(Device::Cpu(), 1701);
   Context dev(device, 1701);
-  auto reference = Build(param, &cpu, false);
+  std::unique_ptr<Net> reference;
+  if (reference_folds_nothing) {
+    NetOptions options;
+    options.fold_splits = false;
+    reference = std::make_unique<Net>(param, &dev, options);
+    if (!o.relu.empty()) {
+      ASSERT_NE(reference->layer_by_name("relu0")->fused_into(), nullptr);
+    }
+  } else {
+    reference = Build(param, &cpu, false);
+  }
   auto folded = Build(param, &dev, true);
   ASSERT_EQ(SplitsFoldedInto(*reference, "sum0"), 0);
   ASSERT_EQ(SplitsFoldedInto(*folded, "sum0"), o.third_consumer ? 0 : 1);
   if (o.plan) {
     ASSERT_GT(folded->ShareTrainingBuffers(), 0u);
+    if (reference_folds_nothing) {
+      ASSERT_GT(reference->ShareTrainingBuffers(), 0u);
+    }
   }
   caffe::NetParameter weights;
   reference->ToProto(&weights);
@@ -520,6 +535,11 @@ void ExpectFoldSameAsSeparate(const FoldOptions& o, Device device = Device::Cpu(
       }
     }
   }
+}
+
+void ExpectFoldSameAsSeparate(const FoldOptions& o, Device device = Device::Cpu(),
+                              float tolerance = 2e-5f) {
+  ExpectFoldSameAsReference(o, device, tolerance, false);
 }
 
 TEST(SplitFoldTest, FoldsTheSplitOfASumsOutputIntoTheSum) {
@@ -560,6 +580,16 @@ TEST(SplitFoldTest, MatchesSeparateLayers) {
   ExpectFoldSameAsSeparate(three);
 }
 
+// Folded or not, the sum's Backward sees the same sum of the same two gradients: the same bits.
+TEST(SplitFoldTest, SameBitsAsTheSplit) {
+  ExpectFoldSameAsReference({}, Device::Cpu(), 0.0f, true);
+  FoldOptions bare;
+  bare.relu.clear();
+  bare.eltwise_param = "eltwise_param { coeff: 0.5 coeff: -1.5 }";
+  bare.plan = true;
+  ExpectFoldSameAsReference(bare, Device::Cpu(), 0.0f, true);
+}
+
 // The memory plan must keep the Split's top diffs until the sum reads them, below the Split.
 TEST(SplitFoldTest, PlannedMatchesSeparateLayers) {
   FoldOptions planned;
@@ -576,6 +606,8 @@ TEST(SplitFoldGpuTest, MatchesSeparateLayersOnTheCpu) {
   coeffs.eltwise_param = "eltwise_param { coeff: 0.5 coeff: -1.5 }";
   coeffs.plan = true;
   ExpectFoldSameAsSeparate(coeffs, Device::Cuda(0), 1e-4f);
+  // The same sums as the Split's kernel; the convolutions' plans are the context's, one per shape.
+  ExpectFoldSameAsReference(coeffs, Device::Cuda(0), 1e-6f, true);
 }
 
 }  // namespace

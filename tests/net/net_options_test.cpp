@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
-// NetOptionsFromEnvironment: CORTADO_FUSE=0 and CORTADO_SHARE_BUFFERS=0 turn their option off;
+// NetOptionsFromEnvironment: CORTADO_FUSE=0, CORTADO_FOLD_SPLITS=0, CORTADO_SHARE_BUFFERS=0 and
+// CORTADO_RECOMPUTE=0 turn their option off;
 // anything else, or nothing, keeps the default.
 #include "net/net_options.hpp"
 
@@ -15,11 +16,17 @@ using testing::ScopedEnv;
 TEST(NetOptionsTest, DefaultsWithoutTheVariables) {
   ScopedEnv fuse("CORTADO_FUSE", "1");
   ScopedEnv share("CORTADO_SHARE_BUFFERS", "yes");
+  ScopedEnv fold("CORTADO_FOLD_SPLITS", nullptr);
+  ScopedEnv recompute("CORTADO_RECOMPUTE", nullptr);
   const NetOptions options = NetOptionsFromEnvironment();
   EXPECT_TRUE(options.fuse);
+  EXPECT_TRUE(options.fold_splits);
   EXPECT_TRUE(options.share_buffers);
+  EXPECT_TRUE(options.recompute);
   EXPECT_TRUE(NetOptions{}.fuse);
+  EXPECT_TRUE(NetOptions{}.fold_splits);
   EXPECT_TRUE(NetOptions{}.share_buffers);
+  EXPECT_TRUE(NetOptions{}.recompute);
 }
 
 TEST(NetOptionsTest, ZeroTurnsEachOff) {
@@ -32,6 +39,16 @@ TEST(NetOptionsTest, ZeroTurnsEachOff) {
     ScopedEnv share("CORTADO_SHARE_BUFFERS", "0");
     EXPECT_TRUE(NetOptionsFromEnvironment().fuse);
     EXPECT_FALSE(NetOptionsFromEnvironment().share_buffers);
+  }
+  {
+    ScopedEnv fold("CORTADO_FOLD_SPLITS", "0");
+    EXPECT_FALSE(NetOptionsFromEnvironment().fold_splits);
+    EXPECT_TRUE(NetOptionsFromEnvironment().fuse);
+  }
+  {
+    ScopedEnv recompute("CORTADO_RECOMPUTE", "0");
+    EXPECT_FALSE(NetOptionsFromEnvironment().recompute);
+    EXPECT_TRUE(NetOptionsFromEnvironment().fold_splits);
   }
 }
 
