@@ -290,6 +290,30 @@ TEST(BatchNormFusionGpuTest, FrozenScaleMatchesCpu) {
   ExpectSameAsUnfused(o, Device::Cuda(0), 1e-4f);
 }
 
+// Gives `other` the weights of `reference`, and both the same random inputs.
+void StartAlike(Net* reference, Net* other) {
+  caffe::NetParameter weights;
+  reference->ToProto(&weights);
+  other->CopyTrainedLayersFrom(weights);
+  for (Net* net : {reference, other}) {
+    Rng rng(99);
+    RandomizeInputs(net, rng);
+  }
+}
+
+// One ForwardBackward of each: the same loss, input gradient and parameter gradients.
+void ExpectSameStep(Net* reference, Net* other, float tolerance, const std::string& at) {
+  const float expected_loss = reference->ForwardBackward();
+  const float loss = other->ForwardBackward();
+  EXPECT_NEAR(loss, expected_loss, tolerance * std::max(1.0f, std::fabs(expected_loss))) << at;
+  ExpectClose(*reference->blob_by_name("x"), *other->blob_by_name("x"), true, tolerance,
+              "input gradient" + at);
+  for (size_t k = 0; k < reference->learnable_params().size(); ++k) {
+    ExpectClose(*reference->learnable_params()[k], *other->learnable_params()[k], true, tolerance,
+                "diff of " + reference->param_display_names()[k] + at);
+  }
+}
+
 // ---- Eltwise SUM + ReLU ----------------------------------------------------------------------
 
 struct SumOptions {
@@ -347,26 +371,12 @@ void ExpectSumSameAsUnfused(const SumOptions& o, Device device = Device::Cpu(),
   auto reference = Build(param, &cpu, false);
   auto fused = Build(param, &dev, true);
   ASSERT_EQ(reference->layer_by_name("relu")->fused_into(), nullptr);
-  caffe::NetParameter weights;
-  reference->ToProto(&weights);
-  fused->CopyTrainedLayersFrom(weights);
-  for (Net* net : {reference.get(), fused.get()}) {
-    Rng rng(99);
-    RandomizeInputs(net, rng);
-  }
+  StartAlike(reference.get(), fused.get());
   for (int iteration = 0; iteration < 2; ++iteration) {
     const std::string at = fmt::format(" (iteration {})", iteration);
-    const float expected_loss = reference->ForwardBackward();
-    const float loss = fused->ForwardBackward();
-    EXPECT_NEAR(loss, expected_loss, tolerance * std::max(1.0f, std::fabs(expected_loss))) << at;
+    ExpectSameStep(reference.get(), fused.get(), tolerance, at);
     ExpectClose(*reference->blob_by_name(o.relu_top), *fused->blob_by_name(o.relu_top), false,
                 tolerance, "ReLU output" + at);
-    ExpectClose(*reference->blob_by_name("x"), *fused->blob_by_name("x"), true, tolerance,
-                "input gradient" + at);
-    for (size_t k = 0; k < reference->learnable_params().size(); ++k) {
-      ExpectClose(*reference->learnable_params()[k], *fused->learnable_params()[k], true, tolerance,
-                  "diff of " + reference->param_display_names()[k] + at);
-    }
   }
 }
 
@@ -510,24 +520,10 @@ void ExpectFoldSameAsReference(const FoldOptions& o, Device device, float tolera
       ASSERT_GT(reference->ShareTrainingBuffers(), 0u);
     }
   }
-  caffe::NetParameter weights;
-  reference->ToProto(&weights);
-  folded->CopyTrainedLayersFrom(weights);
-  for (Net* net : {reference.get(), folded.get()}) {
-    Rng rng(99);
-    RandomizeInputs(net, rng);
-  }
+  StartAlike(reference.get(), folded.get());
   for (int iteration = 0; iteration < 3; ++iteration) {
-    const std::string at = fmt::format(" (iteration {})", iteration);
-    const float expected_loss = reference->ForwardBackward();
-    const float loss = folded->ForwardBackward();
-    EXPECT_NEAR(loss, expected_loss, tolerance * std::max(1.0f, std::fabs(expected_loss))) << at;
-    ExpectClose(*reference->blob_by_name("x"), *folded->blob_by_name("x"), true, tolerance,
-                "input gradient" + at);
-    for (size_t k = 0; k < reference->learnable_params().size(); ++k) {
-      ExpectClose(*reference->learnable_params()[k], *folded->learnable_params()[k], true,
-                  tolerance, "diff of " + reference->param_display_names()[k] + at);
-    }
+    ExpectSameStep(reference.get(), folded.get(), tolerance,
+                   fmt::format(" (iteration {})", iteration));
     // Move the weights so the next iteration sees other values.
     for (Net* net : {reference.get(), folded.get()}) {
       for (Tensor* p : net->learnable_params()) {
