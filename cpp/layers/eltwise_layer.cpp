@@ -129,6 +129,9 @@ inline float SumGradient(const float* t0, const float* t1, const float* relu_top
   return kRelu ? (relu_top[i] > 0.0f ? dy : dy * slope) : dy;
 }
 
+// The bottoms' diffs may share buffers with the top diffs read (the memory plan lets them, for a
+// folded Split: net/memory_plan.cpp), at the same element only, which every element reads before
+// it writes: hence simd, which would otherwise fall back to a scalar loop on that overlap.
 template <bool kTerms, bool kRelu>
 void SumBackwardCpu(int n, const float* t0, const float* t1, const float* relu_top, float slope,
                     const std::vector<float*>& diffs, const std::vector<float>& coeffs) {
@@ -137,7 +140,7 @@ void SumBackwardCpu(int n, const float* t0, const float* t1, const float* relu_t
     float* d1 = diffs[1];
     const float c0 = coeffs[0];
     const float c1 = coeffs[1];
-#pragma omp parallel for if (n > math::kParallelThreshold) schedule(static)
+#pragma omp parallel for simd if (n > math::kParallelThreshold) schedule(static)
     for (int i = 0; i < n; ++i) {
       const float g = SumGradient<kTerms, kRelu>(t0, t1, relu_top, slope, i);
       d0[i] = c0 * g;
@@ -148,7 +151,7 @@ void SumBackwardCpu(int n, const float* t0, const float* t1, const float* relu_t
   const int m = static_cast<int>(diffs.size());
   float* const* out = diffs.data();
   const float* c = coeffs.data();
-#pragma omp parallel for if (n > math::kParallelThreshold) schedule(static)
+#pragma omp parallel for simd if (n > math::kParallelThreshold) schedule(static)
   for (int i = 0; i < n; ++i) {
     const float g = SumGradient<kTerms, kRelu>(t0, t1, relu_top, slope, i);
     for (int k = 0; k < m; ++k) out[k][i] = c[k] * g;

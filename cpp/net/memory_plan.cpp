@@ -171,23 +171,23 @@ void Net::PlanDiffs(BufferPlan* plan, int offset) const {
   const int num_groups = static_cast<int>(groups.tensors.size());
   // For each group, the highest and lowest index of the backward-running layers that touch its
   // diff (as a top, or as a bottom), and whether all touches at the highest one overwrite it
-  // without reading it (a bottom it propagates to, and not one of its tops). A fused layer's
-  // gradients are its host's work: what it touches, its host reads, at the host's index (a
-  // folded Split's top diffs are read by the sum it is folded into, and its bottom's diff is not
-  // written at all).
+  // without reading it (a bottom it propagates to, and not one of its tops). A fused layer writes
+  // nothing itself. A Split folded into the sum below it (FoldSplitsIntoSums) counts its touches
+  // at its own index, although the sum reads its top diffs: the layers between the two are fused
+  // into the sum and touch nothing, so the only gradients born in between are the sum's bottoms',
+  // which its Backward writes element by element after reading the same element of the top
+  // diffs. They may therefore take the top diffs' buffers, which keeps the fold from raising the
+  // plan's peak.
   Touches touches(num_groups);
   for (int i = num_layers - 1; i >= 0; --i) {
     if (!layer_need_backward_[i]) continue;
-    const Layer* host = layers_[i]->fused_into();
-    int at = i;
-    while (host != nullptr && layers_[at].get() != host) --at;
+    const bool fused = layers_[i]->fused_into() != nullptr;
     const auto& tops = top_ids_[i];
-    for (int blob : tops) touches.Touch(groups.of_blob[blob], at, false);
+    for (int blob : tops) touches.Touch(groups.of_blob[blob], i, false);
     for (size_t b = 0; b < bottom_ids_[i].size(); ++b) {
       const int blob = bottom_ids_[i][b];
       const bool in_place = std::find(tops.begin(), tops.end(), blob) != tops.end();
-      touches.Touch(groups.of_blob[blob], at,
-                    host == nullptr && bottom_need_backward_[i][b] && !in_place);
+      touches.Touch(groups.of_blob[blob], i, !fused && bottom_need_backward_[i][b] && !in_place);
     }
   }
   const std::vector<int>& first = touches.first;

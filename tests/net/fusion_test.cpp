@@ -10,8 +10,10 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <memory>
+#include <set>
 #include <string>
 
 #include "core/synced_memory.hpp"
@@ -586,7 +588,30 @@ TEST(SplitFoldTest, SameBitsAsTheSplit) {
   ExpectFoldSameAsReference(bare, Device::Cpu(), 0.0f, true);
 }
 
-// The memory plan must keep the Split's top diffs until the sum reads them, below the Split.
+// The memory plan must keep the Split's top diffs until the sum reads them, below the Split; it
+// lets the sum's bottoms' gradients take their buffers (the sum reads each element before it
+// writes it), so the fold saves a gradient buffer rather than adding one.
+TEST(SplitFoldTest, PlanLetsTheSumWriteIntoTheSplitsTopDiffs) {
+  Context ctx(Device::Cpu(), 1701);
+  auto net = Build(FoldNet({}), &ctx, true);
+  ASSERT_GT(net->ShareTrainingBuffers(), 0u);
+  const auto& names = net->layer_names();
+  const int sum = static_cast<int>(std::find(names.begin(), names.end(), "sum0") - names.begin());
+  std::set<const SyncedMemory*> top_diffs;
+  for (size_t i = 0; i < net->layers().size(); ++i) {
+    if (net->layers()[i]->fused_into() != net->layer_by_name("sum0") ||
+        std::string(net->layers()[i]->type()) != "Split") {
+      continue;
+    }
+    for (const Tensor* top : net->top_vecs()[i]) top_diffs.insert(top->diff().get());
+  }
+  ASSERT_EQ(top_diffs.size(), 2u);
+  int reused = 0;
+  for (const Tensor* bottom : net->bottom_vecs()[sum])
+    reused += top_diffs.count(bottom->diff().get());
+  EXPECT_GT(reused, 0);
+}
+
 TEST(SplitFoldTest, PlannedMatchesSeparateLayers) {
   FoldOptions planned;
   planned.plan = true;
