@@ -77,13 +77,16 @@ int Net::FoldSplitsIntoSums() {
       continue;
     }
     // The layer whose passes compute the Split's bottom: the last one before the Split, unless
-    // that one is fused into another (an in-place ReLU into its sum).
+    // that one is fused into another (an in-place ReLU into its sum). A sum of two: its backward
+    // is one element-wise pass on every device, which the memory plan relies on (a sum of more
+    // bottoms takes two passes on the GPU, the second reading what the first may have written).
     int host = s - 1;
     const Layer* fused_host = layers_[host]->fused_into();
     while (fused_host != nullptr && host > 0 && layers_[host].get() != fused_host) --host;
     if (layers_[host]->fused_into() != nullptr ||
-        std::strcmp(layers_[host]->type(), "Eltwise") != 0 || top_ids_[host].size() != 1 ||
-        top_ids_[host][0] != bottom_ids_[s][0] || layers_[host]->loss(0) != 0.0f) {
+        std::strcmp(layers_[host]->type(), "Eltwise") != 0 || bottom_ids_[host].size() != 2 ||
+        top_ids_[host].size() != 1 || top_ids_[host][0] != bottom_ids_[s][0] ||
+        layers_[host]->loss(0) != 0.0f) {
       continue;
     }
     bool chain = true;  // every layer between them fused into the host

@@ -215,9 +215,9 @@ class Net {
   // file); returns how many of each.
   int FuseBatchNormChains();
   int FuseEltwiseRelus();
-  // Folds each two-top Split whose bottom an Eltwise SUM (and its fused ReLU) computes into that
-  // sum's Backward (EltwiseLayer::SumTopDiffs): the sum reads the Split's two top diffs and adds
-  // them itself, and the Split does nothing. Returns how many.
+  // Folds each two-top Split whose bottom an Eltwise SUM of two (and its fused ReLU) computes into
+  // that sum's Backward (EltwiseLayer::SumTopDiffs): the sum reads the Split's two top diffs and
+  // adds them itself, and the Split does nothing. Returns how many.
   int FoldSplitsIntoSums();
   // Whether layer i exists, has `type`, works in place on blob `blob` alone, has no explicit
   // propagate_down nor loss weight and is not fused yet: what a fused follower must be.

@@ -563,6 +563,12 @@ TEST(SplitFoldTest, FoldsTheSplitOfASumsOutputIntoTheSum) {
   FoldOptions product;
   product.eltwise_param = "eltwise_param { operation: PROD }";
   EXPECT_EQ(SplitsFoldedInto(*Build(FoldNet(product), &ctx, true), "sum0"), 0);
+  // Nor a sum of three: its GPU backward is two passes over the top's gradient.
+  caffe::NetParameter three_bottoms = FoldNet({});
+  for (auto& layer : *three_bottoms.mutable_layer()) {
+    if (layer.name() == "sum0") layer.add_bottom("x");
+  }
+  EXPECT_EQ(SplitsFoldedInto(*Build(three_bottoms, &ctx, true), "sum0"), 0);
 }
 
 TEST(SplitFoldTest, MatchesSeparateLayers) {
