@@ -119,9 +119,8 @@ void EltwiseLayer::ForwardCpu(const std::vector<Tensor*>& bottom, const std::vec
 
 namespace {
 
-// A SUM's gradients: diffs[k] = coeffs[k] * g with g the top's gradient (t0, or t0 + t1 with
-// kTerms: SumTopDiffs), masked by the sign of the fused ReLU's output (relu_top) with kRelu.
-// One pass for all the bottoms that want a gradient.
+// The top's gradient at element i: t0, or t0 + t1 with kTerms (SumTopDiffs), masked by the sign
+// of the fused ReLU's output (relu_top) with kRelu.
 template <bool kTerms, bool kRelu>
 inline float SumGradient(const float* t0, const float* t1, const float* relu_top, float slope,
                          int i) {
@@ -129,9 +128,11 @@ inline float SumGradient(const float* t0, const float* t1, const float* relu_top
   return kRelu ? (relu_top[i] > 0.0f ? dy : dy * slope) : dy;
 }
 
-// The bottoms' diffs may share buffers with the top diffs read (the memory plan lets them, for a
-// folded Split: net/memory_plan.cpp), at the same element only, which every element reads before
-// it writes: hence simd, which would otherwise fall back to a scalar loop on that overlap.
+// A SUM's gradients: diffs[k] = coeffs[k] * g with g = SumGradient, in one pass for all the
+// bottoms that want one. The bottoms' diffs may share buffers with the top diffs read (the memory
+// plan lets them, for a folded Split: net/memory_plan.cpp), at the same element only, which every
+// element reads before it writes: hence simd, which would otherwise fall back to a scalar loop on
+// that overlap.
 template <bool kTerms, bool kRelu>
 void SumBackwardCpu(int n, const float* t0, const float* t1, const float* relu_top, float slope,
                     const std::vector<float*>& diffs, const std::vector<float>& coeffs) {
@@ -182,21 +183,13 @@ void EltwiseLayer::BackwardCpu(const std::vector<Tensor*>& top,
     }
     if (diffs.empty()) return;
     const float* relu_top = relu_ ? top[0]->cpu_data() : nullptr;
-    if (sums_top_diffs()) {
-      const float* t0 = top_diff_terms_[0]->cpu_diff();
-      const float* t1 = top_diff_terms_[1]->cpu_diff();
-      if (relu_) {
-        SumBackwardCpu<true, true>(n, t0, t1, relu_top, relu_slope_, diffs, coeffs);
-      } else {
-        SumBackwardCpu<true, false>(n, t0, t1, relu_top, relu_slope_, diffs, coeffs);
-      }
-    } else if (relu_) {
-      SumBackwardCpu<false, true>(n, top[0]->cpu_diff(), nullptr, relu_top, relu_slope_, diffs,
-                                  coeffs);
-    } else {
-      SumBackwardCpu<false, false>(n, top[0]->cpu_diff(), nullptr, relu_top, relu_slope_, diffs,
-                                   coeffs);
-    }
+    const bool terms = sums_top_diffs();
+    const float* t0 = terms ? top_diff_terms_[0]->cpu_diff() : top[0]->cpu_diff();
+    const float* t1 = terms ? top_diff_terms_[1]->cpu_diff() : nullptr;
+    decltype(&SumBackwardCpu<true, true>) pass =
+        terms ? (relu_ ? SumBackwardCpu<true, true> : SumBackwardCpu<true, false>)
+              : (relu_ ? SumBackwardCpu<false, true> : SumBackwardCpu<false, false>);
+    pass(n, t0, t1, relu_top, relu_slope_, diffs, coeffs);
     return;
   }
   const float* top_diff = top[0]->cpu_diff();

@@ -613,8 +613,9 @@ TEST(SplitFoldTest, PlanLetsTheSumWriteIntoTheSplitsTopDiffs) {
   }
   ASSERT_EQ(top_diffs.size(), 2u);
   int reused = 0;
-  for (const Tensor* bottom : net->bottom_vecs()[sum])
+  for (const Tensor* bottom : net->bottom_vecs()[sum]) {
     reused += top_diffs.count(bottom->diff().get());
+  }
   EXPECT_GT(reused, 0);
 }
 
