@@ -85,6 +85,9 @@ void BatchNormLayer::Reshape(const std::vector<Tensor*>& bottom, const std::vect
                   Describe(), in.ShapeString(), channels_);
   }
   if (top[0] != bottom[0]) top[0]->ReshapeLike(in);
+  CORTADO_CHECK(!keep_input_ || top[0] != bottom[0],
+                "{}: KeepInput needs a top other than the bottom", Describe());
+  input_ = bottom[0];
   num_ = in.shape(0);
   spatial_dim_ = in.count(2);
   mean_.assign(channels_, 0.0f);

@@ -87,6 +87,28 @@ __device__ __forceinline__ float Masked(const ReluMask& m, float s, float b, flo
   return ScaleShift(y, s, b, m.bias != nullptr) > 0.0f ? dy : dy * m.slope;
 }
 
+// Where the backward passes take x_norm (y) from: the kept copy (mean == nullptr), or the
+// bottom x normalised again (BatchNormLayer::KeepInput) with the statistics Forward used. The
+// kernels take the choice as a template argument too (kFromInput), so that those reading the
+// copy compile as they did without the choice (the extra per-channel values cost registers, and
+// the NHWC gradient sums fall below two blocks a multiprocessor with them).
+struct YSource {
+  const float* mean = nullptr;
+  const float* std_dev = nullptr;
+  bool divide = false;
+};
+// x_norm as Forward computed it from x, and as the kept copy holds it: rounded to T.
+template <typename T>
+__device__ __forceinline__ float Normalised(float x, float mu, float sd, float inv_sd,
+                                            bool divide) {
+  const float v = divide ? (x - mu) / sd : (x - mu) * inv_sd;
+  if constexpr (std::is_same_v<T, float>) {
+    return v;
+  } else {
+    return Widen(Narrow<T>(v));
+  }
+}
+
 // A channel's batch mean, variance and std from the sums of x - shift and (x - shift)^2 over
 // its m values (the single-pass variance, free of cancellation thanks to the shift).
 struct BatchStatistics {
@@ -126,9 +148,9 @@ __device__ __forceinline__ void StoreGradientSums(int c, double2 sums, double m,
 // Block (c, part): over its chunk of channel c, either (kGradient) the sums of a and a * b, or
 // the sums of a - k and (a - k)^2 with k the channel's first value (stored in shift[c]).
 // kGradient with a ReLU mask: a is dy masked by the ReLU (b is x_norm).
-template <int V, bool kGradient, typename T>
-__global__ void ChannelPartials(ChannelLayout layout, const T* a, const T* b, ReluMask mask,
-                                float* shift, double2* partials) {
+template <int V, bool kGradient, typename T, bool kFromInput = false>
+__global__ void ChannelPartials(ChannelLayout layout, const T* a, const T* b, YSource from,
+                                ReluMask mask, float* shift, double2* partials) {
   const int c = blockIdx.x / layout.parts;
   const int part = blockIdx.x - c * layout.parts;
   const uint32_t begin = static_cast<uint32_t>(part) * layout.chunk_units;
@@ -138,11 +160,16 @@ __global__ void ChannelPartials(ChannelLayout layout, const T* a, const T* b, Re
                       : Widen(a[static_cast<int64_t>(c) * layout.rows.divisor * V]);
   float s1[V], s2[V];
   for (int i = 0; i < V; ++i) s1[i] = s2[i] = 0.0f;
+  const float mu = kFromInput ? from.mean[c] : 0.0f;
+  const float sd = kFromInput ? from.std_dev[c] : 1.0f, inv_sd = 1.0f / sd;
   for (uint32_t q = begin + threadIdx.x; q < end; q += blockDim.x) {
     const int64_t at = layout.At(q, c);
     const Pack<V> x = Load<V>(a, at);
     if constexpr (kGradient) {
-      const Pack<V> y = Load<V>(b, at);
+      Pack<V> y = Load<V>(b, at);
+      if constexpr (kFromInput) {
+        for (int i = 0; i < V; ++i) y.v[i] = Normalised<T>(y.v[i], mu, sd, inv_sd, from.divide);
+      }
       if (mask.scale != nullptr) {
         const float ms = mask.scale[c];
         const float mb = mask.bias != nullptr ? mask.bias[c] : 0.0f;
@@ -223,7 +250,7 @@ __global__ void Normalize(ChannelLayout layout, const T* x, const double2* parti
     } else {
       for (int i = 0; i < V; ++i) v.v[i] = (v.v[i] - mu) * inv_sd;
     }
-    Store<V>(x_norm, at, v);
+    if (x_norm != nullptr) Store<V>(x_norm, at, v);
     if (scale != nullptr) {
       if constexpr (!std::is_same_v<T, float>) {
         for (int i = 0; i < V; ++i) v.v[i] = Widen(Narrow<T>(v.v[i]));
@@ -255,10 +282,10 @@ __global__ void GlobalStatistics(int channels, const float* mean_sum, const floa
 // B, bias_grad += A, each when given). dx (when given): with batch statistics (subtract) dx = (g -
 // s * A / m - s * B / m * y) / std, else (stored statistics, constants) dx = g / std. May be in
 // place (dx == dy).
-template <int V, typename T>
-__global__ void BatchBackward(ChannelLayout layout, const T* dy, const T* y, ReluMask mask,
-                              const float* scale, const double2* partials, bool subtract,
-                              const float* std_dev, float* mean_dy, float* mean_dyy,
+template <int V, typename T, bool kFromInput = false>
+__global__ void BatchBackward(ChannelLayout layout, const T* dy, const T* y, YSource from,
+                              ReluMask mask, const float* scale, const double2* partials,
+                              bool subtract, const float* std_dev, float* mean_dy, float* mean_dyy,
                               float* scale_grad, float* bias_grad, bool divide, T* dx) {
   const int block = gridDim.x - 1 - blockIdx.x;
   const int c = block / layout.parts;
@@ -278,6 +305,7 @@ __global__ void BatchBackward(ChannelLayout layout, const T* dy, const T* y, Rel
   }
   if (dx == nullptr) return;
   const float sd = std_dev[c], inv_sd = 1.0f / sd;
+  const float y_mu = kFromInput ? from.mean[c] : 0.0f;
   const float s = scale != nullptr ? scale[c] : 1.0f;
   const float a = subtract ? means[0] : 0.0f, b = subtract ? means[1] : 0.0f;
   const float mask_s = mask.scale != nullptr ? mask.scale[c] : 1.0f;
@@ -288,7 +316,12 @@ __global__ void BatchBackward(ChannelLayout layout, const T* dy, const T* y, Rel
     const int64_t at = layout.At(q, c);
     Pack<V> g = Load<V>(dy, at);
     Pack<V> v{};
-    if (mask.scale != nullptr || subtract) v = Load<V>(y, at);
+    if (mask.scale != nullptr || subtract) {
+      v = Load<V>(y, at);
+      if constexpr (kFromInput) {
+        for (int i = 0; i < V; ++i) v.v[i] = Normalised<T>(v.v[i], y_mu, sd, inv_sd, from.divide);
+      }
+    }
     if (mask.scale != nullptr) {
       for (int i = 0; i < V; ++i) g.v[i] = Masked(mask, mask_s, mask_b, v.v[i], g.v[i]);
     }
@@ -373,8 +406,8 @@ void LaunchForward(Context& ctx, int num, int channels, int spatial, bool batch_
   float* shift = nullptr;
   if (batch_statistics) {
     partials = Partials(ctx, layout, &shift);
-    ChannelPartials<V, false, T>
-        <<<blocks, cuda::kThreads, 0, stream>>>(layout, x, nullptr, ReluMask{}, shift, partials);
+    ChannelPartials<V, false, T><<<blocks, cuda::kThreads, 0, stream>>>(
+        layout, x, nullptr, YSource{}, ReluMask{}, shift, partials);
     CORTADO_CUDA_CHECK_LAUNCH();
   }
   Normalize<V, T><<<blocks, cuda::kThreads, 0, stream>>>(
@@ -386,9 +419,9 @@ void LaunchForward(Context& ctx, int num, int channels, int spatial, bool batch_
 // Partial sums are taken when batch statistics need them or the Scale's diffs are wanted.
 template <int V, typename T>
 void LaunchBackward(Context& ctx, int num, int channels, int spatial, bool batch_statistics,
-                    bool sums, const T* dy, const T* y, const ReluMask& mask, const float* scale,
-                    const float* std_dev, float* mean_dy, float* mean_dyy, float* scale_grad,
-                    float* bias_grad, T* dx) {
+                    bool sums, const T* dy, const T* y, const YSource& from, const ReluMask& mask,
+                    const float* scale, const float* std_dev, float* mean_dy, float* mean_dyy,
+                    float* scale_grad, float* bias_grad, T* dx) {
   const ChannelLayout layout = MakeLayout(num, channels, spatial, V);
   const int blocks = channels * layout.parts;
   if (blocks == 0) return;
@@ -396,12 +429,15 @@ void LaunchBackward(Context& ctx, int num, int channels, int spatial, bool batch
   double2* partials = nullptr;
   if (sums) {
     partials = Partials(ctx, layout, nullptr);
-    ChannelPartials<V, true, T>
-        <<<blocks, cuda::kThreads, 0, stream>>>(layout, dy, y, mask, nullptr, partials);
+    (from.mean != nullptr
+         ? ChannelPartials<V, true, T, true>
+         : ChannelPartials<V, true, T, false>)<<<blocks, cuda::kThreads, 0, stream>>>(
+        layout, dy, y, from, mask, nullptr, partials);
     CORTADO_CUDA_CHECK_LAUNCH();
   }
-  BatchBackward<V, T><<<blocks, cuda::kThreads, 0, stream>>>(
-      layout, dy, y, mask, scale, partials, batch_statistics, std_dev, mean_dy, mean_dyy,
+  (from.mean != nullptr ? BatchBackward<V, T, true>
+                        : BatchBackward<V, T, false>)<<<blocks, cuda::kThreads, 0, stream>>>(
+      layout, dy, y, from, mask, scale, partials, batch_statistics, std_dev, mean_dy, mean_dyy,
       scale_grad, bias_grad, Divides<T>(), dx);
   CORTADO_CUDA_CHECK_LAUNCH();
 }
@@ -512,19 +548,29 @@ struct TwoPacks {
 // Block `part`: per channel, either (kGradient) the sums of a (dy, masked by the ReLU when
 // `mask` has one) and a * b (b = x_norm), or the sums of a - k and (a - k)^2 with k the channel's
 // value in row 0 (stored in shift[c] by part 0). partials[part * channels + c].
-template <int V, bool kGradient, typename T>
-__global__ void __launch_bounds__(cuda::kThreads)
-    NhwcPartials(NhwcLayout l, const T* a, const T* b, ReluMask mask, float* shift,
-                 double2* partials) {
+// The body of the kernels below.
+template <int V, bool kGradient, typename T, bool kFromInput>
+__device__ __forceinline__ void NhwcPartialsBody(const NhwcLayout& l, const T* a, const T* b,
+                                                 const YSource& from, const ReluMask& mask,
+                                                 float* shift, double2* partials) {
   __shared__ float2 spread[cuda::kThreads * V];
   const int part = blockIdx.x;
   const int64_t r0 = static_cast<int64_t>(part) * l.rows_per_block;
   const int64_t r1 = min(r0 + l.rows_per_block, l.rows);
   for (int j0 = 0; j0 < l.units; j0 += cuda::kThreads) {
     const NhwcThread t = NhwcThreadAt(l, j0);
-    float s1[V], s2[V], k[V], ms[V], mb[V];
+    // With kFromInput, x_norm = (x - mu) / d or (x - mu) * d: d is the std when dividing,
+    // else its reciprocal (one array rather than two, for the registers).
+    float s1[V], s2[V], k[V], ms[V], mb[V], mu[V], d[V];
     for (int i = 0; i < V; ++i) s1[i] = s2[i] = k[i] = 0.0f;
     if (t.active) {
+      if constexpr (kGradient && kFromInput) {
+        for (int i = 0; i < V; ++i) {
+          mu[i] = from.mean[t.unit * V + i];
+          const float sd = from.std_dev[t.unit * V + i];
+          d[i] = from.divide ? sd : 1.0f / sd;
+        }
+      }
       if constexpr (!kGradient) {
         if (l.rows > 0) {
           const Pack<V> first = Load<V>(a, t.unit);
@@ -542,7 +588,12 @@ __global__ void __launch_bounds__(cuda::kThreads)
             [&](int64_t at) {
               return TwoPacks<V>{Load<V>(a, at), Load<V>(b, at)};
             },
-            [&](int64_t, const TwoPacks<V>& p) {
+            [&](int64_t, TwoPacks<V> p) {
+              if constexpr (kFromInput) {
+                for (int i = 0; i < V; ++i) {
+                  p.b.v[i] = Normalised<T>(p.b.v[i], mu[i], d[i], d[i], from.divide);
+                }
+              }
               if (mask.scale != nullptr) {
                 for (int i = 0; i < V; ++i) {
                   const float g = Masked(mask, ms[i], mb[i], p.b.v[i], p.a.v[i]);
@@ -593,6 +644,22 @@ __global__ void __launch_bounds__(cuda::kThreads)
       }
     }
   }
+}
+
+template <int V, bool kGradient, typename T>
+__global__ void __launch_bounds__(cuda::kThreads)
+    NhwcPartials(NhwcLayout l, const T* a, const T* b, ReluMask mask, float* shift,
+                 double2* partials) {
+  NhwcPartialsBody<V, kGradient, T, false>(l, a, b, YSource{}, mask, shift, partials);
+}
+
+// The gradient sums with x_norm from the kept input (BatchNormLayer::KeepInput), held to 128
+// registers so that two blocks share a multiprocessor, as they do reading the copy.
+template <int V, typename T>
+__global__ void __launch_bounds__(cuda::kThreads, 2)
+    NhwcGradientPartialsFromInput(NhwcLayout l, const T* dy, const T* x, YSource from,
+                                  ReluMask mask, double2* partials) {
+  NhwcPartialsBody<V, true, T, true>(l, dy, x, from, mask, nullptr, partials);
 }
 
 // Channel c's partials summed in a fixed order (lane-strided, then a fixed shuffle tree), in
@@ -664,7 +731,7 @@ __global__ void __launch_bounds__(cuda::kThreads)
           } else {
             for (int i = 0; i < V; ++i) v.v[i] = (v.v[i] - mu[i]) * inv_sd[i];
           }
-          Store<V>(x_norm, at, v);
+          if (x_norm != nullptr) Store<V>(x_norm, at, v);
           if (scale != nullptr) {
             if constexpr (!std::is_same_v<T, float>) {
               for (int i = 0; i < V; ++i) v.v[i] = Widen(Narrow<T>(v.v[i]));
@@ -681,19 +748,20 @@ __global__ void __launch_bounds__(cuda::kThreads)
 
 // dx as BatchBackward computes it; the means a = s * mean_dy and b = s * mean_dyy when
 // `subtract` (batch statistics).
-template <int V, typename T>
+template <int V, typename T, bool kFromInput = false>
 __global__ void __launch_bounds__(cuda::kThreads)
-    NhwcBackward(NhwcLayout l, const T* dy, const T* y, ReluMask mask, const float* scale,
-                 bool subtract, const float* std_dev, const float* mean_dy, const float* mean_dyy,
-                 bool divide, T* dx) {
+    NhwcBackward(NhwcLayout l, const T* dy, const T* y, YSource from, ReluMask mask,
+                 const float* scale, bool subtract, const float* std_dev, const float* mean_dy,
+                 const float* mean_dyy, bool divide, T* dx) {
   const int64_t r0 = static_cast<int64_t>(blockIdx.x) * l.rows_per_block;
   const int64_t r1 = min(r0 + l.rows_per_block, l.rows);
   for (int j0 = 0; j0 < l.units; j0 += cuda::kThreads) {
     const NhwcThread t = NhwcThreadAt(l, j0);
     if (!t.active) continue;
-    float sd[V], inv_sd[V], s[V], a[V], b[V], ms[V], mb[V];
+    float sd[V], inv_sd[V], s[V], a[V], b[V], ms[V], mb[V], mu[V];
     for (int i = 0; i < V; ++i) {
       const int c = t.unit * V + i;
+      mu[i] = kFromInput ? from.mean[c] : 0.0f;
       sd[i] = std_dev[c];
       inv_sd[i] = 1.0f / sd[i];
       s[i] = scale != nullptr ? scale[c] : 1.0f;
@@ -710,6 +778,11 @@ __global__ void __launch_bounds__(cuda::kThreads)
           p.a = Load<V>(dy, at);
           if (read_y) {
             p.b = Load<V>(y, at);
+            if constexpr (kFromInput) {
+              for (int i = 0; i < V; ++i) {
+                p.b.v[i] = Normalised<T>(p.b.v[i], mu[i], sd[i], inv_sd[i], from.divide);
+              }
+            }
           } else {
             for (int i = 0; i < V; ++i) p.b.v[i] = 0.0f;
           }
@@ -804,25 +877,31 @@ void LaunchForwardNhwc(Context& ctx, int64_t rows, int channels, bool batch_stat
 
 template <int V, typename T>
 void LaunchBackwardNhwc(Context& ctx, int64_t rows, int channels, bool batch_statistics, bool sums,
-                        const T* dy, const T* y, const ReluMask& mask, const float* scale,
-                        const float* std_dev, float* mean_dy, float* mean_dyy, float* scale_grad,
-                        float* bias_grad, T* dx) {
+                        const T* dy, const T* y, const YSource& from, const ReluMask& mask,
+                        const float* scale, const float* std_dev, float* mean_dy, float* mean_dyy,
+                        float* scale_grad, float* bias_grad, T* dx) {
   if (rows == 0 || channels == 0) return;
   const NhwcLayout l = MakeNhwcLayout(rows, channels, V, kNhwcSumRows);
   const NhwcLayout e = MakeNhwcLayout(rows, channels, V, kNhwcElementRows);
   const cudaStream_t stream = cuda::Stream(ctx);
   if (sums) {
     double2* partials = Partials(ctx, l, nullptr);
-    NhwcPartials<V, true, T>
-        <<<l.parts, cuda::kThreads, 0, stream>>>(l, dy, y, mask, nullptr, partials);
+    if (from.mean != nullptr) {
+      NhwcGradientPartialsFromInput<V, T>
+          <<<l.parts, cuda::kThreads, 0, stream>>>(l, dy, y, from, mask, partials);
+    } else {
+      NhwcPartials<V, true, T>
+          <<<l.parts, cuda::kThreads, 0, stream>>>(l, dy, y, mask, nullptr, partials);
+    }
     CORTADO_CUDA_CHECK_LAUNCH();
     NhwcGradientSums<<<WarpBlocks(channels), cuda::kThreads, 0, stream>>>(
         l, partials, mean_dy, mean_dyy, scale_grad, bias_grad);
     CORTADO_CUDA_CHECK_LAUNCH();
   }
   if (dx == nullptr) return;
-  NhwcBackward<V, T><<<e.parts, cuda::kThreads, 0, stream>>>(
-      e, dy, y, mask, scale, batch_statistics, std_dev, mean_dy, mean_dyy, Divides<T>(), dx);
+  (from.mean != nullptr ? NhwcBackward<V, T, true>
+                        : NhwcBackward<V, T, false>)<<<e.parts, cuda::kThreads, 0, stream>>>(
+      e, dy, y, from, mask, scale, batch_statistics, std_dev, mean_dy, mean_dyy, Divides<T>(), dx);
   CORTADO_CUDA_CHECK_LAUNCH();
 }
 
@@ -832,6 +911,11 @@ void BatchNormLayer::RecomputeTopGpu(Tensor* top) {
   const int64_t count = top->count();
   if (count == 0) return;
   const HalfType h = HalfTensors();
+  if (keep_input_) {
+    // Forward's normalising pass again, from the bottom and the statistics it stored.
+    ForwardPassGpu(*input_, /*batch_statistics=*/false, top);
+    return;
+  }
   half_values::WithValueType(h, [&](auto tag) {
     using T = decltype(tag);
     const T* x_norm = half_values::Data<T>(x_norm_, h);
@@ -870,25 +954,32 @@ void BatchNormLayer::RecomputeTopGpu(Tensor* top) {
 void BatchNormLayer::ForwardGpu(const std::vector<Tensor*>& bottom,
                                 const std::vector<Tensor*>& top) {
   gpu_stats_.Reshape(std::vector<int>{4, channels_});
-  float* mean = gpu_stats_.mutable_gpu_data();
-  float* std_dev = mean + channels_;
   const HalfType h = HalfTensors();
   // The kept copy lives in the type the passes use. set_home_type keeps a float32 buffer that
   // is large enough, so a buffer of the new size replaces it (half the memory in 16 bits); its
   // values do not matter, Forward writes all of them.
-  if (keep_x_norm_ && x_norm_.home_type() != h) {
+  if (keep_x_norm_ && !keep_input_ && x_norm_.home_type() != h) {
     x_norm_.set_home_type(h);
     x_norm_.UseDataBuffer(std::make_shared<SyncedMemory>(x_norm_.value_bytes() *
                                                          static_cast<size_t>(x_norm_.count())));
   }
-  float *mean_sum = nullptr, *var_sum = nullptr, *norm = nullptr;
-  float bias_correction = 1.0f;
   if (use_global_stats_) {
+    float* mean = gpu_stats_.mutable_gpu_data();
     GlobalStatistics<<<cuda::Blocks(channels_), cuda::kThreads, 0, cuda::Stream(*ctx_)>>>(
         channels_, blobs_[0]->gpu_data(), blobs_[1]->gpu_data(), blobs_[2]->gpu_data(), eps_, mean,
-        std_dev);
+        mean + channels_);
     CORTADO_CUDA_CHECK_LAUNCH();
-  } else {
+  }
+  ForwardPassGpu(*bottom[0], !use_global_stats_, top[0]);
+}
+
+void BatchNormLayer::ForwardPassGpu(const Tensor& bottom, bool batch_statistics, Tensor* top) {
+  float* mean = gpu_stats_.mutable_gpu_data();
+  float* std_dev = mean + channels_;
+  const HalfType h = HalfTensors();
+  float *mean_sum = nullptr, *var_sum = nullptr, *norm = nullptr;
+  float bias_correction = 1.0f;
+  if (batch_statistics) {
     const int m = num_ * spatial_dim_;
     bias_correction = m > 1 ? static_cast<float>(m) / (m - 1) : 1.0f;
     mean_sum = blobs_[0]->mutable_gpu_data();
@@ -905,29 +996,31 @@ void BatchNormLayer::ForwardGpu(const std::vector<Tensor*>& bottom,
   }
   // Channels-last blobs (Layer::NhwcTensors kSame: the top in the bottom's layout; the kept
   // x_norm too).
-  const bool nhwc = bottom[0]->home_nhwc();
-  CORTADO_CHECK(top[0]->home_nhwc() == nhwc, "{}: bottom and top in different layouts", Describe());
-  if (keep_x_norm_ && x_norm_.home_nhwc() != nhwc) x_norm_.set_home_nhwc(nhwc);
+  const bool nhwc = bottom.home_nhwc();
+  CORTADO_CHECK(top->home_nhwc() == nhwc, "{}: bottom and top in different layouts", Describe());
+  const bool copy = keep_x_norm_ && !keep_input_;
+  if (copy && x_norm_.home_nhwc() != nhwc) x_norm_.set_home_nhwc(nhwc);
   half_values::WithValueType(h, [&](auto tag) {
     using T = decltype(tag);
-    const T* x = half_values::Data<T>(*bottom[0], h);
-    T* out = half_values::MutableData<T>(*top[0], h);
-    T* x_norm = keep_x_norm_ ? half_values::MutableData<T>(x_norm_, h) : out;
+    const T* x = half_values::Data<T>(bottom, h);
+    T* out = half_values::MutableData<T>(*top, h);
+    // Without a copy to keep, x_norm goes to the top alone (no Scale) or nowhere.
+    T* x_norm = copy ? half_values::MutableData<T>(x_norm_, h) : scale_ == nullptr ? out : nullptr;
     if (nhwc) {
       const int64_t rows = static_cast<int64_t>(num_) * spatial_dim_;
       (NhwcPack<T>(channels_, {x, x_norm, out}) == 8
            ? LaunchForwardNhwc<WidePack<T>(), T>
-           : LaunchForwardNhwc<1, T>)(*ctx_, rows, channels_, !use_global_stats_, x,
+           : LaunchForwardNhwc<1, T>)(*ctx_, rows, channels_, batch_statistics, x,
                                       moving_average_fraction_, bias_correction, eps_, mean,
                                       std_dev, mean_sum, var_sum, norm, fused, x_norm, out);
       return;
     }
-    const bool vector =
-        spatial_dim_ % 4 == 0 && PackAligned<T>(x) && PackAligned<T>(x_norm) && PackAligned<T>(out);
+    const bool vector = spatial_dim_ % 4 == 0 && PackAligned<T>(x) &&
+                        (x_norm == nullptr || PackAligned<T>(x_norm)) && PackAligned<T>(out);
     const int v = !vector ? 1 : Wide<T>(spatial_dim_, {x, x_norm, out}) ? 8 : 4;
     (v == 8   ? LaunchForward<WidePack<T>(), T>
      : v == 4 ? LaunchForward<4, T>
-              : LaunchForward<1, T>)(*ctx_, num_, channels_, spatial_dim_, !use_global_stats_, x,
+              : LaunchForward<1, T>)(*ctx_, num_, channels_, spatial_dim_, batch_statistics, x,
                                      moving_average_fraction_, bias_correction, eps_, mean, std_dev,
                                      mean_sum, var_sum, norm, fused, x_norm, out);
   });
@@ -957,13 +1050,15 @@ void BatchNormLayer::BackwardGpu(const std::vector<Tensor*>& top,
     }
     float* stats = gpu_stats_.mutable_gpu_data();
     const float* std_dev = stats + channels_;
-    const T* y = half_values::Data<T>(x_norm_, h);
+    // x_norm: the kept copy, or (KeepInput) the bottom normalised again on the way.
+    const T* y = half_values::Data<T>(keep_input_ ? *bottom[0] : x_norm_, h);
+    const YSource from = keep_input_ ? YSource{stats, std_dev, Divides<T>()} : YSource{};
     if (bottom[0]->home_nhwc()) {
       const int64_t rows = static_cast<int64_t>(num_) * spatial_dim_;
       (NhwcPack<T>(channels_, {dy, y, dx}) == 8
            ? LaunchBackwardNhwc<WidePack<T>(), T>
            : LaunchBackwardNhwc<1, T>)(*ctx_, rows, channels_, !use_global_stats_,
-                                       !use_global_stats_ || param_grads, dy, y, mask, scale,
+                                       !use_global_stats_ || param_grads, dy, y, from, mask, scale,
                                        std_dev, stats + 2 * channels_, stats + 3 * channels_,
                                        scale_grad, bias_grad, dx);
       return;
@@ -974,7 +1069,7 @@ void BatchNormLayer::BackwardGpu(const std::vector<Tensor*>& top,
     (v == 8   ? LaunchBackward<WidePack<T>(), T>
      : v == 4 ? LaunchBackward<4, T>
               : LaunchBackward<1, T>)(*ctx_, num_, channels_, spatial_dim_, !use_global_stats_,
-                                      !use_global_stats_ || param_grads, dy, y, mask, scale,
+                                      !use_global_stats_ || param_grads, dy, y, from, mask, scale,
                                       std_dev, stats + 2 * channels_, stats + 3 * channels_,
                                       scale_grad, bias_grad, dx);
   });

@@ -48,11 +48,21 @@ class BatchNormLayer final : public Layer {
   // For a net that never runs this layer backward (test nets): Forward then writes the top
   // directly and keeps no normalised copy, and Backward is an error.
   void DropBackwardState() { keep_x_norm_ = false; }
-  // Backward works from its own normalised copy alone: a fused ReLU's mask is where
-  // x_norm * s (+ b) is positive, computed as Forward computed it.
-  bool BackwardReadsBottomData(int /*index*/) const override { return false; }
+  // For a layer whose top is not its bottom (a Net makes the top of an in-place chain a blob of
+  // its own for this): the GPU passes keep no normalised copy, and Backward and RecomputeTops
+  // normalise the bottom again, value for value as Forward did (rounded to the 16-bit type as
+  // the copy was), so the bottom must live until Backward. Forward writes only the top: one
+  // pass over the tensor fewer, and the memory of the copy is the bottom's. The CPU passes keep
+  // their copy (normalising again would cost them a pass over the tensor).
+  void KeepInput() { keep_input_ = true; }
+  bool fused_scale() const { return scale_ != nullptr; }
+  bool keeps_input() const { return keep_input_; }
+  // Backward works from its own normalised copy alone (or, KeepInput, from the bottom): a fused
+  // ReLU's mask is where x_norm * s (+ b) is positive, computed as Forward computed it.
+  bool BackwardReadsBottomData(int /*index*/) const override { return keep_input_; }
   bool BackwardReadsTopData(int /*index*/) const override { return false; }
-  // The top is x_norm, or relu(x_norm * s + b) fused, from the normalised copy Backward keeps.
+  // The top is x_norm, or relu(x_norm * s + b) fused, from the normalised copy Backward keeps
+  // (KeepInput: from the bottom, which Backward reads).
   bool CanRecomputeTops() const override { return keep_x_norm_; }
   void RecomputeTops(const std::vector<Tensor*>& top) override;
 
@@ -63,6 +73,9 @@ class BatchNormLayer final : public Layer {
   CORTADO_GPU_PASSES;
 #if CORTADO_WITH_CUDA
   void RecomputeTopGpu(Tensor* top);
+  // The forward passes from `bottom` into `top`: with batch_statistics, this batch's statistics
+  // first (and the running sums), else those in gpu_stats_.
+  void ForwardPassGpu(const Tensor& bottom, bool batch_statistics, Tensor* top);
 #endif
 
  private:
@@ -75,8 +88,11 @@ class BatchNormLayer final : public Layer {
   std::vector<float> mean_;  // per channel, of the last forward
   std::vector<float> std_;   // per channel: sqrt(var + eps) of the last forward
   Tensor x_norm_;            // the normalised output, kept for Backward (top may be in-place);
-                             // on the GPU in the type of HalfTensors()
+                             // on the GPU in the type of HalfTensors(), and unused with
+                             // keep_input_
   bool keep_x_norm_ = true;  // false: DropBackwardState
+  bool keep_input_ = false;  // KeepInput
+  const Tensor* input_ = nullptr;  // the bottom of the last Reshape (KeepInput's RecomputeTops)
   // GPU passes: per channel on the device, rows [0] mean and [1] std of the last forward,
   // [2] mean(dy) and [3] mean(dy * y) of the last backward.
   Tensor gpu_stats_;

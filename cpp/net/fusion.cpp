@@ -107,4 +107,49 @@ int Net::FoldSplitsIntoSums() {
   return folded;
 }
 
+int Net::KeepBatchNormInputs(std::map<std::string, int>* available) {
+  const int num_layers = static_cast<int>(layers_.size());
+  int kept = 0;
+  for (int i = 0; i < num_layers; ++i) {
+    if (std::strcmp(layers_[i]->type(), "BatchNorm") != 0 || !layer_need_backward_[i]) continue;
+    auto* bn = static_cast<BatchNormLayer*>(layers_[i].get());
+    const int input = bottom_ids_[i][0];
+    if (!bn->fused_scale() || top_ids_[i][0] != input || bn->keeps_input()) continue;
+    const std::string name = blob_names_[input];
+    const std::string input_name = name + " (BatchNorm input)";
+    if (blob_index_.count(input_name) != 0) continue;
+    auto blob = std::make_shared<Tensor>();
+    blob->ReshapeLike(*blobs_[input]);
+    const int output = static_cast<int>(blobs_.size());
+    blobs_.push_back(blob);
+    blob_names_.push_back(name);
+    blob_need_backward_.push_back(blob_need_backward_[input]);
+    if (blob_loss_weights_.size() < blobs_.size()) blob_loss_weights_.resize(blobs_.size(), 0.0f);
+    blob_loss_weights_[output] = blob_loss_weights_[input];
+    blob_names_[input] = input_name;
+    blob_index_[input_name] = input;
+    blob_index_[name] = output;
+    for (int j = i; j < num_layers; ++j) {
+      for (size_t t = 0; t < top_ids_[j].size(); ++t) {
+        if (top_ids_[j][t] != input) continue;
+        top_ids_[j][t] = output;
+        top_vecs_[j][t] = blob.get();
+      }
+      if (j == i) continue;
+      for (size_t b = 0; b < bottom_ids_[j].size(); ++b) {
+        if (bottom_ids_[j][b] != input) continue;
+        bottom_ids_[j][b] = output;
+        bottom_vecs_[j][b] = blob.get();
+      }
+    }
+    for (auto& [blob_name, id] : *available) {
+      if (id == input) id = output;
+    }
+    bn->KeepInput();
+    bn->Reshape(bottom_vecs_[i], top_vecs_[i]);
+    ++kept;
+  }
+  return kept;
+}
+
 }  // namespace cortado

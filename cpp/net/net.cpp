@@ -265,11 +265,18 @@ void Net::Init(const caffe::NetParameter& in_param) {
     const int chains = FuseBatchNormChains();
     const int sums = FuseEltwiseRelus();
     const int splits = options_.fold_splits ? FoldSplitsIntoSums() : 0;
+    using BatchNormInputs = NetOptions::BatchNormInputs;
+    const bool keep_inputs =
+        options_.keep_batch_norm_inputs == BatchNormInputs::kAlways ||
+        (options_.keep_batch_norm_inputs == BatchNormInputs::kOnGpus && ctx_->device().is_cuda());
+    // Not in TEST nets: they only run forward (Solver, `cortado test`), where the copy is not
+    // kept anyway and the top in place costs no memory.
+    const int inputs = keep_inputs && phase_ == caffe::TRAIN ? KeepBatchNormInputs(&available) : 0;
     if (chains + sums + splits > 0) {
       CORTADO_LOG_DEBUG(
-          "net '{}': fused {} BatchNorm + Scale chains, {} Eltwise + ReLU pairs, {} Splits into "
-          "sums",
-          name_, chains, sums, splits);
+          "net '{}': fused {} BatchNorm + Scale chains ({} keeping their input), {} Eltwise + "
+          "ReLU pairs, {} Splits into sums",
+          name_, chains, inputs, sums, splits);
     }
   }
   DropUnneededBackwardState();

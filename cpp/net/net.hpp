@@ -219,6 +219,12 @@ class Net {
   // that sum's Backward (EltwiseLayer::SumTopDiffs): the sum reads the Split's two top diffs and
   // adds them itself, and the Split does nothing. Returns how many.
   int FoldSplitsIntoSums();
+  // Gives the top of each fused BatchNorm chain (in place, needing backward) a blob of its own,
+  // named as the chain's blob, and tells the BatchNorm to keep its bottom, renamed
+  // "<name> (BatchNorm input)", instead of a normalised copy (BatchNormLayer::KeepInput): the
+  // layers after the BatchNorm that read or write the blob take the new one, as do the net's
+  // outputs (`available`). Returns how many.
+  int KeepBatchNormInputs(std::map<std::string, int>* available);
   // Whether layer i exists, has `type`, works in place on blob `blob` alone, has no explicit
   // propagate_down nor loss weight and is not fused yet: what a fused follower must be.
   bool FusableInPlace(int i, int blob, const char* type) const;

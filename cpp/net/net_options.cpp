@@ -21,6 +21,10 @@ NetOptions NetOptionsFromEnvironment() {
   options.fold_splits = NotZero("CORTADO_FOLD_SPLITS");
   options.share_buffers = NotZero("CORTADO_SHARE_BUFFERS");
   options.recompute = NotZero("CORTADO_RECOMPUTE");
+  const char* keep = std::getenv("CORTADO_BN_KEEP_INPUTS");
+  if (keep != nullptr && std::strcmp(keep, "1") == 0) {
+    options.keep_batch_norm_inputs = NetOptions::BatchNormInputs::kOnGpus;
+  }
   return options;
 }
 

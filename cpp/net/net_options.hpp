@@ -25,13 +25,22 @@ struct NetOptions {
   // Forward is past it, and recompute it just before the first Backward that reads it
   // (Layer::CanRecomputeTops). Off: such tops keep their buffer from Forward to Backward.
   bool recompute = true;
+  // Whether each fused BatchNorm chain that runs backward gets a top of its own, so that the
+  // BatchNorm keeps its input rather than a normalised copy and its forward pass writes one
+  // tensor instead of two (Net::KeepBatchNormInputs, BatchNormLayer::KeepInput): on none, on
+  // nets on a CUDA device (the CPU passes keep their copy either way, so there it would only
+  // cost memory), or on every net. TRAIN nets only: TEST nets run forward alone. Off by default
+  // until measured whole: on an H200 its forward passes took 0.7 ms less in ResNet-50 float16,
+  // its backward passes have not been timed as they are now (bench/RESULTS.md).
+  enum class BatchNormInputs { kNever, kOnGpus, kAlways };
+  BatchNormInputs keep_batch_norm_inputs = BatchNormInputs::kNever;
 };
 
 // The defaults, with CORTADO_FUSE=0 setting `fuse` false, CORTADO_FOLD_SPLITS=0 setting
 // `fold_splits` false, CORTADO_SHARE_BUFFERS=0 setting `share_buffers` false and
-// CORTADO_RECOMPUTE=0 setting `recompute` false (any other value, or
-// none, keeps the default). The only place the
-// library reads these variables; only the CLI and the JNI shim call it.
+// CORTADO_RECOMPUTE=0 setting `recompute` false, CORTADO_BN_KEEP_INPUTS=1 setting
+// `keep_batch_norm_inputs` to kOnGpus (any other value, or none, keeps the default). The only place
+// the library reads these variables; only the CLI and the JNI shim call it.
 NetOptions NetOptionsFromEnvironment();
 
 }  // namespace cortado

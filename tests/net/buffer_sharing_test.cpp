@@ -538,6 +538,59 @@ TEST(HalfTensorsGpuTest, ResidualNetKeepsHalfBlobsAndFollowsFloat32Blobs) {
   }
 }
 
+// BatchNorm chains keeping their input (NetOptions::keep_batch_norm_inputs kOnGpus) against the
+// same net keeping BatchNorm's normalised copy (the default, kNever), in one context so
+// both run the same convolution kernels: float32 blobs, and 16-bit blobs with each block's inner
+// chain channels-last; planned (the tops recomputed from the kept input) and not. The passes
+// normalise the input again rounded as the copy was: the same values up to float32's last bit.
+TEST(HalfTensorsGpuTest, BatchNormKeepingItsInputFollowsTheNormalisedCopy) {
+  CORTADO_REQUIRE_GPU();
+  caffe::NetParameter param = NetParam(ResidualNet());
+  param.mutable_state()->set_phase(caffe::TRAIN);
+  NetOptions copying, keep_inputs;
+  keep_inputs.keep_batch_norm_inputs = NetOptions::BatchNormInputs::kOnGpus;
+  for (HalfType type : {HalfType::kNone, HalfType::kFloat16, HalfType::kBFloat16}) {
+    for (bool plan : {false, true}) {
+      SCOPED_TRACE(std::string(HalfTypeName(type)) + (plan ? ", planned" : ""));
+      Context ctx(Device::Cuda(0), 5);
+      ctx.set_half_compute(type);
+      ctx.MakeCurrent();
+      Net copy(param, &ctx, copying);
+      Net keeping(param, &ctx, keep_inputs);
+      EXPECT_FALSE(copy.has_blob("b0c0 (BatchNorm input)"));
+      ASSERT_TRUE(keeping.has_blob("b0c0 (BatchNorm input)"));
+      ASSERT_TRUE(keeping.has_blob("b2c1 (BatchNorm input)"));
+      if (type != HalfType::kNone) {
+        // Each inner chain's input and its top: twice the blobs channels-last.
+        EXPECT_EQ(keeping.num_nhwc_blobs(), 2 * copy.num_nhwc_blobs());
+        EXPECT_TRUE(keeping.blob_by_name("b0c0 (BatchNorm input)")->home_nhwc());
+        EXPECT_TRUE(keeping.blob_by_name("b0c0")->home_nhwc());
+      }
+      caffe::NetParameter weights;
+      copy.ToProto(&weights);
+      keeping.CopyTrainedLayersFrom(weights);
+      if (plan) {
+        ASSERT_GT(copy.ShareTrainingBuffers(), 0u);
+        ASSERT_GT(keeping.ShareTrainingBuffers(), 0u);
+      }
+      for (int iteration = 0; iteration < 2; ++iteration) {
+        FillInputs(&copy);
+        FillInputs(&keeping);
+        const float expected = copy.ForwardBackward();
+        EXPECT_NEAR(keeping.ForwardBackward(), expected, 1e-6f * std::max(1.0f, expected));
+        ASSERT_NO_FATAL_FAILURE(
+            ExpectSameParamDiffs(copy, keeping, 1e-6f, "iteration " + std::to_string(iteration)));
+        for (size_t k = 0; k < copy.learnable_params().size(); ++k) {
+          Tensor& e = *copy.learnable_params()[k];
+          e.scale_diff(0.1f);
+          e.Update();
+          keeping.learnable_params()[k]->CopyFrom(e);
+        }
+      }
+    }
+  }
+}
+
 // A net shaped as ResNet's stem and a block: a convolution on the float32 input, BatchNorm +
 // Scale + ReLU, max pooling, a bottleneck beside a 1x1 shortcut, their sum, global average
 // pooling and an inner product. Every blob from the stem's convolution to the global pooling's

@@ -18,6 +18,7 @@
 
 #include "core/synced_memory.hpp"
 #include "io/proto_io.hpp"
+#include "layers/batch_norm_layer.hpp"
 #include "math/math.hpp"
 #include "net/net.hpp"
 #include "support/gpu_check.hpp"
@@ -123,7 +124,10 @@ void ExpectSameAsUnfused(const ChainOptions& o, Device fused_device = Device::Cp
                 "net output" + at);
     ExpectClose(*reference->blob_by_name("x"), *fused->blob_by_name("x"), true, tolerance,
                 "input gradient" + at);
-    ExpectClose(*reference->blob_by_name("c"), *fused->blob_by_name("c"), true, tolerance,
+    // Where the chain's top is a blob of its own, its input keeps the gradient
+    // (NetOptions::keep_batch_norm_inputs).
+    const char* input = fused->has_blob("c (BatchNorm input)") ? "c (BatchNorm input)" : "c";
+    ExpectClose(*reference->blob_by_name("c"), *fused->blob_by_name(input), true, tolerance,
                 "gradient at the chain's input" + at);
     for (size_t k = 0; k < reference->learnable_params().size(); ++k) {
       ExpectClose(*reference->learnable_params()[k], *fused->learnable_params()[k], true, tolerance,
@@ -136,6 +140,17 @@ void ExpectSameAsUnfused(const ChainOptions& o, Device fused_device = Device::Cp
                   fmt::format("BatchNorm statistics blob {}{}", k, at));
     }
   }
+}
+
+// A leaky ReLU, no bias, 3 x 3 planes (the kernels' one-value-at-a-time paths).
+ChainOptions LeakyOddChain() {
+  ChainOptions o;
+  o.scale_param = "";
+  o.relu = R"(layer { name: "relu" type: "ReLU" bottom: "c" top: "c"
+                      relu_param { negative_slope: 0.1 } })";
+  o.height = 3;
+  o.width = 3;
+  return o;
 }
 
 bool Fused(const ChainOptions& o, const char* layer) {
@@ -275,13 +290,7 @@ TEST(BatchNormFusionGpuTest, TestPhaseMatchesCpu) {
 
 TEST(BatchNormFusionGpuTest, LeakyWithoutBiasOddSizeMatchesCpu) {
   CORTADO_REQUIRE_GPU();
-  ChainOptions o;
-  o.scale_param = "";
-  o.relu = R"(layer { name: "relu" type: "ReLU" bottom: "c" top: "c"
-                      relu_param { negative_slope: 0.1 } })";
-  o.height = 3;
-  o.width = 3;
-  ExpectSameAsUnfused(o, Device::Cuda(0), 1e-4f);
+  ExpectSameAsUnfused(LeakyOddChain(), Device::Cuda(0), 1e-4f);
 }
 
 TEST(BatchNormFusionGpuTest, FrozenScaleMatchesCpu) {
@@ -636,6 +645,129 @@ TEST(SplitFoldGpuTest, MatchesSeparateLayersOnTheCpu) {
   ExpectFoldSameAsSeparate(coeffs, Device::Cuda(0), 1e-4f);
   // The same sums as the Split's kernel; the convolutions' plans are the context's, one per shape.
   ExpectFoldSameAsReference(coeffs, Device::Cuda(0), 1e-6f, true);
+}
+
+// ---- BatchNorm keeping its input (NetOptions::keep_batch_norm_inputs) ------------------------
+
+std::unique_ptr<Net> BuildKeeping(const caffe::NetParameter& param, Context* ctx,
+                                  NetOptions::BatchNormInputs how) {
+  NetOptions options;
+  options.keep_batch_norm_inputs = how;
+  return std::make_unique<Net>(param, ctx, options);
+}
+
+bool KeepsInput(const Net& net) {
+  return static_cast<const BatchNormLayer*>(net.layer_by_name("bn"))->keeps_input();
+}
+
+TEST(BatchNormInputTest, TheChainGetsATopOfItsOwn) {
+  using BatchNormInputs = NetOptions::BatchNormInputs;
+  Context ctx(Device::Cpu(), 1701);
+  auto net = BuildKeeping(ChainNet({}), &ctx, BatchNormInputs::kAlways);
+  ASSERT_TRUE(KeepsInput(*net));
+  ASSERT_TRUE(net->has_blob("c (BatchNorm input)"));
+  const Tensor* input = net->blob_by_name("c (BatchNorm input)");
+  const Tensor* top = net->blob_by_name("c");
+  EXPECT_NE(input, top);
+  EXPECT_EQ(input->shape(), top->shape());
+  auto index = [&](const char* name) {
+    for (size_t i = 0; i < net->layers().size(); ++i) {
+      if (net->layer_names()[i] == name) return i;
+    }
+    return net->layers().size();
+  };
+  // The convolution writes the input; the BatchNorm reads it and writes the top, which the fused
+  // Scale and ReLU (in place) and the inner product after them take.
+  EXPECT_EQ(net->top_vecs()[index("conv")][0], input);
+  EXPECT_EQ(net->bottom_vecs()[index("bn")][0], input);
+  EXPECT_EQ(net->top_vecs()[index("bn")][0], top);
+  for (const char* name : {"scale", "relu"}) {
+    EXPECT_EQ(net->bottom_vecs()[index(name)][0], top) << name;
+    EXPECT_EQ(net->top_vecs()[index(name)][0], top) << name;
+  }
+  EXPECT_EQ(net->bottom_vecs()[index("ip")][0], top);
+  EXPECT_TRUE(net->layers()[index("bn")]->BackwardReadsBottomData(0));
+
+  // Left in place: by default, for GPUs only on the CPU, without fusion, and in a net that never
+  // runs backward.
+  EXPECT_EQ(NetOptions{}.keep_batch_norm_inputs, BatchNormInputs::kNever);
+  for (auto& other : {BuildKeeping(ChainNet({}), &ctx, BatchNormInputs::kOnGpus),
+                      BuildKeeping(ChainNet({}), &ctx, BatchNormInputs::kNever)}) {
+    EXPECT_FALSE(KeepsInput(*other));
+    EXPECT_FALSE(other->has_blob("c (BatchNorm input)"));
+  }
+  NetOptions unfused;
+  unfused.fuse = false;
+  unfused.keep_batch_norm_inputs = BatchNormInputs::kAlways;
+  EXPECT_FALSE(Net(ChainNet({}), &ctx, unfused).has_blob("c (BatchNorm input)"));
+  ChainOptions test;
+  test.phase = "TEST";
+  test.force_backward = false;
+  auto test_net = BuildKeeping(ChainNet(test), &ctx, BatchNormInputs::kAlways);
+  EXPECT_FALSE(KeepsInput(*test_net));
+  EXPECT_FALSE(test_net->has_blob("c (BatchNorm input)"));
+}
+
+// The chain keeping its input (`how`) against the same net keeping BatchNorm's normalised copy,
+// planned (the top recomputed in Backward) or not, in one context (on a GPU the convolutions'
+// plans are the context's, so both nets run the same kernels but BatchNorm's), over two
+// iterations: loss, gradients, the chain's output and the running statistics.
+void ExpectKeepingFollowsTheCopy(const ChainOptions& o, Device device,
+                                 NetOptions::BatchNormInputs how, float tolerance) {
+  for (bool plan : {false, true}) {
+    SCOPED_TRACE(plan ? "planned" : "unplanned");
+    const caffe::NetParameter param = ChainNet(o);
+    Context ctx(device, 1701);
+    ctx.MakeCurrent();
+    auto copy = BuildKeeping(param, &ctx, NetOptions::BatchNormInputs::kNever);
+    auto keeping = BuildKeeping(param, &ctx, how);
+    ASSERT_FALSE(KeepsInput(*copy));
+    ASSERT_TRUE(KeepsInput(*keeping));
+    Prepare(copy.get());
+    caffe::NetParameter weights;
+    copy->ToProto(&weights);
+    keeping->CopyTrainedLayersFrom(weights);
+    Prepare(keeping.get());
+    if (plan) {
+      ASSERT_GT(copy->ShareTrainingBuffers(), 0u);
+      ASSERT_GT(keeping->ShareTrainingBuffers(), 0u);
+    }
+    for (int iteration = 0; iteration < 2; ++iteration) {
+      const std::string at = fmt::format(" (iteration {})", iteration);
+      ExpectSameStep(copy.get(), keeping.get(), tolerance, at);
+      if (!plan) {
+        ExpectClose(*copy->blob_by_name("c"), *keeping->blob_by_name("c"), false, tolerance,
+                    "top of the chain" + at);
+        ExpectClose(*copy->blob_by_name("c"), *keeping->blob_by_name("c (BatchNorm input)"), true,
+                    tolerance, "gradient at the chain's input" + at);
+      }
+      auto& expected_stats = copy->layer_by_name("bn")->blobs();
+      auto& stats = keeping->layer_by_name("bn")->blobs();
+      for (size_t k = 0; k < stats.size(); ++k) {
+        ExpectClose(*expected_stats[k], *stats[k], false, tolerance,
+                    fmt::format("BatchNorm statistics blob {}{}", k, at));
+      }
+    }
+  }
+}
+
+// The CPU passes keep their copy and compute out of place as in place: the same bits.
+TEST(BatchNormInputTest, SameBitsAsInPlace) {
+  ChainOptions frozen;
+  frozen.scale_spec = "param { lr_mult: 0 } param { lr_mult: 0 }";
+  frozen.force_backward = false;
+  for (const ChainOptions& o : {ChainOptions{}, LeakyOddChain(), frozen}) {
+    ExpectKeepingFollowsTheCopy(o, Device::Cpu(), NetOptions::BatchNormInputs::kAlways, 0.0f);
+  }
+}
+
+// On a GPU (kOnGpus): the passes normalise the kept input again, rounded as the copy was: the
+// same values up to float32's last bit.
+TEST(BatchNormInputGpuTest, FollowsTheNormalisedCopy) {
+  CORTADO_REQUIRE_GPU();
+  for (const ChainOptions& o : {ChainOptions{}, LeakyOddChain()}) {
+    ExpectKeepingFollowsTheCopy(o, Device::Cuda(0), NetOptions::BatchNormInputs::kOnGpus, 1e-6f);
+  }
 }
 
 }  // namespace

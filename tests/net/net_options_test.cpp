@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // NetOptionsFromEnvironment: CORTADO_FUSE=0, CORTADO_FOLD_SPLITS=0, CORTADO_SHARE_BUFFERS=0 and
-// CORTADO_RECOMPUTE=0 turn their option off;
-// anything else, or nothing, keeps the default.
+// CORTADO_RECOMPUTE=0 turn their option off; CORTADO_BN_KEEP_INPUTS=1 keeps BatchNorm inputs on
+// GPUs; anything else, or nothing, keeps the default.
 #include "net/net_options.hpp"
 
 #include <gtest/gtest.h>
@@ -27,6 +27,21 @@ TEST(NetOptionsTest, DefaultsWithoutTheVariables) {
   EXPECT_TRUE(NetOptions{}.fold_splits);
   EXPECT_TRUE(NetOptions{}.share_buffers);
   EXPECT_TRUE(NetOptions{}.recompute);
+}
+
+TEST(NetOptionsTest, OneKeepsBatchNormInputsOnGpus) {
+  using BatchNormInputs = NetOptions::BatchNormInputs;
+  {
+    ScopedEnv keep("CORTADO_BN_KEEP_INPUTS", nullptr);
+    EXPECT_EQ(NetOptionsFromEnvironment().keep_batch_norm_inputs, BatchNormInputs::kNever);
+  }
+  for (const char* other : {"0", "yes", "2"}) {
+    ScopedEnv keep("CORTADO_BN_KEEP_INPUTS", other);
+    EXPECT_EQ(NetOptionsFromEnvironment().keep_batch_norm_inputs, BatchNormInputs::kNever) << other;
+  }
+  ScopedEnv keep("CORTADO_BN_KEEP_INPUTS", "1");
+  EXPECT_EQ(NetOptionsFromEnvironment().keep_batch_norm_inputs, BatchNormInputs::kOnGpus);
+  EXPECT_TRUE(NetOptionsFromEnvironment().fuse);
 }
 
 TEST(NetOptionsTest, ZeroTurnsEachOff) {
