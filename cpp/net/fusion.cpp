@@ -118,6 +118,17 @@ int Net::KeepBatchNormInputs(std::map<std::string, int>* available) {
     const std::string name = blob_names_[input];
     const std::string input_name = name + " (BatchNorm input)";
     if (blob_index_.count(input_name) != 0) continue;
+    // Layers whose tops share the input's data (a Split of the chain's output, a Flatten of
+    // that): set up again below, so that they share the new top's instead.
+    std::vector<int> aliasing;
+    for (int j = i + 1; j < num_layers; ++j) {
+      for (const Tensor* t : top_vecs_[j]) {
+        if (t != blobs_[input].get() && t->data() == blobs_[input]->data()) {
+          aliasing.push_back(j);
+          break;
+        }
+      }
+    }
     auto blob = std::make_shared<Tensor>();
     blob->ReshapeLike(*blobs_[input]);
     const int output = static_cast<int>(blobs_.size());
@@ -147,6 +158,7 @@ int Net::KeepBatchNormInputs(std::map<std::string, int>* available) {
     }
     bn->KeepInput();
     bn->Reshape(bottom_vecs_[i], top_vecs_[i]);
+    for (int j : aliasing) layers_[j]->Reshape(bottom_vecs_[j], top_vecs_[j]);
     ++kept;
   }
   return kept;

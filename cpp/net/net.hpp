@@ -223,7 +223,8 @@ class Net {
   // named as the chain's blob, and tells the BatchNorm to keep its bottom, renamed
   // "<name> (BatchNorm input)", instead of a normalised copy (BatchNormLayer::KeepInput): the
   // layers after the BatchNorm that read or write the blob take the new one, as do the net's
-  // outputs (`available`). Returns how many.
+  // outputs (`available`), and layers whose tops shared the input's data (a Split, a Flatten)
+  // are set up again to share the new top's. Returns how many.
   int KeepBatchNormInputs(std::map<std::string, int>* available);
   // Whether layer i exists, has `type`, works in place on blob `blob` alone, has no explicit
   // propagate_down nor loss weight and is not fused yet: what a fused follower must be.

@@ -34,6 +34,7 @@ struct ChainOptions {
   int height = 4;
   int width = 5;
   bool force_backward = true;
+  std::string more;  // layers appended to the net
 };
 
 // Input -> Convolution -> BatchNorm -> Scale -> ReLU (all in place on "c") -> InnerProduct ->
@@ -54,9 +55,10 @@ caffe::NetParameter ChainNet(const ChainOptions& o) {
     layer {{ name: "ip" type: "InnerProduct" bottom: "c" top: "out"
             inner_product_param {{ num_output: 2 weight_filler {{ type: "gaussian" std: 0.3 }} }} }}
     layer {{ name: "loss" type: "EuclideanLoss" bottom: "out" bottom: "target" top: "loss" }}
+    {}
   )",
                                        o.force_backward, o.phase, o.height, o.width, o.scale_spec,
-                                       o.scale_param, o.relu);
+                                       o.scale_param, o.relu, o.more);
   caffe::NetParameter param;
   io::ReadProtoFromTextString(text, "<chain>", &param);
   return param;
@@ -751,12 +753,24 @@ void ExpectKeepingFollowsTheCopy(const ChainOptions& o, Device device,
   }
 }
 
+// A second consumer of the chain's output, through a Flatten: the net inserts a Split, whose tops
+// (and the Flatten's top) share the output's data, and must follow it to the new top.
+ChainOptions TwoConsumerChain() {
+  ChainOptions o;
+  o.more = R"(
+    layer { name: "flat" type: "Flatten" bottom: "c" top: "flat" }
+    layer { name: "ip2" type: "InnerProduct" bottom: "flat" top: "out2"
+            inner_product_param { num_output: 2 weight_filler { type: "gaussian" std: 0.3 } } }
+    layer { name: "loss2" type: "EuclideanLoss" bottom: "out2" bottom: "target" top: "loss2" })";
+  return o;
+}
+
 // The CPU passes keep their copy and compute out of place as in place: the same bits.
 TEST(BatchNormInputTest, SameBitsAsInPlace) {
   ChainOptions frozen;
   frozen.scale_spec = "param { lr_mult: 0 } param { lr_mult: 0 }";
   frozen.force_backward = false;
-  for (const ChainOptions& o : {ChainOptions{}, LeakyOddChain(), frozen}) {
+  for (const ChainOptions& o : {ChainOptions{}, LeakyOddChain(), frozen, TwoConsumerChain()}) {
     ExpectKeepingFollowsTheCopy(o, Device::Cpu(), NetOptions::BatchNormInputs::kAlways, 0.0f);
   }
 }
@@ -765,7 +779,7 @@ TEST(BatchNormInputTest, SameBitsAsInPlace) {
 // same values up to float32's last bit.
 TEST(BatchNormInputGpuTest, FollowsTheNormalisedCopy) {
   CORTADO_REQUIRE_GPU();
-  for (const ChainOptions& o : {ChainOptions{}, LeakyOddChain()}) {
+  for (const ChainOptions& o : {ChainOptions{}, LeakyOddChain(), TwoConsumerChain()}) {
     ExpectKeepingFollowsTheCopy(o, Device::Cuda(0), NetOptions::BatchNormInputs::kOnGpus, 1e-6f);
   }
 }
