@@ -114,7 +114,7 @@ int Net::KeepBatchNormInputs(std::map<std::string, int>* available) {
     if (std::strcmp(layers_[i]->type(), "BatchNorm") != 0 || !layer_need_backward_[i]) continue;
     auto* bn = static_cast<BatchNormLayer*>(layers_[i].get());
     const int input = bottom_ids_[i][0];
-    if (!bn->fused_scale() || top_ids_[i][0] != input || bn->keeps_input()) continue;
+    if (!bn->fused_scale() || top_ids_[i][0] != input) continue;
     const std::string name = blob_names_[input];
     const std::string input_name = name + " (BatchNorm input)";
     if (blob_index_.count(input_name) != 0) continue;

@@ -100,6 +100,17 @@ void ExpectClose(const Tensor& expected, const Tensor& actual, bool diff, float 
   testing::detail::ExpectClose(e, a, expected.count(), tolerance, what);
 }
 
+// The running statistics blobs of layer "bn" in both nets.
+void ExpectSameStatistics(const Net& expected, const Net& actual, float tolerance,
+                          const std::string& at) {
+  auto& expected_stats = expected.layer_by_name("bn")->blobs();
+  auto& stats = actual.layer_by_name("bn")->blobs();
+  for (size_t k = 0; k < stats.size(); ++k) {
+    ExpectClose(*expected_stats[k], *stats[k], false, tolerance,
+                fmt::format("BatchNorm statistics blob {}{}", k, at));
+  }
+}
+
 // Runs ForwardBackward on both nets from the same weights and inputs, twice (so the running
 // statistics accumulate), and compares everything a user can observe.
 void ExpectSameAsUnfused(const ChainOptions& o, Device fused_device = Device::Cpu(),
@@ -135,12 +146,7 @@ void ExpectSameAsUnfused(const ChainOptions& o, Device fused_device = Device::Cp
       ExpectClose(*reference->learnable_params()[k], *fused->learnable_params()[k], true, tolerance,
                   "diff of " + reference->param_display_names()[k] + at);
     }
-    auto& expected_stats = reference->layer_by_name("bn")->blobs();
-    auto& stats = fused->layer_by_name("bn")->blobs();
-    for (size_t k = 0; k < stats.size(); ++k) {
-      ExpectClose(*expected_stats[k], *stats[k], false, tolerance,
-                  fmt::format("BatchNorm statistics blob {}{}", k, at));
-    }
+    ExpectSameStatistics(*reference, *fused, tolerance, at);
   }
 }
 
@@ -743,12 +749,7 @@ void ExpectKeepingFollowsTheCopy(const ChainOptions& o, Device device,
         ExpectClose(*copy->blob_by_name("c"), *keeping->blob_by_name("c (BatchNorm input)"), true,
                     tolerance, "gradient at the chain's input" + at);
       }
-      auto& expected_stats = copy->layer_by_name("bn")->blobs();
-      auto& stats = keeping->layer_by_name("bn")->blobs();
-      for (size_t k = 0; k < stats.size(); ++k) {
-        ExpectClose(*expected_stats[k], *stats[k], false, tolerance,
-                    fmt::format("BatchNorm statistics blob {}{}", k, at));
-      }
+      ExpectSameStatistics(*copy, *keeping, tolerance, at);
     }
   }
 }
