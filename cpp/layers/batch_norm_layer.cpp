@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "layers/eltwise_layer.hpp"
 #include "layers/scale_layer.hpp"
 #include "math/lane_sum.hpp"
 #include "math/math.hpp"
@@ -87,7 +88,18 @@ void BatchNormLayer::Reshape(const std::vector<Tensor*>& bottom, const std::vect
   if (top[0] != bottom[0]) top[0]->ReshapeLike(in);
   CORTADO_CHECK(!keep_input_ || top[0] != bottom[0],
                 "{}: KeepInput needs a top other than the bottom", Describe());
+  CORTADO_CHECK(
+      bottom.size() == (sum_ != nullptr ? 2u : 1u) && (sum_ == nullptr || top[0] != bottom[0]),
+      "{}: {} bottoms with {} sum folded in", Describe(), bottom.size(),
+      sum_ != nullptr ? "a" : "no");
+  if (sum_ != nullptr && bottom[1]->shape() != in.shape()) {
+    CORTADO_THROW(kInvalidArgument,
+                  "{}: the sum folded into it ('{}') adds a bottom of shape {} to its output of "
+                  "shape {}; all bottoms of a sum must have the same shape",
+                  Describe(), sum_->name(), bottom[1]->ShapeString(), in.ShapeString());
+  }
   input_ = bottom[0];
+  residual_ = sum_ != nullptr ? bottom[1] : nullptr;
   num_ = in.shape(0);
   spatial_dim_ = in.count(2);
   mean_.assign(channels_, 0.0f);
@@ -153,6 +165,9 @@ void BatchNormLayer::ForwardCpu(const std::vector<Tensor*>& bottom,
   const float* b = affine.bias != nullptr ? affine.bias->cpu_data() : nullptr;
   const bool relu = relu_;
   const float slope = relu_slope_;
+  const float* residual = sum_ != nullptr ? bottom[1]->cpu_data() : nullptr;
+  const bool sum_relu = sum_ != nullptr && sum_->fused_relu();
+  const float sum_slope = sum_ != nullptr ? sum_->relu_slope() : 0.0f;
 #pragma omp parallel for if (count > math::kParallelThreshold) schedule(static)
   for (int c = 0; c < channels_; ++c) {
     const float mean = mean_[c];
@@ -173,6 +188,17 @@ void BatchNormLayer::ForwardCpu(const std::vector<Tensor*>& bottom,
         AffineRow(spatial_dim_, normalised, sc, bc, b != nullptr, relu, slope,
                   xn != y ? xn : nullptr, y);
       }
+      if (residual != nullptr) {  // the folded sum, as eltwise_layer.cpp computes it
+        const float* r = residual + offset;
+        if (sum_relu) {
+          for (int i = 0; i < spatial_dim_; ++i) {
+            const float v = r[i] + y[i];
+            y[i] = std::max(v, 0.0f) + sum_slope * std::min(v, 0.0f);
+          }
+        } else {
+          for (int i = 0; i < spatial_dim_; ++i) y[i] = r[i] + y[i];
+        }
+      }
     }
   }
 }
@@ -182,11 +208,12 @@ void BatchNormLayer::BackwardCpu(const std::vector<Tensor*>& top,
                                  const std::vector<Tensor*>& bottom) {
   const Affine affine = scale_ != nullptr ? FusedAffine() : Affine{};
   const bool param_grads = affine.scale_grad != nullptr || affine.bias_grad != nullptr;
+  SumBackward(propagate_down, propagate_down[0] || param_grads);
   if (!propagate_down[0] && !param_grads) return;
   CORTADO_CHECK(keep_x_norm_, "{}: Backward after DropBackwardState", Describe());
   // In place, top diff and bottom diff are one buffer; every step below reads an element
-  // before writing the same element.
-  const float* top_diff = top[0]->cpu_diff();
+  // before writing the same element. A folded sum's gradient is bottom 1's.
+  const float* top_diff = (sum_ != nullptr ? bottom[1] : top[0])->cpu_diff();
   const float* y = x_norm_.cpu_data();
   const int m = num_ * spatial_dim_;
   // Fused, g is the gradient at the Scale's output: dy, times the ReLU's slope where the Scale's
@@ -311,6 +338,35 @@ void BatchNormLayer::FuseScale(ScaleLayer* scale, bool scale_backward, bool relu
   scale_backward_ = scale_backward;
   relu_ = relu;
   relu_slope_ = relu_slope;
+}
+
+void BatchNormLayer::FoldSum(EltwiseLayer* sum, std::vector<Tensor*> sum_bottom,
+                             std::vector<Tensor*> sum_top, int residual) {
+  CORTADO_CHECK(sum != nullptr && sum->plain_sum() && sum_bottom.size() == 2 &&
+                    sum_top.size() == 1 && (residual == 0 || residual == 1) && scale_ != nullptr &&
+                    !relu_ && sum_ == nullptr,
+                "{}: cannot fold {} into it", Describe(), sum == nullptr ? "nothing" : sum->name());
+  sum_ = sum;
+  sum_bottom_ = std::move(sum_bottom);
+  sum_top_ = std::move(sum_top);
+  residual_index_ = residual;
+}
+
+bool BatchNormLayer::BackwardReadsTopData(int /*index*/) const {
+  return sum_ != nullptr && sum_->fused_relu();
+}
+
+void BatchNormLayer::SumBackward(const std::vector<bool>& propagate_down, bool chain) {
+  if (sum_ == nullptr) return;
+  CORTADO_CHECK(propagate_down.size() == 2 && (propagate_down[1] || !chain),
+                "{}: the chain's gradient comes from the folded sum's for bottom 1, which is not "
+                "propagated",
+                Describe());
+  if (!propagate_down[1]) return;
+  // The sum's gradient for bottom 1 alone: the chain's would be the same values.
+  std::vector<bool> down(2, false);
+  down[residual_index_] = true;
+  sum_->BackwardForHost(sum_top_, down, sum_bottom_);
 }
 
 BatchNormLayer::Affine BatchNormLayer::FusedAffine() const {

@@ -24,6 +24,7 @@
 
 #include "core/cuda.hpp"
 #include "layers/batch_norm_layer.hpp"
+#include "layers/eltwise_layer.hpp"
 #include "layers/half_values.cuh"
 #include "math/cuda/reduce_helpers.cuh"
 
@@ -73,6 +74,24 @@ __device__ __forceinline__ float ScaleShift(float v, float s, float b, bool has_
 // The ReLU of slope `slope` (as relu_layer.cu computes it).
 __device__ __forceinline__ float Relu(float t, float slope) {
   return fmaxf(t, 0.0f) + slope * fminf(t, 0.0f);
+}
+
+// A sum folded into the chain (BatchNormLayer::FoldSum): its other bottom `a` (null: none), and its
+// fused ReLU.
+template <typename T>
+struct FoldedSum {
+  const T* a = nullptr;
+  bool relu = false;
+  float slope = 0.0f;
+};
+// The folded sum's output for the chain's value t and the other bottom's value r: t rounded to T
+// first (as the chain's output would be stored), then added and ReLU'd as eltwise_layer.cu does
+// (coefficients 1).
+template <typename T>
+__device__ __forceinline__ float AddToSum(const FoldedSum<T>& sum, float t, float r) {
+  if constexpr (!std::is_same_v<T, float>) t = Widen(Narrow<T>(t));
+  const float v = r + t;
+  return sum.relu ? (v > 0.0f ? v : v * sum.slope) : v;
 }
 
 // The fused ReLU's mask in the backward passes. The Scale's output t = ScaleShift(y, ...) is
@@ -212,12 +231,13 @@ __global__ void ChannelPartials(ChannelLayout layout, const T* a, const T* b, YS
 // Divides); may be in place. Fused (scale given): top =
 // x_norm * s[c] (+ b[c]), then the ReLU of slope relu_slope when relu. In a 16-bit T the fused top
 // comes from x_norm as stored (rounded to T), as AffineFromNormalised and the backward mask see it.
-template <int V, typename T>
+// kResidual: then the folded sum (AddToSum).
+template <int V, typename T, bool kResidual = false>
 __global__ void Normalize(ChannelLayout layout, const T* x, const double2* partials,
                           const float* shift, float fraction, float bias_correction, float eps,
                           float* mean, float* std_dev, float* mean_sum, float* var_sum, float* norm,
                           const float* scale, const float* bias, bool relu, float relu_slope,
-                          bool divide, T* x_norm, T* top) {
+                          bool divide, FoldedSum<T> sum, T* x_norm, T* top) {
   const int block = gridDim.x - 1 - blockIdx.x;
   const int c = block / layout.parts;
   const int part = block - c * layout.parts;
@@ -261,6 +281,10 @@ __global__ void Normalize(ChannelLayout layout, const T* x, const double2* parti
         const float t = ScaleShift(v.v[i], s, b, bias != nullptr);
         v.v[i] = relu ? Relu(t, relu_slope) : t;
       }
+    }
+    if constexpr (kResidual) {
+      const Pack<V> r = Load<V>(sum.a, at);
+      for (int i = 0; i < V; ++i) v.v[i] = AddToSum(sum, v.v[i], r.v[i]);
     }
     Store<V>(top, at, v);
   }
@@ -397,7 +421,7 @@ template <int V, typename T>
 void LaunchForward(Context& ctx, int num, int channels, int spatial, bool batch_statistics,
                    const T* x, float fraction, float bias_correction, float eps, float* mean,
                    float* std_dev, float* mean_sum, float* var_sum, float* norm,
-                   const FusedOps& fused, T* x_norm, T* top) {
+                   const FusedOps& fused, const FoldedSum<T>& sum, T* x_norm, T* top) {
   const ChannelLayout layout = MakeLayout(num, channels, spatial, V);
   const int blocks = channels * layout.parts;
   if (blocks == 0) return;
@@ -410,9 +434,10 @@ void LaunchForward(Context& ctx, int num, int channels, int spatial, bool batch_
         layout, x, nullptr, YSource{}, ReluMask{}, shift, partials);
     CORTADO_CUDA_CHECK_LAUNCH();
   }
-  Normalize<V, T><<<blocks, cuda::kThreads, 0, stream>>>(
+  (sum.a != nullptr ? Normalize<V, T, true>
+                    : Normalize<V, T, false>)<<<blocks, cuda::kThreads, 0, stream>>>(
       layout, x, partials, shift, fraction, bias_correction, eps, mean, std_dev, mean_sum, var_sum,
-      norm, fused.scale, fused.bias, fused.relu, fused.relu_slope, Divides<T>(), x_norm, top);
+      norm, fused.scale, fused.bias, fused.relu, fused.relu_slope, Divides<T>(), sum, x_norm, top);
   CORTADO_CUDA_CHECK_LAUNCH();
 }
 
@@ -703,12 +728,14 @@ __global__ void NhwcGradientSums(NhwcLayout l, const double2* partials, float* m
   StoreGradientSums(c, sums, static_cast<double>(l.rows), mean_dy, mean_dyy, scale_grad, bias_grad);
 }
 
-// x_norm = (x - mean) / std (or times 1 / std, `divide` false) and the fused top, as Normalize.
-template <int V, typename T>
-__global__ void __launch_bounds__(cuda::kThreads)
-    NhwcNormalize(NhwcLayout l, const T* x, const float* mean, const float* std_dev,
-                  const float* scale, const float* bias, bool relu, float relu_slope, bool divide,
-                  T* x_norm, T* top) {
+// x_norm = (x - mean) / std (or times 1 / std, `divide` false) and the fused top, as Normalize
+// (kResidual: the folded sum too). The body of the two kernels below.
+template <int V, typename T, bool kResidual>
+__device__ __forceinline__ void NhwcNormalizeBody(const NhwcLayout& l, const T* x,
+                                                  const float* mean, const float* std_dev,
+                                                  const float* scale, const float* bias, bool relu,
+                                                  float relu_slope, bool divide,
+                                                  const FoldedSum<T>& sum, T* x_norm, T* top) {
   const int64_t r0 = static_cast<int64_t>(blockIdx.x) * l.rows_per_block;
   const int64_t r1 = min(r0 + l.rows_per_block, l.rows);
   for (int j0 = 0; j0 < l.units; j0 += cuda::kThreads) {
@@ -724,8 +751,21 @@ __global__ void __launch_bounds__(cuda::kThreads)
       b[i] = bias != nullptr ? bias[c] : 0.0f;
     }
     EachRow(
-        l, t, r0, r1, [&](int64_t at) { return Load<V>(x, at); },
-        [&](int64_t at, Pack<V> v) {
+        l, t, r0, r1,
+        [&](int64_t at) {
+          if constexpr (kResidual) {
+            return TwoPacks<V>{Load<V>(x, at), Load<V>(sum.a, at)};
+          } else {
+            return Load<V>(x, at);
+          }
+        },
+        [&](int64_t at, auto loaded) {
+          Pack<V> v;
+          if constexpr (kResidual) {
+            v = loaded.a;
+          } else {
+            v = loaded;
+          }
           if (divide) {
             for (int i = 0; i < V; ++i) v.v[i] = (v.v[i] - mu[i]) / sd[i];
           } else {
@@ -741,9 +781,32 @@ __global__ void __launch_bounds__(cuda::kThreads)
               v.v[i] = relu ? Relu(u, relu_slope) : u;
             }
           }
+          if constexpr (kResidual) {
+            for (int i = 0; i < V; ++i) v.v[i] = AddToSum(sum, v.v[i], loaded.b.v[i]);
+          }
           Store<V>(top, at, v);
         });
   }
+}
+
+template <int V, typename T>
+__global__ void __launch_bounds__(cuda::kThreads)
+    NhwcNormalize(NhwcLayout l, const T* x, const float* mean, const float* std_dev,
+                  const float* scale, const float* bias, bool relu, float relu_slope, bool divide,
+                  T* x_norm, T* top) {
+  NhwcNormalizeBody<V, T, false>(l, x, mean, std_dev, scale, bias, relu, relu_slope, divide,
+                                 FoldedSum<T>{}, x_norm, top);
+}
+
+// With the folded sum, held to 128 registers so that two blocks share a multiprocessor, as they
+// do without it (unbounded, the 16-bit kernels took 130).
+template <int V, typename T>
+__global__ void __launch_bounds__(cuda::kThreads, 2)
+    NhwcNormalizeAndSum(NhwcLayout l, const T* x, const float* mean, const float* std_dev,
+                        const float* scale, const float* bias, bool relu, float relu_slope,
+                        bool divide, FoldedSum<T> sum, T* x_norm, T* top) {
+  NhwcNormalizeBody<V, T, true>(l, x, mean, std_dev, scale, bias, relu, relu_slope, divide, sum,
+                                x_norm, top);
 }
 
 // dx as BatchBackward computes it; the means a = s * mean_dy and b = s * mean_dyy when
@@ -854,7 +917,7 @@ template <int V, typename T>
 void LaunchForwardNhwc(Context& ctx, int64_t rows, int channels, bool batch_statistics, const T* x,
                        float fraction, float bias_correction, float eps, float* mean,
                        float* std_dev, float* mean_sum, float* var_sum, float* norm,
-                       const FusedOps& fused, T* x_norm, T* top) {
+                       const FusedOps& fused, const FoldedSum<T>& sum, T* x_norm, T* top) {
   if (rows == 0 || channels == 0) return;
   const NhwcLayout l = MakeNhwcLayout(rows, channels, V, kNhwcSumRows);
   const NhwcLayout e = MakeNhwcLayout(rows, channels, V, kNhwcElementRows);
@@ -869,9 +932,15 @@ void LaunchForwardNhwc(Context& ctx, int64_t rows, int channels, bool batch_stat
         l, partials, shift, fraction, bias_correction, eps, mean, std_dev, mean_sum, var_sum, norm);
     CORTADO_CUDA_CHECK_LAUNCH();
   }
-  NhwcNormalize<V, T><<<e.parts, cuda::kThreads, 0, stream>>>(
-      e, x, mean, std_dev, fused.scale, fused.bias, fused.relu, fused.relu_slope, Divides<T>(),
-      x_norm, top);
+  if (sum.a != nullptr) {
+    NhwcNormalizeAndSum<V, T><<<e.parts, cuda::kThreads, 0, stream>>>(
+        e, x, mean, std_dev, fused.scale, fused.bias, fused.relu, fused.relu_slope, Divides<T>(),
+        sum, x_norm, top);
+  } else {
+    NhwcNormalize<V, T><<<e.parts, cuda::kThreads, 0, stream>>>(
+        e, x, mean, std_dev, fused.scale, fused.bias, fused.relu, fused.relu_slope, Divides<T>(),
+        x_norm, top);
+  }
   CORTADO_CUDA_CHECK_LAUNCH();
 }
 
@@ -1000,29 +1069,38 @@ void BatchNormLayer::ForwardPassGpu(const Tensor& bottom, bool batch_statistics,
   CORTADO_CHECK(top->home_nhwc() == nhwc, "{}: bottom and top in different layouts", Describe());
   const bool copy = keep_x_norm_ && !keep_input_;
   if (copy && x_norm_.home_nhwc() != nhwc) x_norm_.set_home_nhwc(nhwc);
+  CORTADO_CHECK(residual_ == nullptr || residual_->home_nhwc() == nhwc,
+                "{}: bottoms in different layouts", Describe());
   half_values::WithValueType(h, [&](auto tag) {
     using T = decltype(tag);
     const T* x = half_values::Data<T>(bottom, h);
     T* out = half_values::MutableData<T>(*top, h);
+    FoldedSum<T> sum;
+    if (sum_ != nullptr) {
+      sum.a = half_values::Data<T>(*residual_, h);
+      sum.relu = sum_->fused_relu();
+      sum.slope = sum_->relu_slope();
+    }
     // Without a copy to keep, x_norm goes to the top alone (no Scale) or nowhere.
     T* x_norm = copy ? half_values::MutableData<T>(x_norm_, h) : scale_ == nullptr ? out : nullptr;
     if (nhwc) {
       const int64_t rows = static_cast<int64_t>(num_) * spatial_dim_;
-      (NhwcPack<T>(channels_, {x, x_norm, out}) == 8
+      (NhwcPack<T>(channels_, {x, x_norm, out, sum.a}) == 8
            ? LaunchForwardNhwc<WidePack<T>(), T>
            : LaunchForwardNhwc<1, T>)(*ctx_, rows, channels_, batch_statistics, x,
                                       moving_average_fraction_, bias_correction, eps_, mean,
-                                      std_dev, mean_sum, var_sum, norm, fused, x_norm, out);
+                                      std_dev, mean_sum, var_sum, norm, fused, sum, x_norm, out);
       return;
     }
     const bool vector = spatial_dim_ % 4 == 0 && PackAligned<T>(x) &&
-                        (x_norm == nullptr || PackAligned<T>(x_norm)) && PackAligned<T>(out);
-    const int v = !vector ? 1 : Wide<T>(spatial_dim_, {x, x_norm, out}) ? 8 : 4;
+                        (x_norm == nullptr || PackAligned<T>(x_norm)) && PackAligned<T>(out) &&
+                        (sum.a == nullptr || PackAligned<T>(sum.a));
+    const int v = !vector ? 1 : Wide<T>(spatial_dim_, {x, x_norm, out, sum.a}) ? 8 : 4;
     (v == 8   ? LaunchForward<WidePack<T>(), T>
      : v == 4 ? LaunchForward<4, T>
               : LaunchForward<1, T>)(*ctx_, num_, channels_, spatial_dim_, batch_statistics, x,
                                      moving_average_fraction_, bias_correction, eps_, mean, std_dev,
-                                     mean_sum, var_sum, norm, fused, x_norm, out);
+                                     mean_sum, var_sum, norm, fused, sum, x_norm, out);
   });
 }
 
@@ -1034,12 +1112,14 @@ void BatchNormLayer::BackwardGpu(const std::vector<Tensor*>& top,
       affine.scale_grad != nullptr ? affine.scale_grad->mutable_gpu_diff() : nullptr;
   float* bias_grad = affine.bias_grad != nullptr ? affine.bias_grad->mutable_gpu_diff() : nullptr;
   const bool param_grads = scale_grad != nullptr || bias_grad != nullptr;
+  SumBackward(propagate_down, propagate_down[0] || param_grads);
   if (!propagate_down[0] && !param_grads) return;
   CORTADO_CHECK(keep_x_norm_, "{}: Backward after DropBackwardState", Describe());
   const HalfType h = HalfTensors();
   half_values::WithValueType(h, [&](auto tag) {
     using T = decltype(tag);
-    const T* dy = half_values::Diff<T>(*top[0], h);
+    // A folded sum's gradient is bottom 1's (SumBackward).
+    const T* dy = half_values::Diff<T>(sum_ != nullptr ? *bottom[1] : *top[0], h);
     T* dx = propagate_down[0] ? half_values::MutableDiff<T>(*bottom[0], h) : nullptr;
     const float* scale = affine.scale != nullptr ? affine.scale->gpu_data() : nullptr;
     ReluMask mask;

@@ -25,6 +25,7 @@
 
 namespace cortado {
 
+class EltwiseLayer;
 class ScaleLayer;
 
 class BatchNormLayer final : public Layer {
@@ -55,15 +56,27 @@ class BatchNormLayer final : public Layer {
   // pass over the tensor fewer, and the memory of the copy is the bottom's. The CPU passes keep
   // their copy (normalising again would cost them a pass over the tensor).
   void KeepInput() { keep_input_ = true; }
+  // Makes this layer, with a fused Scale and no ReLU, compute the Eltwise SUM `sum` (plain_sum,
+  // two bottoms) that alone reads its output: the Net makes the sum's other bottom this layer's
+  // bottom 1 and the sum's top its top, so Forward writes top = relu(bottom 1 + x_norm * s + b)
+  // with the sum's ReLU (the chain's value rounded to the 16-bit type first, as it would be
+  // stored), and the chain's own output is never written. Backward runs the sum's backward pass
+  // for bottom 1 alone (`sum_bottom` and `sum_top`: the sum's vectors; `residual`: bottom 1's
+  // index in sum_bottom), then its own from bottom 1's gradient, which is the chain output's too
+  // (coefficients 1). The caller marks the sum (and what is fused into it) fused into this layer.
+  void FoldSum(EltwiseLayer* sum, std::vector<Tensor*> sum_bottom, std::vector<Tensor*> sum_top,
+               int residual);
   bool fused_scale() const { return scale_ != nullptr; }
   bool keeps_input() const { return keep_input_; }
+  bool folds_sum() const { return sum_ != nullptr; }
   // Backward works from its own normalised copy alone (or, KeepInput, from the bottom): a fused
-  // ReLU's mask is where x_norm * s (+ b) is positive, computed as Forward computed it.
-  bool BackwardReadsBottomData(int /*index*/) const override { return keep_input_; }
-  bool BackwardReadsTopData(int /*index*/) const override { return false; }
+  // ReLU's mask is where x_norm * s (+ b) is positive, computed as Forward computed it. A folded
+  // sum's ReLU masks by the sign of the top, as the sum's own Backward does.
+  bool BackwardReadsBottomData(int index) const override { return index == 0 && keep_input_; }
+  bool BackwardReadsTopData(int /*index*/) const override;
   // The top is x_norm, or relu(x_norm * s + b) fused, from the normalised copy Backward keeps
-  // (KeepInput: from the bottom, which Backward reads).
-  bool CanRecomputeTops() const override { return keep_x_norm_; }
+  // (KeepInput: from the bottom, which Backward reads); not a folded sum's.
+  bool CanRecomputeTops() const override { return keep_x_norm_ && sum_ == nullptr; }
   void RecomputeTops(const std::vector<Tensor*>& top) override;
 
  protected:
@@ -93,6 +106,12 @@ class BatchNormLayer final : public Layer {
   bool keep_x_norm_ = true;  // false: DropBackwardState
   bool keep_input_ = false;  // KeepInput
   const Tensor* input_ = nullptr;  // the bottom of the last Reshape (KeepInput's RecomputeTops)
+  // FoldSum: the sum, its bottom and top vectors, bottom 1's index among its bottoms, and bottom
+  // 1 as of the last Reshape.
+  EltwiseLayer* sum_ = nullptr;
+  std::vector<Tensor*> sum_bottom_, sum_top_;
+  int residual_index_ = 0;
+  const Tensor* residual_ = nullptr;
   // GPU passes: per channel on the device, rows [0] mean and [1] std of the last forward,
   // [2] mean(dy) and [3] mean(dy * y) of the last backward.
   Tensor gpu_stats_;
@@ -111,6 +130,9 @@ class BatchNormLayer final : public Layer {
     Tensor* bias_grad = nullptr;
   };
   Affine FusedAffine() const;
+  // FoldSum: the sum's backward pass into bottom 1's gradient (when propagate_down[1], which
+  // `chain`, the chain's own backward pass, needs).
+  void SumBackward(const std::vector<bool>& propagate_down, bool chain);
 };
 
 }  // namespace cortado

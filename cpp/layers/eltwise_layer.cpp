@@ -149,6 +149,13 @@ void SumBackwardCpu(int n, const float* t0, const float* t1, const float* relu_t
     }
     return;
   }
+  if (diffs.size() == 1) {  // one bottom wants it (a sum folded into a BatchNorm asks for one)
+    float* d0 = diffs[0];
+    const float c0 = coeffs[0];
+#pragma omp parallel for simd if (n > math::kParallelThreshold) schedule(static)
+    for (int i = 0; i < n; ++i) d0[i] = c0 * SumGradient<kTerms, kRelu>(t0, t1, relu_top, slope, i);
+    return;
+  }
   const int m = static_cast<int>(diffs.size());
   float* const* out = diffs.data();
   const float* c = coeffs.data();
@@ -224,6 +231,16 @@ void EltwiseLayer::BackwardCpu(const std::vector<Tensor*>& top,
       default:
         break;
     }
+  }
+}
+
+void EltwiseLayer::BackwardForHost(const std::vector<Tensor*>& top,
+                                   const std::vector<bool>& propagate_down,
+                                   const std::vector<Tensor*>& bottom) {
+  if (ctx_->device().is_cuda()) {
+    BackwardGpu(top, propagate_down, bottom);
+  } else {
+    BackwardCpu(top, propagate_down, bottom);
   }
 }
 

@@ -9,6 +9,8 @@
 // and 1 go to bottom 1, later ties to the earlier bottom (as Caffe).
 #pragma once
 
+#include <algorithm>
+
 #include "layers/layer.hpp"
 
 namespace cortado {
@@ -32,6 +34,17 @@ class EltwiseLayer final : public Layer {
   // it), so the gradients are the same bits as with the Split. SUM only.
   void SumTopDiffs(const Tensor* a, const Tensor* b);
   bool sums_top_diffs() const { return top_diff_terms_[0] != nullptr; }
+  // For a BatchNorm that computes this sum (BatchNormLayer::FoldSum): whether it is a SUM whose
+  // coefficients are all 1, its fused ReLU and that ReLU's slope, and its Backward run on the
+  // layer's device although the layer is fused (which Layer::Backward skips).
+  bool plain_sum() const {
+    return op_ == caffe::EltwiseParameter::SUM &&
+           std::all_of(coeffs_.begin(), coeffs_.end(), [](float c) { return c == 1.0f; });
+  }
+  bool fused_relu() const { return relu_; }
+  float relu_slope() const { return relu_slope_; }
+  void BackwardForHost(const std::vector<Tensor*>& top, const std::vector<bool>& propagate_down,
+                       const std::vector<Tensor*>& bottom);
   // A sum's gradient is the coefficients alone (and the fused ReLU's sign of the top).
   bool BackwardReadsBottomData(int /*index*/) const override {
     return op_ != caffe::EltwiseParameter::SUM;

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // The fusion pass of a Net (net.hpp): BatchNorm + Scale (+ ReLU) chains and Eltwise SUM + ReLU
-// pairs computed by their first layer, and the Splits of those sums' outputs folded into them.
+// pairs computed by their first layer, the Splits of those sums' outputs folded into them, and
+// residual sums computed by the BatchNorm chain before them.
 #include <cstring>
 #include <string>
 
@@ -102,6 +103,69 @@ int Net::FoldSplitsIntoSums() {
     sum->SumTopDiffs(top_vecs_[s][0], top_vecs_[s][1]);
     layers_[s]->set_fused_into(sum);
     layer_need_backward_[host] = layer_need_backward_[host] || layer_need_backward_[s];
+    ++folded;
+  }
+  return folded;
+}
+
+int Net::FoldSumsIntoBatchNorms(bool keep_inputs) {
+  const int num_layers = static_cast<int>(layers_.size());
+  int folded = 0;
+  for (int i = 0; i + 2 < num_layers; ++i) {
+    if (std::strcmp(layers_[i]->type(), "BatchNorm") != 0 || layers_[i]->fused_into() != nullptr) {
+      continue;
+    }
+    auto* bn = static_cast<BatchNormLayer*>(layers_[i].get());
+    const int blob = bottom_ids_[i][0];
+    const int k = i + 2;  // the sum, right after the chain's Scale (a ReLU there: not a sum)
+    if (!bn->fused_scale() || bn->folds_sum() || top_ids_[i][0] != blob ||
+        layers_[i + 1]->fused_into() != bn || std::strcmp(layers_[k]->type(), "Eltwise") != 0 ||
+        layers_[k]->fused_into() != nullptr || bottom_ids_[k].size() != 2 ||
+        top_ids_[k].size() != 1 || layers_[k]->loss(0) != 0.0f ||
+        blob_loss_weights_[blob] != 0.0f) {
+      continue;
+    }
+    auto* sum = static_cast<EltwiseLayer*>(layers_[k].get());
+    const int chain = bottom_ids_[k][0] == blob ? 0 : 1;
+    const int residual = 1 - chain;
+    if (!sum->plain_sum() || bottom_ids_[k][chain] != blob || bottom_ids_[k][residual] == blob) {
+      continue;
+    }
+    // Backward alike: both run it or neither, and then the sum propagates to both bottoms.
+    const bool backward = layer_need_backward_[i];
+    if (backward != layer_need_backward_[k] ||
+        (backward && (!bottom_need_backward_[k][0] || !bottom_need_backward_[k][1]))) {
+      continue;
+    }
+    // The sum alone reads the chain's output.
+    bool alone = true;
+    for (int j = k + 1; j < num_layers && alone; ++j) {
+      for (int b : bottom_ids_[j]) alone = alone && b != blob;
+      for (int t : top_ids_[j]) alone = alone && t != blob;
+    }
+    if (!alone) continue;
+    bn->FoldSum(sum, bottom_vecs_[k], top_vecs_[k], residual);
+    bottom_ids_[i].push_back(bottom_ids_[k][residual]);
+    bottom_vecs_[i].push_back(bottom_vecs_[k][residual]);
+    bottom_need_backward_[i].push_back(bottom_need_backward_[k][residual]);
+    top_ids_[i][0] = top_ids_[k][0];
+    top_vecs_[i][0] = top_vecs_[k][0];
+    // The chain's blob now only ever holds its input: named so, and its old name explained.
+    const std::string name = blob_names_[blob];
+    const std::string input_name = name + " (BatchNorm input)";
+    if (blob_index_.count(input_name) == 0) {
+      blob_names_[blob] = input_name;
+      blob_index_[input_name] = blob;
+      blob_index_.erase(name);
+      folded_blobs_[name] = layers_[k]->name();
+    }
+    for (int j = k + 1; j < num_layers && layers_[j]->fused_into() == sum; ++j) {
+      layers_[j]->set_fused_into(bn);
+    }
+    sum->set_fused_into(bn);
+    if (keep_inputs) bn->KeepInput();
+    bn->Reshape(bottom_vecs_[i], top_vecs_[i]);
+    RecordShapes(i);
     ++folded;
   }
   return folded;

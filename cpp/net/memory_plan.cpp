@@ -171,17 +171,20 @@ void Net::PlanDiffs(BufferPlan* plan, int offset) const {
   const int num_groups = static_cast<int>(groups.tensors.size());
   // For each group, the highest and lowest index of the backward-running layers that touch its
   // diff (as a top, or as a bottom), and whether all touches at the highest one overwrite it
-  // without reading it (a bottom it propagates to, and not one of its tops). A fused layer writes
-  // nothing itself. A Split folded into the sum below it (FoldSplitsIntoSums) counts its touches
-  // at its own index, although the sum reads its top diffs: the layers between the two are fused
-  // into the sum and touch nothing, so the only gradients born in between are the sum's bottoms',
-  // which its Backward writes element by element after reading the same element of the top
-  // diffs. They may therefore take the top diffs' buffers, which keeps the fold from raising the
-  // plan's peak.
+  // without reading it (a bottom it propagates to, and not one of its tops). A fused layer touches
+  // nothing itself: the layer it is fused into touches its blobs for it (its own bottoms and tops
+  // are those of its followers in place, or, a sum folded into a BatchNorm, the sum's). A Split
+  // folded into the sum below it (FoldSplitsIntoSums) counts its touches at its own index,
+  // although the sum reads its top diffs: the layers between the two are fused into the sum's
+  // host and touch nothing, so the only gradients born in between are the host's bottoms', which
+  // its Backward writes either element by element after reading the same element of the top
+  // diffs (the sum's pass), or in a later pass (a BatchNorm's, after the sum's). They may
+  // therefore take the top diffs' buffers, which keeps the fold from raising the plan's peak.
   Touches touches(num_groups);
   for (int i = num_layers - 1; i >= 0; --i) {
     if (!layer_need_backward_[i]) continue;
     const bool fused = layers_[i]->fused_into() != nullptr;
+    if (fused && std::strcmp(layers_[i]->type(), "Split") != 0) continue;
     const auto& tops = top_ids_[i];
     for (int blob : tops) touches.Touch(groups.of_blob[blob], i, false);
     for (size_t b = 0; b < bottom_ids_[i].size(); ++b) {

@@ -271,12 +271,14 @@ void Net::Init(const caffe::NetParameter& in_param) {
         (options_.keep_batch_norm_inputs == BatchNormInputs::kOnGpus && ctx_->device().is_cuda());
     // Not in TEST nets: they only run forward (Solver, `cortado test`), where the copy is not
     // kept anyway and the top in place costs no memory.
-    const int inputs = keep_inputs && phase_ == caffe::TRAIN ? KeepBatchNormInputs(&available) : 0;
+    const bool keep = keep_inputs && phase_ == caffe::TRAIN;
+    const int folded_sums = options_.fold_sums_into_batch_norms ? FoldSumsIntoBatchNorms(keep) : 0;
+    const int inputs = keep ? KeepBatchNormInputs(&available) : 0;
     if (chains + sums + splits > 0) {
       CORTADO_LOG_DEBUG(
           "net '{}': fused {} BatchNorm + Scale chains ({} keeping their input), {} Eltwise + "
-          "ReLU pairs, {} Splits into sums",
-          name_, chains, inputs, sums, splits);
+          "ReLU pairs, {} Splits into sums, {} sums into BatchNorms",
+          name_, chains, inputs, sums, splits, folded_sums);
     }
   }
   DropUnneededBackwardState();
@@ -566,6 +568,13 @@ void Net::Update() {
 Tensor* Net::blob_by_name(const std::string& name) const {
   auto it = blob_index_.find(name);
   if (it == blob_index_.end()) {
+    if (auto folded = folded_blobs_.find(name); folded != folded_blobs_.end()) {
+      CORTADO_THROW(kNotFound,
+                    "net '{}' does not compute blob '{}': the BatchNorm chain that writes it "
+                    "computes the sum '{}' in its place, which alone reads it; its input is "
+                    "'{} (BatchNorm input)' (without CORTADO_FOLD_SUMS=1 it is computed)",
+                    name_, name, folded->second, name);
+    }
     CORTADO_THROW(kNotFound, "net '{}' has no blob named '{}'", name_, name);
   }
   return blobs_[it->second].get();

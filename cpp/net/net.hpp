@@ -226,6 +226,14 @@ class Net {
   // outputs (`available`), and layers whose tops shared the input's data (a Split, a Flatten)
   // are set up again to share the new top's. Returns how many.
   int KeepBatchNormInputs(std::map<std::string, int>* available);
+  // Folds each Eltwise SUM of two with coefficients 1 that directly follows a fused BatchNorm +
+  // Scale chain without a ReLU, and alone reads its output, into the BatchNorm
+  // (BatchNormLayer::FoldSum): the BatchNorm takes the sum's other bottom as its bottom 1 and the
+  // sum's top as its top, and the sum and its fused layers are fused into the BatchNorm. The
+  // chain's blob, which now only holds the chain's input, is renamed "<name> (BatchNorm input)";
+  // asking for the old name says where it went. With keep_inputs the BatchNorm keeps its input
+  // for Backward (BatchNormLayer::KeepInput). Returns how many.
+  int FoldSumsIntoBatchNorms(bool keep_inputs);
   // Whether layer i exists, has `type`, works in place on blob `blob` alone, has no explicit
   // propagate_down nor loss weight and is not fused yet: what a fused follower must be.
   bool FusableInPlace(int i, int blob, const char* type) const;
@@ -284,6 +292,8 @@ class Net {
   std::vector<std::shared_ptr<Tensor>> blobs_;
   std::vector<std::string> blob_names_;
   std::map<std::string, int> blob_index_;
+  // Blobs no longer computed (FoldSumsIntoBatchNorms): their name -> the sum computed instead.
+  std::map<std::string, std::string> folded_blobs_;
   std::vector<bool> blob_need_backward_;
   std::vector<std::vector<Tensor*>> bottom_vecs_;
   // The bottoms' shapes each layer was last shaped for. Forward reshapes a layer whose bottoms

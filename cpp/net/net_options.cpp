@@ -25,6 +25,8 @@ NetOptions NetOptionsFromEnvironment() {
   if (keep != nullptr && std::strcmp(keep, "1") == 0) {
     options.keep_batch_norm_inputs = NetOptions::BatchNormInputs::kOnGpus;
   }
+  const char* sums = std::getenv("CORTADO_FOLD_SUMS");
+  options.fold_sums_into_batch_norms = sums != nullptr && std::strcmp(sums, "1") == 0;
   return options;
 }
 

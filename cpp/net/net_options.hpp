@@ -34,13 +34,22 @@ struct NetOptions {
   // its backward passes have not been timed as they are now (bench/RESULTS.md).
   enum class BatchNormInputs { kNever, kOnGpus, kAlways };
   BatchNormInputs keep_batch_norm_inputs = BatchNormInputs::kNever;
+  // With fuse: where a fused BatchNorm + Scale chain without a ReLU (a residual block's last)
+  // feeds only an Eltwise SUM of two with coefficients 1 (the residual sum, its ReLU fused, its
+  // Split folded), the BatchNorm's forward pass adds the sum's other bottom and applies the sum's
+  // ReLU, writing the sum's output directly; the chain's own output is never written nor read,
+  // nor is its gradient (Net::FoldSumsIntoBatchNorms, BatchNormLayer::FoldSum). The same bits.
+  // Off by default until timed on a GPU, where it saves passes over memory; on the CPU, ResNet-50
+  // measured no faster with it (bench/RESULTS.md).
+  bool fold_sums_into_batch_norms = false;
 };
 
 // The defaults, with CORTADO_FUSE=0 setting `fuse` false, CORTADO_FOLD_SPLITS=0 setting
 // `fold_splits` false, CORTADO_SHARE_BUFFERS=0 setting `share_buffers` false and
 // CORTADO_RECOMPUTE=0 setting `recompute` false, CORTADO_BN_KEEP_INPUTS=1 setting
-// `keep_batch_norm_inputs` to kOnGpus (any other value, or none, keeps the default). The only place
-// the library reads these variables; only the CLI and the JNI shim call it.
+// `keep_batch_norm_inputs` to kOnGpus, CORTADO_FOLD_SUMS=1 setting
+// `fold_sums_into_batch_norms` true (any other value, or none, keeps the default).
+// The only place the library reads these variables; only the CLI and the JNI shim call it.
 NetOptions NetOptionsFromEnvironment();
 
 }  // namespace cortado

@@ -6,6 +6,7 @@
 // through Split, Concat, Slice and Eltwise; in-place and fused chains; layers that alias their
 // top's buffers to their bottom's; losses with labels; layers that do not propagate); and it
 // does save memory. A Solver plans its training net unless NetOptions::share_buffers is false.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -538,6 +539,33 @@ TEST(HalfTensorsGpuTest, ResidualNetKeepsHalfBlobsAndFollowsFloat32Blobs) {
   }
 }
 
+// `other` from `reference`'s weights, both planned if asked, over two iterations with an SGD
+// step of `reference`'s gradients copied to both between them: the same loss and parameter
+// gradients up to float32's last bit (nets in one context run the same convolution kernels).
+void ExpectFollowsOverTwoSteps(Net* reference, Net* other, bool plan) {
+  caffe::NetParameter weights;
+  reference->ToProto(&weights);
+  other->CopyTrainedLayersFrom(weights);
+  if (plan) {
+    ASSERT_GT(reference->ShareTrainingBuffers(), 0u);
+    ASSERT_GT(other->ShareTrainingBuffers(), 0u);
+  }
+  for (int iteration = 0; iteration < 2; ++iteration) {
+    FillInputs(reference);
+    FillInputs(other);
+    const float expected = reference->ForwardBackward();
+    EXPECT_NEAR(other->ForwardBackward(), expected, 1e-6f * std::max(1.0f, expected));
+    ASSERT_NO_FATAL_FAILURE(
+        ExpectSameParamDiffs(*reference, *other, 1e-6f, "iteration " + std::to_string(iteration)));
+    for (size_t k = 0; k < reference->learnable_params().size(); ++k) {
+      Tensor& e = *reference->learnable_params()[k];
+      e.scale_diff(0.1f);
+      e.Update();
+      other->learnable_params()[k]->CopyFrom(e);
+    }
+  }
+}
+
 // BatchNorm chains keeping their input (NetOptions::keep_batch_norm_inputs kOnGpus) against the
 // same net keeping BatchNorm's normalised copy (the default, kNever), in one context so
 // both run the same convolution kernels: float32 blobs, and 16-bit blobs with each block's inner
@@ -566,26 +594,44 @@ TEST(HalfTensorsGpuTest, BatchNormKeepingItsInputFollowsTheNormalisedCopy) {
         EXPECT_TRUE(keeping.blob_by_name("b0c0 (BatchNorm input)")->home_nhwc());
         EXPECT_TRUE(keeping.blob_by_name("b0c0")->home_nhwc());
       }
-      caffe::NetParameter weights;
-      copy.ToProto(&weights);
-      keeping.CopyTrainedLayersFrom(weights);
-      if (plan) {
-        ASSERT_GT(copy.ShareTrainingBuffers(), 0u);
-        ASSERT_GT(keeping.ShareTrainingBuffers(), 0u);
-      }
-      for (int iteration = 0; iteration < 2; ++iteration) {
-        FillInputs(&copy);
-        FillInputs(&keeping);
-        const float expected = copy.ForwardBackward();
-        EXPECT_NEAR(keeping.ForwardBackward(), expected, 1e-6f * std::max(1.0f, expected));
-        ASSERT_NO_FATAL_FAILURE(
-            ExpectSameParamDiffs(copy, keeping, 1e-6f, "iteration " + std::to_string(iteration)));
-        for (size_t k = 0; k < copy.learnable_params().size(); ++k) {
-          Tensor& e = *copy.learnable_params()[k];
-          e.scale_diff(0.1f);
-          e.Update();
-          keeping.learnable_params()[k]->CopyFrom(e);
+      ExpectFollowsOverTwoSteps(&copy, &keeping, plan);
+    }
+  }
+}
+
+// Residual sums folded into the BatchNorm chains before them
+// (NetOptions::fold_sums_into_batch_norms) against the same net computing them apart (the
+// default), in one context: float32 and 16-bit blobs, planned and not, with BatchNorm keeping its
+// normalised copy or its input. The folded pass rounds the chain's value to the blobs' type before
+// adding, as the chain's stored output was: the same values up to float32's last bit.
+TEST(HalfTensorsGpuTest, SumsFoldedIntoBatchNormsFollowTheSums) {
+  CORTADO_REQUIRE_GPU();
+  caffe::NetParameter param = NetParam(ResidualNet());
+  param.mutable_state()->set_phase(caffe::TRAIN);
+  using BatchNormInputs = NetOptions::BatchNormInputs;
+  for (HalfType type : {HalfType::kNone, HalfType::kFloat16, HalfType::kBFloat16}) {
+    for (BatchNormInputs inputs : {BatchNormInputs::kNever, BatchNormInputs::kOnGpus}) {
+      for (bool plan : {false, true}) {
+        SCOPED_TRACE(fmt::format("{}{}{}", HalfTypeName(type),
+                                 inputs == BatchNormInputs::kNever ? "" : ", keeping inputs",
+                                 plan ? ", planned" : ""));
+        NetOptions apart, folding;
+        folding.fold_sums_into_batch_norms = true;
+        apart.keep_batch_norm_inputs = folding.keep_batch_norm_inputs = inputs;
+        Context ctx(Device::Cuda(0), 5);
+        ctx.set_half_compute(type);
+        ctx.MakeCurrent();
+        Net sums(param, &ctx, apart);
+        Net folded(param, &ctx, folding);
+        EXPECT_TRUE(sums.has_blob("b2c1"));
+        EXPECT_FALSE(folded.has_blob("b2c1"));
+        ASSERT_TRUE(folded.has_blob("b2c1 (BatchNorm input)"));
+        if (type != HalfType::kNone) {
+          EXPECT_EQ(folded.blob_by_name("b2c1 (BatchNorm input)")->home_type(), type);
+          EXPECT_EQ(folded.blob_by_name("b1")->home_type(), type);
+          EXPECT_EQ(folded.num_nhwc_blobs(), sums.num_nhwc_blobs());
         }
+        ExpectFollowsOverTwoSteps(&sums, &folded, plan);
       }
     }
   }

@@ -458,14 +458,20 @@ struct FoldOptions {
 // Input -> conv0 -> sum0 (x + conv0) -> ReLU in place -> conv1 -> sum1 (s0 + conv1) -> ReLU ->
 // InnerProduct -> EuclideanLoss: two residual blocks, the first sum's output split between the
 // second block's convolution and its sum, as in ResNet.
+// A 3 x 3 convolution (padded to keep the size) with Gaussian weights and biases of `std`.
+std::string ConvLayer(const std::string& name, const std::string& bottom, int num_output,
+                      float std) {
+  return fmt::format(R"(
+    layer {{ name: "{0}" type: "Convolution" bottom: "{1}" top: "{0}"
+            convolution_param {{ num_output: {2} kernel_size: 3 pad: 1
+                                weight_filler {{ type: "gaussian" std: {3} }}
+                                bias_filler {{ type: "gaussian" std: {3} }} }} }})",
+                     name, bottom, num_output, std);
+}
+
 caffe::NetParameter FoldNet(const FoldOptions& o) {
   auto conv = [](const std::string& name, const std::string& bottom) {
-    return fmt::format(R"(
-      layer {{ name: "{0}" type: "Convolution" bottom: "{1}" top: "{0}"
-              convolution_param {{ num_output: 2 kernel_size: 3 pad: 1
-                                  weight_filler {{ type: "gaussian" std: 0.5 }}
-                                  bias_filler {{ type: "gaussian" std: 0.5 }} }} }})",
-                       name, bottom);
+    return ConvLayer(name, bottom, 2, 0.5f);
   };
   std::string text = R"(
     name: "fold" force_backward: true
@@ -782,6 +788,301 @@ TEST(BatchNormInputGpuTest, FollowsTheNormalisedCopy) {
   CORTADO_REQUIRE_GPU();
   for (const ChainOptions& o : {ChainOptions{}, LeakyOddChain(), TwoConsumerChain()}) {
     ExpectKeepingFollowsTheCopy(o, Device::Cuda(0), NetOptions::BatchNormInputs::kOnGpus, 1e-6f);
+  }
+}
+
+// ---- a residual sum folded into the BatchNorm chain before it ---------------------------------
+
+struct SumFoldOptions {
+  bool chain_first = false;   // the sums' bottoms: (chain, residual), not the reverse
+  std::string sum_relu = "";  // relu_param of the ReLU after each sum
+  bool no_sum_relu = false;   // no ReLU after the sums
+  std::string scale_param = "scale_param { bias_term: true }";  // of the blocks' last Scales
+  std::string eltwise_param;                                    // of both sums
+  std::string phase = "TRAIN";
+  bool plan = false;  // both nets run with the training memory plan
+  std::string more;   // layers appended to the net
+};
+
+// Input x (4 channels) -> two residual blocks, each conv {n}a -> BatchNorm + Scale + ReLU ->
+// conv {n}b -> BatchNorm + Scale (layers bn{n}b, sc{n}b) -> sum{n} of the block's input and the
+// chain -> ReLU (in place on s{n}) -> InnerProduct -> EuclideanLoss, as ResNet's blocks; s0 is
+// split between block 1's convolution and its sum.
+caffe::NetParameter SumFoldNet(const SumFoldOptions& o) {
+  std::string text = fmt::format(R"(
+    name: "sum_fold" force_backward: true
+    state {{ phase: {} }}
+    layer {{ name: "in" type: "Input" top: "x" top: "target"
+            input_param {{ shape {{ dim: 3 dim: 4 dim: 4 dim: 5 }} shape {{ dim: 3 dim: 2 }} }} }})",
+                                 o.phase);
+  std::string from = "x";
+  for (int n = 0; n < 2; ++n) {
+    auto conv = [](const std::string& name, const std::string& bottom) {
+      return ConvLayer(name, bottom, 4, 0.4f);
+    };
+    const std::string a = fmt::format("{}a", n), b = fmt::format("{}b", n);
+    text += conv(a, from);
+    text += fmt::format(R"(
+      layer {{ name: "bn{0}" type: "BatchNorm" bottom: "{0}" top: "{0}" }}
+      layer {{ name: "sc{0}" type: "Scale" bottom: "{0}" top: "{0}" scale_param {{ bias_term: true }} }}
+      layer {{ name: "relu{0}" type: "ReLU" bottom: "{0}" top: "{0}" }})",
+                        a);
+    text += conv(b, a);
+    text += fmt::format(R"(
+      layer {{ name: "bn{0}" type: "BatchNorm" bottom: "{0}" top: "{0}" }}
+      layer {{ name: "sc{0}" type: "Scale" bottom: "{0}" top: "{0}" {1} }})",
+                        b, o.scale_param);
+    const std::string sum = fmt::format("s{}", n);
+    text +=
+        fmt::format(R"(
+      layer {{ name: "sum{0}" type: "Eltwise" bottom: "{1}" bottom: "{2}" top: "{3}" {4} }})",
+                    n, o.chain_first ? b : from, o.chain_first ? from : b, sum, o.eltwise_param);
+    if (!o.no_sum_relu) {
+      text += fmt::format(R"(
+        layer {{ name: "relu{0}" type: "ReLU" bottom: "{1}" top: "{1}" {2} }})",
+                          n, sum, o.sum_relu);
+    }
+    from = sum;
+  }
+  text += fmt::format(R"(
+    layer {{ name: "ip" type: "InnerProduct" bottom: "{}" top: "out"
+            inner_product_param {{ num_output: 2 weight_filler {{ type: "gaussian" std: 0.3 }} }} }}
+    layer {{ name: "loss" type: "EuclideanLoss" bottom: "out" bottom: "target" top: "loss" }}
+    {})",
+                      from, o.more);
+  caffe::NetParameter param;
+  io::ReadProtoFromTextString(text, "<sum_fold>", &param);
+  return param;
+}
+
+std::unique_ptr<Net> BuildFolding(const caffe::NetParameter& param, Context* ctx, bool fold,
+                                  bool fuse = true) {
+  NetOptions options;
+  options.fuse = fuse;
+  options.fold_sums_into_batch_norms = fold;
+  return std::make_unique<Net>(param, ctx, options);
+}
+
+bool FoldsSum(const Net& net, const char* bn) {
+  return static_cast<const BatchNormLayer*>(net.layer_by_name(bn))->folds_sum();
+}
+
+TEST(SumFoldTest, FoldsEachBlocksSumIntoItsLastBatchNorm) {
+  Context ctx(Device::Cpu(), 1701);
+  EXPECT_FALSE(NetOptions{}.fold_sums_into_batch_norms);
+  auto net = BuildFolding(SumFoldNet({}), &ctx, true);
+  for (int n = 0; n < 2; ++n) {
+    SCOPED_TRACE(n);
+    const std::string bn = fmt::format("bn{}b", n);
+    ASSERT_TRUE(FoldsSum(*net, bn.c_str()));
+    EXPECT_FALSE(FoldsSum(*net, fmt::format("bn{}a", n).c_str()));
+    const Layer* host = net->layer_by_name(bn);
+    for (const std::string& layer :
+         {fmt::format("sc{}b", n), fmt::format("sum{}", n), fmt::format("relu{}", n)}) {
+      EXPECT_EQ(net->layer_by_name(layer)->fused_into(), host) << layer;
+    }
+    // The chain's blob holds its input alone, under a new name; its output is the sum's.
+    EXPECT_FALSE(net->has_blob(fmt::format("{}b", n)));
+    ASSERT_TRUE(net->has_blob(fmt::format("{}b (BatchNorm input)", n)));
+    const auto& names = net->layer_names();
+    const size_t i = std::find(names.begin(), names.end(), bn) - names.begin();
+    const size_t k = std::find(names.begin(), names.end(), fmt::format("sum{}", n)) - names.begin();
+    ASSERT_EQ(net->bottom_vecs()[i].size(), 2u);
+    EXPECT_EQ(net->bottom_vecs()[i][0], net->blob_by_name(fmt::format("{}b (BatchNorm input)", n)));
+    EXPECT_EQ(net->bottom_vecs()[i][1], net->bottom_vecs()[k][0]);  // the residual
+    EXPECT_EQ(net->top_vecs()[i][0], net->blob_by_name(fmt::format("s{}", n)));
+    EXPECT_TRUE(net->layers()[i]->BackwardReadsTopData(0));  // the sum's ReLU's mask
+    EXPECT_FALSE(net->layers()[i]->BackwardReadsBottomData(1));
+    EXPECT_FALSE(net->layers()[i]->CanRecomputeTops());
+  }
+  // The Split of s0 was folded into sum0, and goes with it.
+  EXPECT_EQ(SplitsFoldedInto(*net, "bn0b"), 1);
+  try {
+    net->blob_by_name("0b");
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    const std::string msg = e.what();
+    EXPECT_EQ(e.code(), ErrorCode::kNotFound);
+    EXPECT_NE(msg.find("'0b'"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("'sum0'"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("CORTADO_FOLD_SUMS=1"), std::string::npos) << msg;
+  }
+  // A TEST net folds too, and so does a sum with its bottoms the other way round or without a
+  // ReLU.
+  SumFoldOptions test;
+  test.phase = "TEST";
+  SumFoldOptions swapped;
+  swapped.chain_first = true;
+  swapped.no_sum_relu = true;
+  for (const SumFoldOptions& o : {test, swapped}) {
+    auto other = BuildFolding(SumFoldNet(o), &ctx, true);
+    EXPECT_TRUE(FoldsSum(*other, "bn0b") && FoldsSum(*other, "bn1b")) << o.phase;
+  }
+  // Not folded: when not asked to, without fusion, a sum
+  // with other coefficients or of another kind, a chain with a ReLU, a chain output read again.
+  EXPECT_FALSE(FoldsSum(*BuildFolding(SumFoldNet({}), &ctx, false), "bn0b"));
+  EXPECT_FALSE(FoldsSum(*BuildFolding(SumFoldNet({}), &ctx, true, false), "bn0b"));
+  SumFoldOptions coeffs;
+  coeffs.eltwise_param = "eltwise_param { coeff: 1 coeff: 2 }";
+  SumFoldOptions product;
+  product.eltwise_param = "eltwise_param { operation: PROD }";
+  SumFoldOptions twice;
+  twice.more = R"(
+    layer { name: "ip2" type: "InnerProduct" bottom: "1b" top: "out2"
+            inner_product_param { num_output: 2 weight_filler { type: "gaussian" std: 0.3 } } }
+    layer { name: "loss2" type: "EuclideanLoss" bottom: "out2" bottom: "target" top: "loss2" })";
+  for (const SumFoldOptions& o : {coeffs, product, twice}) {
+    auto other = BuildFolding(SumFoldNet(o), &ctx, true);
+    EXPECT_FALSE(FoldsSum(*other, "bn1b")) << o.eltwise_param << o.more;
+    EXPECT_TRUE(other->has_blob("1b"));
+  }
+  caffe::NetParameter with_relu = SumFoldNet({});
+  auto* relu = with_relu.add_layer();
+  relu->set_name("relu1b");
+  relu->set_type("ReLU");
+  relu->add_bottom("1b");
+  relu->add_top("1b");
+  // Right after the chain's Scale, before the sum.
+  auto* layers = with_relu.mutable_layer();
+  const auto scale =
+      std::find_if(layers->begin(), layers->end(),
+                   [](const caffe::LayerParameter& l) { return l.name() == "sc1b"; });
+  std::rotate(scale + 1, layers->end() - 1, layers->end());
+  auto relu_net = BuildFolding(with_relu, &ctx, true);
+  EXPECT_EQ(relu_net->layer_by_name("relu1b")->fused_into(), relu_net->layer_by_name("bn1b"));
+  EXPECT_FALSE(FoldsSum(*relu_net, "bn1b"));
+  EXPECT_TRUE(FoldsSum(*relu_net, "bn0b"));
+}
+
+// Every BatchNorm's running statistics in both nets.
+void ExpectSameBatchNormStatistics(const Net& expected, const Net& actual, float tolerance,
+                                   const std::string& at) {
+  for (const char* bn : {"bn0a", "bn0b", "bn1a", "bn1b"}) {
+    auto& expected_stats = expected.layer_by_name(bn)->blobs();
+    auto& stats = actual.layer_by_name(bn)->blobs();
+    for (size_t k = 0; k < stats.size(); ++k) {
+      ExpectClose(*expected_stats[k], *stats[k], false, tolerance,
+                  fmt::format("{} statistics blob {}{}", bn, k, at));
+    }
+  }
+}
+
+// The net folding its sums (`how`, on `device`) against `reference` (built by the caller in a
+// context of its own or the same one), over three iterations with SGD steps between them: loss,
+// input gradient, parameter gradients, running statistics and (unplanned) the blocks' outputs.
+void ExpectSumFoldFollows(const SumFoldOptions& o, Net* reference, Net* folded, float tolerance) {
+  ASSERT_TRUE(FoldsSum(*folded, "bn0b") && FoldsSum(*folded, "bn1b"));
+  ASSERT_FALSE(FoldsSum(*reference, "bn0b"));
+  if (o.plan) {
+    ASSERT_GT(reference->ShareTrainingBuffers(), 0u);
+    ASSERT_GT(folded->ShareTrainingBuffers(), 0u);
+  }
+  StartAlike(reference, folded);
+  const bool train = o.phase == "TRAIN";
+  for (int iteration = 0; iteration < 3; ++iteration) {
+    const std::string at = fmt::format(" (iteration {})", iteration);
+    if (train) {
+      ExpectSameStep(reference, folded, tolerance, at);
+    } else {
+      const float expected = reference->Forward();
+      EXPECT_NEAR(folded->Forward(), expected, tolerance * std::max(1.0f, std::fabs(expected)))
+          << at;
+    }
+    if (!o.plan) {
+      for (const char* blob : {"s0", "s1", "out"}) {
+        ExpectClose(*reference->blob_by_name(blob), *folded->blob_by_name(blob), false, tolerance,
+                    blob + at);
+      }
+    }
+    ExpectSameBatchNormStatistics(*reference, *folded, tolerance, at);
+    if (!train) continue;
+    for (Net* net : {reference, folded}) {
+      for (Tensor* p : net->learnable_params()) {
+        math::Axpy(p->count(), -0.05f, p->cpu_diff(), p->mutable_cpu_data());
+      }
+    }
+  }
+}
+
+std::vector<SumFoldOptions> SumFoldCases() {
+  SumFoldOptions leaky;
+  leaky.chain_first = true;
+  leaky.sum_relu = "relu_param { negative_slope: 0.1 }";
+  SumFoldOptions bare;
+  bare.no_sum_relu = true;
+  bare.scale_param = "";
+  SumFoldOptions planned;
+  planned.plan = true;
+  SumFoldOptions leaky_planned = leaky;
+  leaky_planned.plan = true;
+  SumFoldOptions test;
+  test.phase = "TEST";
+  return {SumFoldOptions{}, leaky, bare, planned, leaky_planned, test};
+}
+
+// The folded sum adds and masks as the sum did, after the chain's value as the chain stored it:
+// the same bits, planned (the sum's and the chain's gradients taking the folded Split's buffers)
+// or not.
+TEST(SumFoldTest, SameBitsAsTheSum) {
+  for (const SumFoldOptions& o : SumFoldCases()) {
+    SCOPED_TRACE(fmt::format("chain first {}, relu '{}'{}, {}{}", o.chain_first, o.sum_relu,
+                             o.no_sum_relu ? " (none)" : "", o.phase, o.plan ? ", planned" : ""));
+    const caffe::NetParameter param = SumFoldNet(o);
+    Context ctx(Device::Cpu(), 1701);
+    auto reference = BuildFolding(param, &ctx, false);
+    auto folded = BuildFolding(param, &ctx, true);
+    ExpectSumFoldFollows(o, reference.get(), folded.get(), 0.0f);
+  }
+}
+
+TEST(SumFoldTest, MatchesSeparateLayers) {
+  const caffe::NetParameter param = SumFoldNet({});
+  Context ctx(Device::Cpu(), 1701);
+  auto reference = BuildFolding(param, &ctx, false, false);
+  auto folded = BuildFolding(param, &ctx, true);
+  ExpectSumFoldFollows({}, reference.get(), folded.get(), 2e-5f);
+}
+
+// The bytes of the distinct data and diff buffers of a net's blobs.
+size_t BlobBufferBytes(const Net& net) {
+  std::set<const SyncedMemory*> buffers;
+  size_t bytes = 0;
+  for (const auto& blob : net.blobs()) {
+    for (const SyncedMemory* buffer : {blob->data().get(), blob->diff().get()}) {
+      if (buffers.insert(buffer).second) bytes += buffer->size();
+    }
+  }
+  return bytes;
+}
+
+// Planned, the folded net's buffers are no larger than the sums': the chain's and the residual's
+// gradients, which the BatchNorm now writes, stay in the plan (net/memory_plan.cpp counts a fused
+// layer's touches at its host).
+TEST(SumFoldTest, PlanIsNoLargerThanTheSums) {
+  const caffe::NetParameter param = SumFoldNet({});
+  Context ctx(Device::Cpu(), 1701);
+  auto reference = BuildFolding(param, &ctx, false);
+  auto folded = BuildFolding(param, &ctx, true);
+  const size_t unplanned = BlobBufferBytes(*folded);
+  ASSERT_GT(reference->ShareTrainingBuffers(), 0u);
+  ASSERT_GT(folded->ShareTrainingBuffers(), 0u);
+  EXPECT_LT(BlobBufferBytes(*folded), unplanned);
+  EXPECT_LE(BlobBufferBytes(*folded), BlobBufferBytes(*reference));
+}
+
+// On a GPU, float32 blobs (16-bit ones: buffer_sharing_test.cpp), in one context so that both
+// nets run the same convolution kernels.
+TEST(SumFoldGpuTest, SameValuesAsTheSum) {
+  CORTADO_REQUIRE_GPU();
+  for (const SumFoldOptions& o : SumFoldCases()) {
+    SCOPED_TRACE(fmt::format("chain first {}, relu '{}'{}, {}{}", o.chain_first, o.sum_relu,
+                             o.no_sum_relu ? " (none)" : "", o.phase, o.plan ? ", planned" : ""));
+    const caffe::NetParameter param = SumFoldNet(o);
+    Context ctx(Device::Cuda(0), 1701);
+    ctx.MakeCurrent();
+    auto reference = BuildFolding(param, &ctx, false);
+    auto folded = BuildFolding(param, &ctx, true);
+    ExpectSumFoldFollows(o, reference.get(), folded.get(), 1e-6f);
   }
 }
 

@@ -44,6 +44,20 @@ TEST(NetOptionsTest, OneKeepsBatchNormInputsOnGpus) {
   EXPECT_TRUE(NetOptionsFromEnvironment().fuse);
 }
 
+TEST(NetOptionsTest, OneFoldsSumsIntoBatchNorms) {
+  {
+    ScopedEnv fold("CORTADO_FOLD_SUMS", nullptr);
+    EXPECT_FALSE(NetOptionsFromEnvironment().fold_sums_into_batch_norms);
+  }
+  for (const char* other : {"0", "yes", "2"}) {
+    ScopedEnv fold("CORTADO_FOLD_SUMS", other);
+    EXPECT_FALSE(NetOptionsFromEnvironment().fold_sums_into_batch_norms) << other;
+  }
+  ScopedEnv fold("CORTADO_FOLD_SUMS", "1");
+  EXPECT_TRUE(NetOptionsFromEnvironment().fold_sums_into_batch_norms);
+  EXPECT_TRUE(NetOptionsFromEnvironment().fuse);
+}
+
 TEST(NetOptionsTest, ZeroTurnsEachOff) {
   {
     ScopedEnv fuse("CORTADO_FUSE", "0");
