@@ -15,6 +15,8 @@
 #    layers as before half blobs, float16-all does too and runs the 1x1 convolutions in the half
 #    type, float16-nchw and float16-nhwc put every convolution on the half blobs in that layout,
 #    float16-nchwblobs keeps the half blobs NCHW rather than channels-last between convolutions).
+#  - amp_rounds: ResNet-50 at batch 128, PyTorch AMP and Cortado float16 in turn, AMP_ROUNDS
+#    (default 3) pairs, with the median ratio and the ratio against PyTorch's fastest round.
 #  - search: Cortado with each convolution's cuDNN algorithm search given the whole 1 GiB limit
 #    (CORTADO_CUDNN_SEARCH_SCALE=0) instead of a scratch sized to the layer.
 # Peak memory: the most each allocated during the timed iterations, after the warm-up (PyTorch's
@@ -102,6 +104,33 @@ for section in $sections; do
         done
       done
       ;;
+    amp_rounds)
+      # ResNet-50 at batch 128, PyTorch AMP and Cortado float16 in turn, AMP_ROUNDS times: either
+      # side's rate can move between runs on a lent machine (PyTorch's by 15% in one session), so
+      # one pair decides little. Each pair's row, then the median of the pairs' ratios and our
+      # median rate against PyTorch's fastest round.
+      header "ResNet-50 float16 beside PyTorch AMP, in turn, ${AMP_ROUNDS:-3} rounds"
+      path=$(model resnet50 128)
+      rates=()
+      for ((round = 1; round <= ${AMP_ROUNDS:-3}; ++round)); do
+        theirs=$(python3 bench/gpu/pytorch_train.py --mode=amp --batch=128 resnet50)
+        ours=$("$bench" "$path" 50 10 0 float16)
+        row "resnet50 float16, round $round" "$ours" "$theirs"
+        read -r _ _ _ _ _ _ our_rate _ <<<"$ours"
+        read -r _ _ _ _ _ _ their_rate _ <<<"$theirs"
+        rates+=("$our_rate,$their_rate")
+      done
+      python3 - "${rates[@]}" <<'PY'
+import statistics, sys
+pairs = [tuple(map(float, p.split(","))) for p in sys.argv[1:]]
+ours = [o for o, _ in pairs]
+theirs = [t for _, t in pairs]
+print(f"median of the pairs' ratios: {statistics.median(o / t for o, t in pairs):.2f}; "
+      f"our median {statistics.median(ours):.1f} img/s against PyTorch's fastest "
+      f"{max(theirs):.1f}: {statistics.median(ours) / max(theirs):.2f}; "
+      f"PyTorch's spread {min(theirs):.1f}-{max(theirs):.1f}, ours {min(ours):.1f}-{max(ours):.1f}")
+PY
+      ;;
     search)
       header "Cortado, cuDNN search with the whole 1 GiB for every shape (SEARCH_SCALE=0)"
       for net in caffenet resnet50; do
@@ -126,7 +155,7 @@ for section in $sections; do
       done
       ;;
     *)
-      echo "unknown section '$section' (float32 tf32 amp search variants recompute)" >&2
+      echo "unknown section '$section' (float32 tf32 amp amp_rounds search variants recompute)" >&2
       exit 2
       ;;
   esac
