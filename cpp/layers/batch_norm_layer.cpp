@@ -99,7 +99,6 @@ void BatchNormLayer::Reshape(const std::vector<Tensor*>& bottom, const std::vect
                   Describe(), sum_->name(), bottom[1]->ShapeString(), in.ShapeString());
   }
   input_ = bottom[0];
-  residual_ = sum_ != nullptr ? bottom[1] : nullptr;
   num_ = in.shape(0);
   spatial_dim_ = in.count(2);
   mean_.assign(channels_, 0.0f);

@@ -1069,7 +1069,9 @@ void BatchNormLayer::ForwardPassGpu(const Tensor& bottom, bool batch_statistics,
   CORTADO_CHECK(top->home_nhwc() == nhwc, "{}: bottom and top in different layouts", Describe());
   const bool copy = keep_x_norm_ && !keep_input_;
   if (copy && x_norm_.home_nhwc() != nhwc) x_norm_.set_home_nhwc(nhwc);
-  CORTADO_CHECK(residual_ == nullptr || residual_->home_nhwc() == nhwc,
+  // A folded sum's other bottom (this layer's bottom 1).
+  const Tensor* residual = sum_ != nullptr ? sum_bottom_[residual_index_] : nullptr;
+  CORTADO_CHECK(residual == nullptr || residual->home_nhwc() == nhwc,
                 "{}: bottoms in different layouts", Describe());
   half_values::WithValueType(h, [&](auto tag) {
     using T = decltype(tag);
@@ -1077,7 +1079,7 @@ void BatchNormLayer::ForwardPassGpu(const Tensor& bottom, bool batch_statistics,
     T* out = half_values::MutableData<T>(*top, h);
     FoldedSum<T> sum;
     if (sum_ != nullptr) {
-      sum.a = half_values::Data<T>(*residual_, h);
+      sum.a = half_values::Data<T>(*residual, h);
       sum.relu = sum_->fused_relu();
       sum.slope = sum_->relu_slope();
     }

@@ -106,12 +106,10 @@ class BatchNormLayer final : public Layer {
   bool keep_x_norm_ = true;  // false: DropBackwardState
   bool keep_input_ = false;  // KeepInput
   const Tensor* input_ = nullptr;  // the bottom of the last Reshape (KeepInput's RecomputeTops)
-  // FoldSum: the sum, its bottom and top vectors, bottom 1's index among its bottoms, and bottom
-  // 1 as of the last Reshape.
+  // FoldSum: the sum, its bottom and top vectors, and bottom 1's index among its bottoms.
   EltwiseLayer* sum_ = nullptr;
   std::vector<Tensor*> sum_bottom_, sum_top_;
   int residual_index_ = 0;
-  const Tensor* residual_ = nullptr;
   // GPU passes: per channel on the device, rows [0] mean and [1] std of the last forward,
   // [2] mean(dy) and [3] mean(dy * y) of the last backward.
   Tensor gpu_stats_;

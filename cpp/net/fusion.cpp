@@ -12,6 +12,8 @@
 
 namespace cortado {
 
+std::string Net::BatchNormInputName(const std::string& name) { return name + " (BatchNorm input)"; }
+
 bool Net::FusableInPlace(int i, int blob, const char* type) const {
   return i < static_cast<int>(layers_.size()) && std::string(layers_[i]->type()) == type &&
          bottom_ids_[i].size() == 1 && top_ids_[i].size() == 1 && bottom_ids_[i][0] == blob &&
@@ -118,10 +120,9 @@ int Net::FoldSumsIntoBatchNorms(bool keep_inputs) {
     auto* bn = static_cast<BatchNormLayer*>(layers_[i].get());
     const int blob = bottom_ids_[i][0];
     const int k = i + 2;  // the sum, right after the chain's Scale (a ReLU there: not a sum)
-    if (!bn->fused_scale() || bn->folds_sum() || top_ids_[i][0] != blob ||
-        layers_[i + 1]->fused_into() != bn || std::strcmp(layers_[k]->type(), "Eltwise") != 0 ||
-        layers_[k]->fused_into() != nullptr || bottom_ids_[k].size() != 2 ||
-        top_ids_[k].size() != 1 || layers_[k]->loss(0) != 0.0f ||
+    if (!bn->fused_scale() || top_ids_[i][0] != blob || layers_[i + 1]->fused_into() != bn ||
+        std::strcmp(layers_[k]->type(), "Eltwise") != 0 || layers_[k]->fused_into() != nullptr ||
+        bottom_ids_[k].size() != 2 || top_ids_[k].size() != 1 || layers_[k]->loss(0) != 0.0f ||
         blob_loss_weights_[blob] != 0.0f) {
       continue;
     }
@@ -152,7 +153,7 @@ int Net::FoldSumsIntoBatchNorms(bool keep_inputs) {
     top_vecs_[i][0] = top_vecs_[k][0];
     // The chain's blob now only ever holds its input: named so, and its old name explained.
     const std::string name = blob_names_[blob];
-    const std::string input_name = name + " (BatchNorm input)";
+    const std::string input_name = BatchNormInputName(name);
     if (blob_index_.count(input_name) == 0) {
       blob_names_[blob] = input_name;
       blob_index_[input_name] = blob;
@@ -180,7 +181,7 @@ int Net::KeepBatchNormInputs(std::map<std::string, int>* available) {
     const int input = bottom_ids_[i][0];
     if (!bn->fused_scale() || top_ids_[i][0] != input) continue;
     const std::string name = blob_names_[input];
-    const std::string input_name = name + " (BatchNorm input)";
+    const std::string input_name = BatchNormInputName(name);
     if (blob_index_.count(input_name) != 0) continue;
     // Layers whose tops share the input's data (a Split of the chain's output, a Flatten of
     // that): set up again below, so that they share the new top's instead.

@@ -572,8 +572,8 @@ Tensor* Net::blob_by_name(const std::string& name) const {
       CORTADO_THROW(kNotFound,
                     "net '{}' does not compute blob '{}': the BatchNorm chain that writes it "
                     "computes the sum '{}' in its place, which alone reads it; its input is "
-                    "'{} (BatchNorm input)' (without CORTADO_FOLD_SUMS=1 it is computed)",
-                    name_, name, folded->second, name);
+                    "'{}' (without CORTADO_FOLD_SUMS=1 it is computed)",
+                    name_, name, folded->second, BatchNormInputName(name));
     }
     CORTADO_THROW(kNotFound, "net '{}' has no blob named '{}'", name_, name);
   }

@@ -234,6 +234,8 @@ class Net {
   // asking for the old name says where it went. With keep_inputs the BatchNorm keeps its input
   // for Backward (BatchNormLayer::KeepInput). Returns how many.
   int FoldSumsIntoBatchNorms(bool keep_inputs);
+  // What the blob `name` of a BatchNorm chain's input is renamed to by the two above.
+  static std::string BatchNormInputName(const std::string& name);
   // Whether layer i exists, has `type`, works in place on blob `blob` alone, has no explicit
   // propagate_down nor loss weight and is not fused yet: what a fused follower must be.
   bool FusableInPlace(int i, int blob, const char* type) const;

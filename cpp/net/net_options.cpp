@@ -13,6 +13,12 @@ bool NotZero(const char* name) {
   return value == nullptr || std::strcmp(value, "0") != 0;
 }
 
+// True when the variable is set to exactly "1".
+bool IsOne(const char* name) {
+  const char* value = std::getenv(name);
+  return value != nullptr && std::strcmp(value, "1") == 0;
+}
+
 }  // namespace
 
 NetOptions NetOptionsFromEnvironment() {
@@ -21,12 +27,10 @@ NetOptions NetOptionsFromEnvironment() {
   options.fold_splits = NotZero("CORTADO_FOLD_SPLITS");
   options.share_buffers = NotZero("CORTADO_SHARE_BUFFERS");
   options.recompute = NotZero("CORTADO_RECOMPUTE");
-  const char* keep = std::getenv("CORTADO_BN_KEEP_INPUTS");
-  if (keep != nullptr && std::strcmp(keep, "1") == 0) {
+  if (IsOne("CORTADO_BN_KEEP_INPUTS")) {
     options.keep_batch_norm_inputs = NetOptions::BatchNormInputs::kOnGpus;
   }
-  const char* sums = std::getenv("CORTADO_FOLD_SUMS");
-  options.fold_sums_into_batch_norms = sums != nullptr && std::strcmp(sums, "1") == 0;
+  options.fold_sums_into_batch_norms = IsOne("CORTADO_FOLD_SUMS");
   return options;
 }
 
