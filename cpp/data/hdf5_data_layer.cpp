@@ -185,7 +185,16 @@ void HDF5DataLayer::DataSetup(const std::vector<Tensor*>& top) {
       CORTADO_THROW(kNotFound, "{}: HDF5 file '{}' (listed in '{}') does not exist", Describe(),
                     path, p.source());
     }
-    WithContext(Describe(), [&] { io::ProbeHdf5File(path, dataset_names_); });
+    // The child meets the file along the set-up's own path (open, then each top's dataset).
+    WithContext(Describe(), [&] {
+      io::ProbeHdf5File(path, dataset_names_, 60, [&] {
+        H5Handle file(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose);
+        if (!file.ok()) return;
+        for (const std::string& name : dataset_names_) {
+          InspectDataset(file.get(), name, path, Describe());
+        }
+      });
+    });
     H5Handle file(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose);
     if (!file.ok()) {
       CORTADO_THROW(kIo, "{}: cannot open HDF5 file '{}' (listed in '{}')", Describe(), path,

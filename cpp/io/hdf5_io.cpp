@@ -469,14 +469,17 @@ void WriteHdf5Atomic(const Site& site, Body&& body) {
   guard.Keep();
 }
 
-FileHandle OpenForReading(const Site& site) {
-  const std::string& path = site.path();
-  if (::access(path.c_str(), R_OK) != 0) {
+void CheckReadable(const Site& site) {
+  if (::access(site.path().c_str(), R_OK) != 0) {
     const int err = errno;
     site.Fail(err == ENOENT ? ErrorCode::kNotFound : ErrorCode::kIo, "",
               fmt::format("cannot open: {}", std::strerror(err)));
   }
-  ProbeHdf5File(path, {});
+}
+
+FileHandle OpenForReading(const Site& site) {
+  const std::string& path = site.path();
+  CheckReadable(site);
   FileHandle file(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT));
   if (!file.valid()) {
     site.Fail(ErrorCode::kParse, "",
@@ -587,9 +590,25 @@ void ReadLayerBlobs(const Site& site, hid_t group, const std::string& object, bo
 
 // Visits every object of the file (H5Ovisit reaches each through its group's links, reading the
 // same symbol tables, heaps and B-trees the readers read) and touches each dataset's dataspace
-// and type. Runs in the probe's child.
+// and type, and each group's link count and names in name order, as LinkNames reads them (the
+// count walks a group's B-tree by another path than the iteration). Runs in the probe's child.
 herr_t ProbeObject(hid_t root, const char* name, const H5O_info_t* info, void* /*data*/) {
   H5Lexists(root, name, H5P_DEFAULT);  // the lookup the readers make, as well as the iteration
+  if (info->type == H5O_TYPE_GROUP) {
+    const hid_t group = H5Gopen2(root, name, H5P_DEFAULT);
+    if (group >= 0) {
+      H5G_info_t group_info;
+      if (H5Gget_info(group, &group_info) >= 0) {
+        for (hsize_t i = 0; i < group_info.nlinks; ++i) {
+          if (H5Lget_name_by_idx(group, ".", H5_INDEX_NAME, H5_ITER_INC, i, nullptr, 0,
+                                 H5P_DEFAULT) < 0) {
+            break;
+          }
+        }
+      }
+      H5Gclose(group);
+    }
+  }
   if (info->type == H5O_TYPE_DATASET) {
     const hid_t dataset = H5Dopen2(root, name, H5P_DEFAULT);
     if (dataset >= 0) {
@@ -607,13 +626,23 @@ herr_t ProbeObject(hid_t root, const char* name, const H5O_info_t* info, void* /
   return 0;
 }
 
+// How long the child of ProbeHdf5File may take over a model or state file (it reads it whole).
+constexpr double kProbeTimeoutS = 120;
+
 constexpr int kProbeReadable = 0;
 constexpr int kProbeLibraryError = 3;
 
-[[noreturn]] void ProbeInChild(const std::string& path, const std::vector<std::string>& names) {
+[[noreturn]] void ProbeInChild(const std::string& path, const std::vector<std::string>& names,
+                               const std::function<void()>& read) {
   // The parent's handlers (a JVM's among them) must not run here: a crash ends the child.
   for (int sig : {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT}) std::signal(sig, SIG_DFL);
   H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
+  if (read) {
+    try {
+      read();
+    } catch (...) {  // the caller's own reading reports it
+    }
+  }
   const hid_t file = H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
   if (file < 0) ::_exit(kProbeLibraryError);
   // The names the callers look up at the root, whether or not the file has them (a lookup
@@ -627,10 +656,67 @@ constexpr int kProbeLibraryError = 3;
   ::_exit(visited < 0 ? kProbeLibraryError : kProbeReadable);
 }
 
+caffe::NetParameter ReadNetParameter(const Site& site) {
+  FileHandle file = OpenForReading(site);
+  caffe::NetParameter net;
+  std::map<std::string, int> layer_index;
+  {
+    GroupHandle data = OpenGroup(site, file.get(), "/", "data");
+    for (const std::string& name : LinkNames(site, data.get(), "/data")) {
+      GroupHandle group = OpenGroup(site, data.get(), "/data", name);
+      caffe::LayerParameter* layer = net.add_layer();
+      layer->set_name(name);
+      layer_index[name] = net.layer_size() - 1;
+      ReadLayerBlobs(site, group.get(), Join("/data", name), false, layer);
+    }
+  }
+  if (LinkExists(site, file.get(), "/", "diff")) {
+    GroupHandle diff = OpenGroup(site, file.get(), "/", "diff");
+    for (const std::string& name : LinkNames(site, diff.get(), "/diff")) {
+      GroupHandle group = OpenGroup(site, diff.get(), "/diff", name);
+      auto it = layer_index.find(name);
+      caffe::LayerParameter* layer = nullptr;
+      if (it != layer_index.end()) {
+        layer = net.mutable_layer(it->second);
+      } else {
+        layer = net.add_layer();
+        layer->set_name(name);
+      }
+      ReadLayerBlobs(site, group.get(), Join("/diff", name), true, layer);
+    }
+  }
+  return net;
+}
+
+caffe::SolverState ReadSolverState(const Site& site) {
+  FileHandle file = OpenForReading(site);
+  caffe::SolverState state;
+  state.set_iter(ReadInt(site, file.get(), "iter"));
+  if (LinkExists(site, file.get(), "/", "learned_net")) {
+    state.set_learned_net(ReadString(site, file.get(), "learned_net"));
+  }
+  // Caffe always writes current_step; files from other writers may not.
+  if (LinkExists(site, file.get(), "/", "current_step")) {
+    state.set_current_step(ReadInt(site, file.get(), "current_step"));
+  }
+  GroupHandle history = OpenGroup(site, file.get(), "/", "history");
+  const std::map<int, std::string> indices = BlobIndices(site, history.get(), "/history");
+  int expected = 0;
+  for (const auto& [index, name] : indices) {
+    if (index != expected) {
+      site.Fail(ErrorCode::kParse, fmt::format("dataset /history/{}", expected), "not found");
+    }
+    caffe::BlobProto* blob = state.add_history();
+    ReadFloats(site, history.get(), "/history", name, blob->mutable_shape(), blob->mutable_data());
+    ++expected;
+  }
+  return state;
+}
+
 }  // namespace
 
-void ProbeHdf5File(const std::string& path, const std::vector<std::string>& names,
-                   double timeout_s) {
+void ProbeHdf5File(const std::string& path, const std::vector<std::string>& names, double timeout_s,
+                   const std::function<void()>& read) {
   const std::lock_guard<std::recursive_mutex> lock(Hdf5Mutex());
   static const bool enabled = [] {
     const char* value = std::getenv("CORTADO_HDF5_PROBE");
@@ -644,7 +730,7 @@ void ProbeHdf5File(const std::string& path, const std::vector<std::string>& name
                      path, std::strerror(errno));
     return;
   }
-  if (child == 0) ProbeInChild(path, names);
+  if (child == 0) ProbeInChild(path, names, read);
   const auto deadline = std::chrono::steady_clock::now() +
                         std::chrono::duration_cast<std::chrono::steady_clock::duration>(
                             std::chrono::duration<double>(timeout_s));
@@ -720,35 +806,9 @@ void WriteNetParameterHdf5(const caffe::NetParameter& net, const std::string& pa
 caffe::NetParameter ReadNetParameterHdf5(const std::string& path) {
   const std::lock_guard<std::recursive_mutex> lock(Hdf5Mutex());
   Site site(path);
-  FileHandle file = OpenForReading(site);
-  caffe::NetParameter net;
-  std::map<std::string, int> layer_index;
-  {
-    GroupHandle data = OpenGroup(site, file.get(), "/", "data");
-    for (const std::string& name : LinkNames(site, data.get(), "/data")) {
-      GroupHandle group = OpenGroup(site, data.get(), "/data", name);
-      caffe::LayerParameter* layer = net.add_layer();
-      layer->set_name(name);
-      layer_index[name] = net.layer_size() - 1;
-      ReadLayerBlobs(site, group.get(), Join("/data", name), false, layer);
-    }
-  }
-  if (LinkExists(site, file.get(), "/", "diff")) {
-    GroupHandle diff = OpenGroup(site, file.get(), "/", "diff");
-    for (const std::string& name : LinkNames(site, diff.get(), "/diff")) {
-      GroupHandle group = OpenGroup(site, diff.get(), "/diff", name);
-      auto it = layer_index.find(name);
-      caffe::LayerParameter* layer = nullptr;
-      if (it != layer_index.end()) {
-        layer = net.mutable_layer(it->second);
-      } else {
-        layer = net.add_layer();
-        layer->set_name(name);
-      }
-      ReadLayerBlobs(site, group.get(), Join("/diff", name), true, layer);
-    }
-  }
-  return net;
+  CheckReadable(site);
+  ProbeHdf5File(path, {}, kProbeTimeoutS, [&] { ReadNetParameter(site); });
+  return ReadNetParameter(site);
 }
 
 void WriteSolverStateHdf5(const caffe::SolverState& state, const std::string& path) {
@@ -775,28 +835,9 @@ void WriteSolverStateHdf5(const caffe::SolverState& state, const std::string& pa
 caffe::SolverState ReadSolverStateHdf5(const std::string& path) {
   const std::lock_guard<std::recursive_mutex> lock(Hdf5Mutex());
   Site site(path);
-  FileHandle file = OpenForReading(site);
-  caffe::SolverState state;
-  state.set_iter(ReadInt(site, file.get(), "iter"));
-  if (LinkExists(site, file.get(), "/", "learned_net")) {
-    state.set_learned_net(ReadString(site, file.get(), "learned_net"));
-  }
-  // Caffe always writes current_step; files from other writers may not.
-  if (LinkExists(site, file.get(), "/", "current_step")) {
-    state.set_current_step(ReadInt(site, file.get(), "current_step"));
-  }
-  GroupHandle history = OpenGroup(site, file.get(), "/", "history");
-  const std::map<int, std::string> indices = BlobIndices(site, history.get(), "/history");
-  int expected = 0;
-  for (const auto& [index, name] : indices) {
-    if (index != expected) {
-      site.Fail(ErrorCode::kParse, fmt::format("dataset /history/{}", expected), "not found");
-    }
-    caffe::BlobProto* blob = state.add_history();
-    ReadFloats(site, history.get(), "/history", name, blob->mutable_shape(), blob->mutable_data());
-    ++expected;
-  }
-  return state;
+  CheckReadable(site);
+  ProbeHdf5File(path, {}, kProbeTimeoutS, [&] { ReadSolverState(site); });
+  return ReadSolverState(site);
 }
 
 #else  // !CORTADO_WITH_HDF5
@@ -829,7 +870,8 @@ void WriteSolverStateHdf5(const caffe::SolverState&, const std::string& path) { 
 
 caffe::SolverState ReadSolverStateHdf5(const std::string& path) { NoHdf5(path); }
 
-void ProbeHdf5File(const std::string& path, const std::vector<std::string>&, double) {
+void ProbeHdf5File(const std::string& path, const std::vector<std::string>&, double,
+                   const std::function<void()>&) {
   NoHdf5(path);
 }
 

@@ -9,6 +9,7 @@
 // into place. Errors name the file and the object inside it.
 #pragma once
 
+#include <functional>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -44,12 +45,15 @@ caffe::SolverState ReadSolverStateHdf5(const std::string& path);
 
 // Opens `path` with the HDF5 library in a child process and walks the metadata of every object
 // in it, before this process trusts the library with the file: libhdf5 1.10 itself crashes on
-// some damaged files. Returns when the child survives (whether or not the library could read
-// the file: the caller's own reading reports that); throws kIo naming the file when the child
-// dies by a signal or has not finished within `timeout_s`. The child also looks up `names` (and
-// the names the readers above look up) at the root. The readers above and the HDF5Data layer
-// call it before they open a file. CORTADO_HDF5_PROBE=0 skips it.
+// some damaged files. When `read` is given, the child first runs it (the caller's own reading;
+// its errors are ignored there), so that the library meets the file in the child along the very
+// path it will take here: where it crashes depends on what it read before. Returns when the
+// child survives (whether or not the library could read the file: the caller's own reading
+// reports that); throws kIo naming the file when the child dies by a signal or has not finished
+// within `timeout_s`. The child also looks up `names` (and the names the readers above look up)
+// at the root. The readers above (with their whole reading as `read`) and the HDF5Data layer
+// (with its set-up's) call it before they open a file. CORTADO_HDF5_PROBE=0 skips it.
 void ProbeHdf5File(const std::string& path, const std::vector<std::string>& names,
-                   double timeout_s = 60);
+                   double timeout_s = 60, const std::function<void()>& read = nullptr);
 
 }  // namespace cortado::io
