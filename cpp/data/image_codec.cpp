@@ -4,8 +4,10 @@
 #include <algorithm>
 #include <cmath>
 #include <csetjmp>
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <memory>
 
 #include "core/config.hpp"
 #include "core/error.hpp"
@@ -47,7 +49,7 @@ void CheckSize(int64_t height, int64_t width, const char* format, const std::str
 }
 
 // Interleaved rows (H x W x C, R G B order for color) to planar B, G, R (C x H x W).
-DecodedImage Planar(const std::vector<uint8_t>& interleaved, int channels, int height, int width) {
+DecodedImage Planar(const uint8_t* interleaved, int channels, int height, int width) {
   DecodedImage image;
   image.channels = channels;
   image.height = height;
@@ -57,7 +59,7 @@ DecodedImage Planar(const std::vector<uint8_t>& interleaved, int channels, int h
   image.pixels.resize(plane * step);
   for (size_t c = 0; c < step; ++c) {
     // Plane c takes interleaved channel step - 1 - c: B, G, R from R, G, B (gray: itself).
-    const uint8_t* in = interleaved.data() + (step - 1 - c);
+    const uint8_t* in = interleaved + (step - 1 - c);
     uint8_t* out = image.pixels.data() + c * plane;
     for (size_t p = 0; p < plane; ++p) out[p] = in[p * step];
   }
@@ -184,6 +186,36 @@ bool JpegReadPixels(JpegDecoder* d, uint8_t* out, size_t stride, size_t rows) {
   return true;
 }
 
+// The decoders' output before the pixels are decoded into it: not zeroed, since a damaged file
+// claiming a large image fails at its first missing row, and zeroing hundreds of MB for it first
+// would take seconds.
+std::unique_ptr<uint8_t[]> Uninitialized(size_t bytes) {
+  return std::unique_ptr<uint8_t[]>(new uint8_t[bytes]);
+}
+
+// Every block of a component that a Huffman-coded scan carries takes at least one bit (its DC
+// code), and a JPEG decodes only with at least one such scan over some component (libjpeg warns
+// of a progression that starts otherwise, and warnings are errors here). So a file of fewer bytes
+// than an eighth of the blocks of its smallest component is truncated whatever it holds; refused
+// before its pixels are allocated and decoded (a 422-byte file claiming 24579 x 6916 pixels took
+// 510 MB). Arithmetic coding can go below a bit per block, so it is left to the pixel limit.
+void CheckJpegLength(const jpeg_decompress_struct& cinfo, size_t size, const std::string& what) {
+  if (cinfo.arith_code) return;
+  uint64_t blocks = UINT64_MAX;
+  for (int c = 0; c < cinfo.num_components; ++c) {
+    const jpeg_component_info& component = cinfo.comp_info[c];
+    blocks = std::min<uint64_t>(
+        blocks, uint64_t{component.width_in_blocks} * uint64_t{component.height_in_blocks});
+  }
+  const uint64_t least = blocks / 8;
+  if (size < least) {
+    CORTADO_THROW(kParse,
+                  "{}: corrupt JPEG data: truncated: {} bytes cannot hold a {} x {} image "
+                  "(height x width; Huffman-coded, it takes at least {} bytes)",
+                  what, size, cinfo.image_height, cinfo.image_width, least);
+  }
+}
+
 DecodedImage DecodeJpeg(const uint8_t* bytes, size_t size, ColorMode mode,
                         const std::string& what) {
   JpegDecoder d;
@@ -203,6 +235,7 @@ DecodedImage DecodeJpeg(const uint8_t* bytes, size_t size, ColorMode mode,
                   what, cinfo.num_components, static_cast<int>(space));
   }
   CheckSize(cinfo.image_height, cinfo.image_width, "JPEG", what);
+  CheckJpegLength(cinfo, size, what);
   // Gray decodes to gray (replicated afterwards for kColor, as libjpeg 6b cannot), color to RGB
   // or, for kGray, to libjpeg's luma as OpenCV asks for it.
   const bool gray = space == JCS_GRAYSCALE || mode == ColorMode::kGray;
@@ -211,11 +244,12 @@ DecodedImage DecodeJpeg(const uint8_t* bytes, size_t size, ColorMode mode,
   const int height = static_cast<int>(cinfo.image_height);
   const int width = static_cast<int>(cinfo.image_width);
   const size_t stride = static_cast<size_t>(width) * static_cast<size_t>(channels);
-  std::vector<uint8_t> interleaved(stride * static_cast<size_t>(height));
-  if (!JpegReadPixels(&d, interleaved.data(), stride, static_cast<size_t>(height))) {
+  const std::unique_ptr<uint8_t[]> interleaved =
+      Uninitialized(stride * static_cast<size_t>(height));
+  if (!JpegReadPixels(&d, interleaved.get(), stride, static_cast<size_t>(height))) {
     CORTADO_THROW(kParse, "{}: corrupt JPEG data: {}", what, d.errors.message);
   }
-  return ApplyMode(Planar(interleaved, channels, height, width), mode);
+  return ApplyMode(Planar(interleaved.get(), channels, height, width), mode);
 }
 
 // ---- PNG --------------------------------------------------------------------------------------
@@ -317,13 +351,14 @@ DecodedImage DecodePng(const uint8_t* bytes, size_t size, ColorMode mode, const 
   CORTADO_CHECK(channels == 1 || channels == 3, "libpng gave {} channels", channels);
   const size_t stride = static_cast<size_t>(width) * static_cast<size_t>(channels);
   CORTADO_CHECK_EQ(d.row_bytes, stride);
-  std::vector<uint8_t> interleaved(stride * static_cast<size_t>(height));
+  const std::unique_ptr<uint8_t[]> interleaved =
+      Uninitialized(stride * static_cast<size_t>(height));
   std::vector<png_bytep> rows(static_cast<size_t>(height));
-  for (size_t y = 0; y < rows.size(); ++y) rows[y] = interleaved.data() + y * stride;
+  for (size_t y = 0; y < rows.size(); ++y) rows[y] = interleaved.get() + y * stride;
   if (!PngReadPixels(&d, rows.data())) {
     CORTADO_THROW(kParse, "{}: corrupt PNG data: {}", what, d.message);
   }
-  return ApplyMode(Planar(interleaved, channels, height, width), mode);
+  return ApplyMode(Planar(interleaved.get(), channels, height, width), mode);
 }
 
 #endif  // CORTADO_WITH_IMAGES

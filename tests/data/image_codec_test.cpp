@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "data/image_codec.hpp"
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -340,6 +341,47 @@ TEST(ImageCodecTest, CmykAndHugeImagesAreRefused) {
   EXPECT_EQ(Decode(EncodePng(widest)).width, 32768);
 }
 
+// A Huffman-coded JPEG takes at least a bit per block of some component: a file shorter than
+// that for the size its header claims is refused before its pixels are allocated (a 422-byte
+// file claiming 24579 x 6916 pixels, found by fuzzing, had 510 MB allocated and filled first).
+TEST(ImageCodecTest, AJpegTooShortForItsSizeIsRefusedBeforeItsPixels) {
+  // The smallest files of their size there are: one flat gray, sequential and progressive (whose
+  // Huffman tables are fitted to the image), 4096 x 1024 (65,536 blocks, so at least 8,192
+  // bytes). They decode: the bound is below them.
+  const Pixels flat{4096, 1024, 1, std::vector<uint8_t>(4096 * 1024, 77)};
+  for (bool progressive : {false, true}) {
+    const std::vector<uint8_t> file = EncodeJpeg(flat, 50, false, false, progressive);
+    SCOPED_TRACE(::testing::Message() << (progressive ? "progressive" : "sequential") << ", "
+                                      << file.size() << " bytes");
+    const DecodedImage image = Decode(file);
+    EXPECT_EQ(image.width, 4096);
+    EXPECT_EQ(image.height, 1024);
+    EXPECT_NEAR(image.pixels[4096 * 1024 - 1], 77, 2);  // quality 50's rounding
+  }
+  // A 16 x 16 file whose header is made to claim 16384 x 16384 (4,194,304 blocks, at least
+  // 524,288 bytes), with a color image's three components.
+  for (bool progressive : {false, true}) {
+    std::vector<uint8_t> file = EncodeJpeg(Ramp(16, 16), 90, false, false, progressive);
+    const uint8_t sof = progressive ? 0xc2 : 0xc0;
+    size_t at = 2;
+    while (at + 9 < file.size() && !(file[at] == 0xff && file[at + 1] == sof)) ++at;
+    ASSERT_LT(at + 9, file.size()) << "no start-of-frame marker";
+    for (size_t i : {at + 5, at + 7}) {  // height, then width, big-endian
+      file[i] = 0x40;
+      file[i + 1] = 0x00;
+    }
+    const auto [code, message] = Failure(file);
+    EXPECT_EQ(code, ErrorCode::kParse) << message;
+    EXPECT_EQ(message.rfind(fmt::format("image 'x': corrupt JPEG data: truncated: {} bytes cannot "
+                                        "hold a 16384 x 16384 image",
+                                        file.size()),
+                            0),
+              0u)
+        << message;
+    EXPECT_NE(message.find("at least 524288 bytes"), std::string::npos) << message;
+  }
+}
+
 #else
 
 CORTADO_SKIP_WITHOUT_IMAGES(ImageCodecTest, CodecsAreAvailable)
@@ -354,6 +396,7 @@ CORTADO_SKIP_WITHOUT_IMAGES(ImageCodecTest, ChannelsOfEachColorMode)
 CORTADO_SKIP_WITHOUT_IMAGES(ImageCodecTest, JpegQuality100IsWithinASmallTolerance)
 CORTADO_SKIP_WITHOUT_IMAGES(ImageCodecTest, TruncatedCorruptAndForeignBytesAreErrorsNamingTheImage)
 CORTADO_SKIP_WITHOUT_IMAGES(ImageCodecTest, CmykAndHugeImagesAreRefused)
+CORTADO_SKIP_WITHOUT_IMAGES(ImageCodecTest, AJpegTooShortForItsSizeIsRefusedBeforeItsPixels)
 
 TEST(ImageCodecTest, WithoutCodecsAnEncodedImageIsUnimplemented) {
   EXPECT_FALSE(ImageCodecsAvailable());

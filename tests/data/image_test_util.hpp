@@ -182,6 +182,7 @@ struct JpegWriteJob {
   J_COLOR_SPACE space;
   int quality;
   bool full_chroma;
+  bool progressive;
   unsigned char* mem;
   unsigned long size;  // NOLINT(runtime/int)
 };
@@ -212,6 +213,7 @@ inline bool JpegWrite(JpegWriteJob* job) {
       cinfo.comp_info[c].v_samp_factor = 1;
     }
   }
+  if (job->progressive) jpeg_simple_progression(&cinfo);  // with Huffman tables fitted to the image
   jpeg_start_compress(&cinfo, TRUE);
   const size_t stride = static_cast<size_t>(job->width) * static_cast<size_t>(job->components);
   while (cinfo.next_scanline < cinfo.image_height) {
@@ -225,9 +227,9 @@ inline bool JpegWrite(JpegWriteJob* job) {
 }  // namespace detail
 
 // `p` (gray or RGB; or 4 components with `cmyk`) as a JPEG of `quality`, without chroma
-// subsampling unless `subsample`.
+// subsampling unless `subsample`, sequential unless `progressive`.
 inline std::vector<uint8_t> EncodeJpeg(const Pixels& p, int quality = 100, bool subsample = false,
-                                       bool cmyk = false) {
+                                       bool cmyk = false, bool progressive = false) {
   detail::JpegWriteJob job;
   std::memset(&job, 0, sizeof(job));
   job.cinfo.err = jpeg_std_error(&job.errors.mgr);
@@ -239,6 +241,7 @@ inline std::vector<uint8_t> EncodeJpeg(const Pixels& p, int quality = 100, bool 
   job.space = cmyk ? JCS_CMYK : p.channels == 1 ? JCS_GRAYSCALE : JCS_RGB;
   job.quality = quality;
   job.full_chroma = !subsample;
+  job.progressive = progressive;
   const bool ok = detail::JpegWrite(&job);
   jpeg_destroy_compress(&job.cinfo);
   std::vector<uint8_t> out;
