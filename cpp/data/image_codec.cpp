@@ -198,16 +198,36 @@ std::unique_ptr<uint8_t[]> Uninitialized(size_t bytes) {
 // of a progression that starts otherwise, and warnings are errors here). So a file of fewer bytes
 // than an eighth of the blocks of its smallest component is truncated whatever it holds; refused
 // before its pixels are allocated and decoded (a 422-byte file claiming 24579 x 6916 pixels took
-// 510 MB). Arithmetic coding can go below a bit per block, so it is left to the pixel limit.
+// 510 MB). Arithmetic coding has no such bound: a file of a few hundred bytes can hold a flat
+// image of any size (its decoder reads zeros past the data without a warning, and a 16 x 16 file
+// whose header claimed 16384 x 16384 pixels decoded, in 9 s). So an arithmetic-coded JPEG, a
+// rare coding, may have at most kMaxArithmeticCoefficientBytes of coefficients (128 bytes per
+// block of each component: about 11 million pixels of RGB without subsampling).
+constexpr uint64_t kMaxArithmeticCoefficientBytes = uint64_t{64} << 20;
+
 void CheckJpegLength(const jpeg_decompress_struct& cinfo, size_t size, const std::string& what) {
-  if (cinfo.arith_code) return;
-  uint64_t blocks = UINT64_MAX;
+  uint64_t fewest = UINT64_MAX;
+  uint64_t all = 0;
   for (int c = 0; c < cinfo.num_components; ++c) {
     const jpeg_component_info& component = cinfo.comp_info[c];
-    blocks = std::min<uint64_t>(
-        blocks, uint64_t{component.width_in_blocks} * uint64_t{component.height_in_blocks});
+    const uint64_t blocks =
+        uint64_t{component.width_in_blocks} * uint64_t{component.height_in_blocks};
+    fewest = std::min(fewest, blocks);
+    all += blocks;
   }
-  const uint64_t least = blocks / 8;
+  if (cinfo.arith_code) {
+    const uint64_t coefficients = all * DCTSIZE2 * sizeof(JCOEF);
+    if (coefficients > kMaxArithmeticCoefficientBytes) {
+      CORTADO_THROW(kInvalidArgument,
+                    "{}: an arithmetic-coded JPEG of {} x {} pixels (height x width), {} MiB of "
+                    "coefficients; supported are at most {} MiB for this coding (a file of a few "
+                    "bytes can claim any size)",
+                    what, cinfo.image_height, cinfo.image_width, coefficients >> 20,
+                    kMaxArithmeticCoefficientBytes >> 20);
+    }
+    return;
+  }
+  const uint64_t least = fewest / 8;
   if (size < least) {
     CORTADO_THROW(kParse,
                   "{}: corrupt JPEG data: truncated: {} bytes cannot hold a {} x {} image "

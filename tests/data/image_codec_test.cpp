@@ -344,6 +344,7 @@ TEST(ImageCodecTest, CmykAndHugeImagesAreRefused) {
 // A Huffman-coded JPEG takes at least a bit per block of some component: a file shorter than
 // that for the size its header claims is refused before its pixels are allocated (a 422-byte
 // file claiming 24579 x 6916 pixels, found by fuzzing, had 510 MB allocated and filled first).
+// Arithmetic coding has no such bound, and a smaller limit on its size instead.
 TEST(ImageCodecTest, AJpegTooShortForItsSizeIsRefusedBeforeItsPixels) {
   // The smallest files of their size there are: one flat gray, sequential and progressive (whose
   // Huffman tables are fitted to the image), 4096 x 1024 (65,536 blocks, so at least 8,192
@@ -359,26 +360,48 @@ TEST(ImageCodecTest, AJpegTooShortForItsSizeIsRefusedBeforeItsPixels) {
     EXPECT_NEAR(image.pixels[4096 * 1024 - 1], 77, 2);  // quality 50's rounding
   }
   // A 16 x 16 file whose header is made to claim 16384 x 16384 (4,194,304 blocks, at least
-  // 524,288 bytes), with a color image's three components.
-  for (bool progressive : {false, true}) {
-    std::vector<uint8_t> file = EncodeJpeg(Ramp(16, 16), 90, false, false, progressive);
-    const uint8_t sof = progressive ? 0xc2 : 0xc0;
+  // 524,288 bytes), with a color image's three components, each way of coding it.
+  struct Coding {
+    bool progressive, arithmetic;
+    uint8_t sof;  // its start-of-frame marker
+    const char* says;
+  };
+  const std::string bomb =
+      "image 'x': corrupt JPEG data: truncated: {} bytes cannot hold a 16384 "
+      "x 16384 image (height x width; Huffman-coded, it takes at least "
+      "524288 bytes)";
+  const std::string arith =
+      "image 'x': an arithmetic-coded JPEG of 16384 x 16384 pixels (height x width), 1536 MiB of "
+      "coefficients; supported are at most 64 MiB for this coding";
+  for (const Coding& coding : {
+           Coding{false, false, 0xc0, bomb.c_str()},
+           Coding{true, false, 0xc2, bomb.c_str()},
+           // Arithmetic coding has no length bound (the 16 x 16 file decoded to 16384 x 16384
+           // of zeros, in 9 s): a bound on its coefficients, 3 x 4,194,304 blocks of 128 bytes.
+           Coding{false, true, 0xc9, arith.c_str()},
+           Coding{true, true, 0xca, arith.c_str()},
+       }) {
+    std::vector<uint8_t> file =
+        EncodeJpeg(Ramp(16, 16), 90, false, false, coding.progressive, coding.arithmetic);
+    SCOPED_TRACE(::testing::Message() << "SOF 0x" << std::hex << int{coding.sof});
     size_t at = 2;
-    while (at + 9 < file.size() && !(file[at] == 0xff && file[at + 1] == sof)) ++at;
+    while (at + 9 < file.size() && !(file[at] == 0xff && file[at + 1] == coding.sof)) ++at;
     ASSERT_LT(at + 9, file.size()) << "no start-of-frame marker";
+    EXPECT_EQ(Decode(file).width, 16);   // as encoded
     for (size_t i : {at + 5, at + 7}) {  // height, then width, big-endian
       file[i] = 0x40;
       file[i + 1] = 0x00;
     }
     const auto [code, message] = Failure(file);
-    EXPECT_EQ(code, ErrorCode::kParse) << message;
-    EXPECT_EQ(message.rfind(fmt::format("image 'x': corrupt JPEG data: truncated: {} bytes cannot "
-                                        "hold a 16384 x 16384 image",
-                                        file.size()),
-                            0),
-              0u)
-        << message;
-    EXPECT_NE(message.find("at least 524288 bytes"), std::string::npos) << message;
+    EXPECT_EQ(code, coding.arithmetic ? ErrorCode::kInvalidArgument : ErrorCode::kParse) << message;
+    EXPECT_EQ(message.rfind(fmt::format(fmt::runtime(coding.says), file.size()), 0), 0u) << message;
+  }
+  // Arithmetic-coded images within the bound decode.
+  const Pixels color = Flat(1024, 512, 10, 200, 30);
+  for (bool progressive : {false, true}) {
+    const DecodedImage image = Decode(EncodeJpeg(color, 90, false, false, progressive, true));
+    EXPECT_EQ(image.width, 1024);
+    EXPECT_NEAR(image.pixels[0], 30, 3);  // blue plane first
   }
 }
 

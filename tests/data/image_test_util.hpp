@@ -183,6 +183,7 @@ struct JpegWriteJob {
   int quality;
   bool full_chroma;
   bool progressive;
+  bool arithmetic;
   unsigned char* mem;
   unsigned long size;  // NOLINT(runtime/int)
 };
@@ -214,6 +215,7 @@ inline bool JpegWrite(JpegWriteJob* job) {
     }
   }
   if (job->progressive) jpeg_simple_progression(&cinfo);  // with Huffman tables fitted to the image
+  cinfo.arith_code = job->arithmetic ? TRUE : FALSE;
   jpeg_start_compress(&cinfo, TRUE);
   const size_t stride = static_cast<size_t>(job->width) * static_cast<size_t>(job->components);
   while (cinfo.next_scanline < cinfo.image_height) {
@@ -227,9 +229,11 @@ inline bool JpegWrite(JpegWriteJob* job) {
 }  // namespace detail
 
 // `p` (gray or RGB; or 4 components with `cmyk`) as a JPEG of `quality`, without chroma
-// subsampling unless `subsample`, sequential unless `progressive`.
+// subsampling unless `subsample`, sequential unless `progressive`, Huffman-coded unless
+// `arithmetic`.
 inline std::vector<uint8_t> EncodeJpeg(const Pixels& p, int quality = 100, bool subsample = false,
-                                       bool cmyk = false, bool progressive = false) {
+                                       bool cmyk = false, bool progressive = false,
+                                       bool arithmetic = false) {
   detail::JpegWriteJob job;
   std::memset(&job, 0, sizeof(job));
   job.cinfo.err = jpeg_std_error(&job.errors.mgr);
@@ -242,6 +246,7 @@ inline std::vector<uint8_t> EncodeJpeg(const Pixels& p, int quality = 100, bool 
   job.quality = quality;
   job.full_chroma = !subsample;
   job.progressive = progressive;
+  job.arithmetic = arithmetic;
   const bool ok = detail::JpegWrite(&job);
   jpeg_destroy_compress(&job.cinfo);
   std::vector<uint8_t> out;
