@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // The prototxt text parser and what follows it on a user's net: Caffe's format upgrades, the
 // net's construction (every layer's parameter checks and shape rules) and, for a small net, one
-// forward pass. The same text is also read as a solver prototxt.
+// forward pass; then the net again with every graph rewrite and the training memory plan, and
+// for a small one a forward and backward pass. The same text is also read as a solver prototxt.
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -32,15 +33,30 @@ bool ReadsData(const caffe::NetParameter& param) {
   return false;
 }
 
-void BuildAndRun(const caffe::NetParameter& param) {
-  cortado::Context ctx(cortado::Device::Cpu(), 1);
-  cortado::NetOptions options;
-  cortado::Net net(param, &ctx, options);
-  if (ReadsData(param)) return;
+bool Small(const cortado::Net& net) {
   double values = 0;
   for (const auto& blob : net.blobs()) values += blob->count();
   for (const auto& param_blob : net.params()) values += param_blob->count();
-  if (values <= kForwardValues) net.Forward();
+  return values <= kForwardValues;
+}
+
+void BuildAndRun(const caffe::NetParameter& param) {
+  cortado::Context ctx(cortado::Device::Cpu(), 1);
+  {
+    // As the tools build a net by default; a small one runs forward once.
+    cortado::Net net(param, &ctx, cortado::NetOptions{});
+    if (ReadsData(param)) return;
+    if (Small(net)) net.Forward();
+  }
+  // As a training run with every rewrite of the graph on (fused chains keeping their inputs,
+  // sums folded into BatchNorms) and the solver's memory plan over it; a small one runs forward
+  // and backward once.
+  cortado::NetOptions every;
+  every.keep_batch_norm_inputs = cortado::NetOptions::BatchNormInputs::kAlways;
+  every.fold_sums_into_batch_norms = true;
+  cortado::Net net(param, &ctx, every);
+  net.ShareTrainingBuffers();
+  if (Small(net)) net.ForwardBackward();
 }
 
 }  // namespace
