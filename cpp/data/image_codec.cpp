@@ -205,7 +205,7 @@ std::unique_ptr<uint8_t[]> Uninitialized(size_t bytes) {
 // block of each component: about 11 million pixels of RGB without subsampling).
 constexpr uint64_t kMaxArithmeticCoefficientBytes = uint64_t{64} << 20;
 
-void CheckJpegLength(const jpeg_decompress_struct& cinfo, size_t size, const std::string& what) {
+void CheckJpegClaims(const jpeg_decompress_struct& cinfo, size_t size, const std::string& what) {
   uint64_t fewest = UINT64_MAX;
   uint64_t all = 0;
   for (int c = 0; c < cinfo.num_components; ++c) {
@@ -255,7 +255,7 @@ DecodedImage DecodeJpeg(const uint8_t* bytes, size_t size, ColorMode mode,
                   what, cinfo.num_components, static_cast<int>(space));
   }
   CheckSize(cinfo.image_height, cinfo.image_width, "JPEG", what);
-  CheckJpegLength(cinfo, size, what);
+  CheckJpegClaims(cinfo, size, what);
   // Gray decodes to gray (replicated afterwards for kColor, as libjpeg 6b cannot), color to RGB
   // or, for kGray, to libjpeg's luma as OpenCV asks for it.
   const bool gray = space == JCS_GRAYSCALE || mode == ColorMode::kGray;

@@ -477,9 +477,9 @@ void CheckReadable(const Site& site) {
   }
 }
 
+// Opens a file that CheckReadable has passed (ReadProbed checks it once, before the child).
 FileHandle OpenForReading(const Site& site) {
   const std::string& path = site.path();
-  CheckReadable(site);
   FileHandle file(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT));
   if (!file.valid()) {
     site.Fail(ErrorCode::kParse, "",
@@ -713,6 +713,17 @@ caffe::SolverState ReadSolverState(const Site& site) {
   return state;
 }
 
+// Reads `path` with `read` (ReadNetParameter or ReadSolverState) once in ProbeHdf5File's child,
+// then here.
+template <typename Read>
+auto ReadProbed(const std::string& path, Read read) {
+  const std::lock_guard<std::recursive_mutex> lock(Hdf5Mutex());
+  Site site(path);
+  CheckReadable(site);
+  ProbeHdf5File(path, {}, kProbeTimeoutS, [&] { read(site); });
+  return read(site);
+}
+
 }  // namespace
 
 void ProbeHdf5File(const std::string& path, const std::vector<std::string>& names, double timeout_s,
@@ -804,11 +815,7 @@ void WriteNetParameterHdf5(const caffe::NetParameter& net, const std::string& pa
 }
 
 caffe::NetParameter ReadNetParameterHdf5(const std::string& path) {
-  const std::lock_guard<std::recursive_mutex> lock(Hdf5Mutex());
-  Site site(path);
-  CheckReadable(site);
-  ProbeHdf5File(path, {}, kProbeTimeoutS, [&] { ReadNetParameter(site); });
-  return ReadNetParameter(site);
+  return ReadProbed(path, ReadNetParameter);
 }
 
 void WriteSolverStateHdf5(const caffe::SolverState& state, const std::string& path) {
@@ -833,11 +840,7 @@ void WriteSolverStateHdf5(const caffe::SolverState& state, const std::string& pa
 }
 
 caffe::SolverState ReadSolverStateHdf5(const std::string& path) {
-  const std::lock_guard<std::recursive_mutex> lock(Hdf5Mutex());
-  Site site(path);
-  CheckReadable(site);
-  ProbeHdf5File(path, {}, kProbeTimeoutS, [&] { ReadSolverState(site); });
-  return ReadSolverState(site);
+  return ReadProbed(path, ReadSolverState);
 }
 
 #else  // !CORTADO_WITH_HDF5
