@@ -351,6 +351,12 @@ void BatchNormLayer::FoldSum(EltwiseLayer* sum, std::vector<Tensor*> sum_bottom,
   residual_index_ = residual;
 }
 
+void BatchNormLayer::ReplaceSumBlob(Tensor* from, Tensor* to) {
+  for (auto* blobs : {&sum_bottom_, &sum_top_}) {
+    std::replace(blobs->begin(), blobs->end(), from, to);
+  }
+}
+
 bool BatchNormLayer::BackwardReadsTopData(int /*index*/) const {
   return sum_ != nullptr && sum_->fused_relu();
 }

@@ -66,6 +66,10 @@ class BatchNormLayer final : public Layer {
   // (coefficients 1). The caller marks the sum (and what is fused into it) fused into this layer.
   void FoldSum(EltwiseLayer* sum, std::vector<Tensor*> sum_bottom, std::vector<Tensor*> sum_top,
                int residual);
+  // After FoldSum, for a Net that gives a blob of the folded sum a new tensor (a BatchNorm chain
+  // producing the sum's other bottom keeping its input, Net::KeepBatchNormInputs): the sum's
+  // passes run on `to` wherever they ran on `from`.
+  void ReplaceSumBlob(Tensor* from, Tensor* to);
   bool fused_scale() const { return scale_ != nullptr; }
   bool keeps_input() const { return keep_input_; }
   bool folds_sum() const { return sum_ != nullptr; }

@@ -217,6 +217,12 @@ int Net::KeepBatchNormInputs(std::map<std::string, int>* available) {
         bottom_ids_[j][b] = output;
         bottom_vecs_[j][b] = blob.get();
       }
+      // A sum folded into a later BatchNorm (FoldSumsIntoBatchNorms, run before this) whose
+      // other bottom is this chain's output: the BatchNorm holds the sum's blobs too.
+      if (std::strcmp(layers_[j]->type(), "BatchNorm") == 0) {
+        static_cast<BatchNormLayer*>(layers_[j].get())
+            ->ReplaceSumBlob(blobs_[input].get(), blob.get());
+      }
     }
     for (auto& [blob_name, id] : *available) {
       if (id == input) id = output;

@@ -272,7 +272,11 @@ void Net::Init(const caffe::NetParameter& in_param) {
     // Not in TEST nets: they only run forward (Solver, `cortado test`), where the copy is not
     // kept anyway and the top in place costs no memory.
     const bool keep = keep_inputs && phase_ == caffe::TRAIN;
-    const int folded_sums = options_.fold_sums_into_batch_norms ? FoldSumsIntoBatchNorms(keep) : 0;
+    using SumFolds = NetOptions::SumFolds;
+    const bool fold_sums =
+        options_.fold_sums_into_batch_norms == SumFolds::kAlways ||
+        (options_.fold_sums_into_batch_norms == SumFolds::kTrainNets && phase_ == caffe::TRAIN);
+    const int folded_sums = fold_sums ? FoldSumsIntoBatchNorms(keep) : 0;
     const int inputs = keep ? KeepBatchNormInputs(&available) : 0;
     if (chains + sums + splits > 0) {
       CORTADO_LOG_DEBUG(
@@ -572,7 +576,7 @@ Tensor* Net::blob_by_name(const std::string& name) const {
       CORTADO_THROW(kNotFound,
                     "net '{}' does not compute blob '{}': the BatchNorm chain that writes it "
                     "computes the sum '{}' in its place, which alone reads it; its input is "
-                    "'{}' (without CORTADO_FOLD_SUMS=1 it is computed)",
+                    "'{}' (with CORTADO_FOLD_SUMS=0 it is computed)",
                     name_, name, folded->second, BatchNormInputName(name));
     }
     CORTADO_THROW(kNotFound, "net '{}' has no blob named '{}'", name_, name);

@@ -30,7 +30,11 @@ NetOptions NetOptionsFromEnvironment() {
   if (IsOne("CORTADO_BN_KEEP_INPUTS")) {
     options.keep_batch_norm_inputs = NetOptions::BatchNormInputs::kOnGpus;
   }
-  options.fold_sums_into_batch_norms = IsOne("CORTADO_FOLD_SUMS");
+  if (!NotZero("CORTADO_FOLD_SUMS")) {
+    options.fold_sums_into_batch_norms = NetOptions::SumFolds::kNever;
+  } else if (IsOne("CORTADO_FOLD_SUMS")) {
+    options.fold_sums_into_batch_norms = NetOptions::SumFolds::kAlways;
+  }
   return options;
 }
 

@@ -29,9 +29,10 @@ struct NetOptions {
   // BatchNorm keeps its input rather than a normalised copy and its forward pass writes one
   // tensor instead of two (Net::KeepBatchNormInputs, BatchNormLayer::KeepInput): on none, on
   // nets on a CUDA device (the CPU passes keep their copy either way, so there it would only
-  // cost memory), or on every net. TRAIN nets only: TEST nets run forward alone. Off by default
-  // until measured whole: on an H200 its forward passes took 0.7 ms less in ResNet-50 float16,
-  // its backward passes have not been timed as they are now (bench/RESULTS.md).
+  // cost memory), or on every net. TRAIN nets only: TEST nets run forward alone. Off by default:
+  // on an H200, ResNet-50 at batch 128 in float16 took 28.7-29.0 ms per iteration with it
+  // against 25.3-25.4 without, its backward passes normalising the input again costing more
+  // than the forward passes save (bench/RESULTS.md).
   enum class BatchNormInputs { kNever, kOnGpus, kAlways };
   BatchNormInputs keep_batch_norm_inputs = BatchNormInputs::kNever;
   // With fuse: where a fused BatchNorm + Scale chain without a ReLU (a residual block's last)
@@ -39,16 +40,21 @@ struct NetOptions {
   // Split folded), the BatchNorm's forward pass adds the sum's other bottom and applies the sum's
   // ReLU, writing the sum's output directly; the chain's own output is never written nor read,
   // nor is its gradient (Net::FoldSumsIntoBatchNorms, BatchNormLayer::FoldSum). The same bits.
-  // Off by default until timed on a GPU, where it saves passes over memory; on the CPU, ResNet-50
-  // measured no faster with it (bench/RESULTS.md).
-  bool fold_sums_into_batch_norms = false;
+  // In no net, in TRAIN nets (the default), or in every net. TEST nets keep the chains' outputs
+  // by default, so that any blob can be read as features; a training net's time is where the
+  // fold counts: on an H200, ResNet-50 at batch 128 in float16 took 23.9 ms per iteration with
+  // it against 25.3 without (on the CPU, ResNet-50's whole iteration did not move;
+  // bench/RESULTS.md).
+  enum class SumFolds { kNever, kTrainNets, kAlways };
+  SumFolds fold_sums_into_batch_norms = SumFolds::kTrainNets;
 };
 
 // The defaults, with CORTADO_FUSE=0 setting `fuse` false, CORTADO_FOLD_SPLITS=0 setting
 // `fold_splits` false, CORTADO_SHARE_BUFFERS=0 setting `share_buffers` false and
 // CORTADO_RECOMPUTE=0 setting `recompute` false, CORTADO_BN_KEEP_INPUTS=1 setting
-// `keep_batch_norm_inputs` to kOnGpus, CORTADO_FOLD_SUMS=1 setting
-// `fold_sums_into_batch_norms` true (any other value, or none, keeps the default).
+// `keep_batch_norm_inputs` to kOnGpus, CORTADO_FOLD_SUMS=0 setting
+// `fold_sums_into_batch_norms` to kNever and CORTADO_FOLD_SUMS=1 to kAlways (any other value,
+// or none, keeps the default).
 // The only place the library reads these variables; only the CLI and the JNI shim call it.
 NetOptions NetOptionsFromEnvironment();
 

@@ -53,7 +53,7 @@ void BuildAndRun(const caffe::NetParameter& param) {
   // and backward once.
   cortado::NetOptions every;
   every.keep_batch_norm_inputs = cortado::NetOptions::BatchNormInputs::kAlways;
-  every.fold_sums_into_batch_norms = true;
+  every.fold_sums_into_batch_norms = cortado::NetOptions::SumFolds::kAlways;
   cortado::Net net(param, &ctx, every);
   net.ShareTrainingBuffers();
   if (Small(net)) net.ForwardBackward();

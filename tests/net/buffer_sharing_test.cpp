@@ -616,7 +616,8 @@ TEST(HalfTensorsGpuTest, SumsFoldedIntoBatchNormsFollowTheSums) {
                                  inputs == BatchNormInputs::kNever ? "" : ", keeping inputs",
                                  plan ? ", planned" : ""));
         NetOptions apart, folding;
-        folding.fold_sums_into_batch_norms = true;
+        apart.fold_sums_into_batch_norms = NetOptions::SumFolds::kNever;
+        folding.fold_sums_into_batch_norms = NetOptions::SumFolds::kAlways;
         apart.keep_batch_norm_inputs = folding.keep_batch_norm_inputs = inputs;
         Context ctx(Device::Cuda(0), 5);
         ctx.set_half_compute(type);
@@ -710,7 +711,10 @@ TEST(HalfTensorsGpuTest, ChannelsLastBlobsFollowNchwBlobs) {
         ASSERT_GT(nchw->ShareTrainingBuffers(), 0u);
         ASSERT_GT(nhwc.ShareTrainingBuffers(), 0u);
       }
-      for (const char* name : {"conv1", "pool1", "a", "b", "c", "s", "sum"}) {
+      // The shortcut's chain computes the sum (folded by default in training nets), so its blob
+      // holds only its input.
+      ASSERT_FALSE(nhwc.has_blob("s"));
+      for (const char* name : {"conv1", "pool1", "a", "b", "c", "s (BatchNorm input)", "sum"}) {
         EXPECT_TRUE(nhwc.blob_by_name(name)->home_nhwc()) << name;
       }
       for (const char* name : {"x", "pool", "fc"}) {

@@ -802,6 +802,11 @@ struct SumFoldOptions {
   std::string phase = "TRAIN";
   bool plan = false;  // both nets run with the training memory plan
   std::string more;   // layers appended to the net
+  // Block 0's shortcut is a convolution 0p -> BatchNorm + Scale (bn0p, sc0p), as in ResNet's
+  // first block of each stage (res2a_branch1), instead of the block's input.
+  bool projection = false;
+  // Both nets' BatchNorms keep their inputs (NetOptions::keep_batch_norm_inputs).
+  NetOptions::BatchNormInputs keep = NetOptions::BatchNormInputs::kNever;
 };
 
 // Input x (4 channels) -> two residual blocks, each conv {n}a -> BatchNorm + Scale + ReLU ->
@@ -821,6 +826,15 @@ caffe::NetParameter SumFoldNet(const SumFoldOptions& o) {
       return ConvLayer(name, bottom, 4, 0.4f);
     };
     const std::string a = fmt::format("{}a", n), b = fmt::format("{}b", n);
+    // First, as ResNet's branch1 comes before its branch2a.
+    std::string shortcut = from;
+    if (n == 0 && o.projection) {
+      shortcut = "0p";
+      text += conv(shortcut, from);
+      text += R"(
+        layer { name: "bn0p" type: "BatchNorm" bottom: "0p" top: "0p" }
+        layer { name: "sc0p" type: "Scale" bottom: "0p" top: "0p" scale_param { bias_term: true } })";
+    }
     text += conv(a, from);
     text += fmt::format(R"(
       layer {{ name: "bn{0}" type: "BatchNorm" bottom: "{0}" top: "{0}" }}
@@ -833,10 +847,10 @@ caffe::NetParameter SumFoldNet(const SumFoldOptions& o) {
       layer {{ name: "sc{0}" type: "Scale" bottom: "{0}" top: "{0}" {1} }})",
                         b, o.scale_param);
     const std::string sum = fmt::format("s{}", n);
-    text +=
-        fmt::format(R"(
+    text += fmt::format(R"(
       layer {{ name: "sum{0}" type: "Eltwise" bottom: "{1}" bottom: "{2}" top: "{3}" {4} }})",
-                    n, o.chain_first ? b : from, o.chain_first ? from : b, sum, o.eltwise_param);
+                        n, o.chain_first ? b : shortcut, o.chain_first ? shortcut : b, sum,
+                        o.eltwise_param);
     if (!o.no_sum_relu) {
       text += fmt::format(R"(
         layer {{ name: "relu{0}" type: "ReLU" bottom: "{1}" top: "{1}" {2} }})",
@@ -855,11 +869,14 @@ caffe::NetParameter SumFoldNet(const SumFoldOptions& o) {
   return param;
 }
 
-std::unique_ptr<Net> BuildFolding(const caffe::NetParameter& param, Context* ctx, bool fold,
-                                  bool fuse = true) {
+std::unique_ptr<Net> BuildFolding(
+    const caffe::NetParameter& param, Context* ctx, bool fold, bool fuse = true,
+    NetOptions::BatchNormInputs keep = NetOptions::BatchNormInputs::kNever) {
   NetOptions options;
   options.fuse = fuse;
-  options.fold_sums_into_batch_norms = fold;
+  options.fold_sums_into_batch_norms =
+      fold ? NetOptions::SumFolds::kAlways : NetOptions::SumFolds::kNever;
+  options.keep_batch_norm_inputs = keep;
   return std::make_unique<Net>(param, ctx, options);
 }
 
@@ -867,9 +884,25 @@ bool FoldsSum(const Net& net, const char* bn) {
   return static_cast<const BatchNormLayer*>(net.layer_by_name(bn))->folds_sum();
 }
 
+// By default a TRAIN net folds its sums and a TEST net keeps every blob (features).
+TEST(SumFoldTest, ByDefaultTrainNetsFoldAndTestNetsDoNot) {
+  Context ctx(Device::Cpu(), 1701);
+  EXPECT_EQ(NetOptions{}.fold_sums_into_batch_norms, NetOptions::SumFolds::kTrainNets);
+  Net train(SumFoldNet({}), &ctx);
+  EXPECT_TRUE(FoldsSum(train, "bn0b") && FoldsSum(train, "bn1b"));
+  EXPECT_FALSE(train.has_blob("0b"));
+  SumFoldOptions test;
+  test.phase = "TEST";
+  Net test_net(SumFoldNet(test), &ctx);
+  EXPECT_FALSE(FoldsSum(test_net, "bn0b") || FoldsSum(test_net, "bn1b"));
+  EXPECT_TRUE(test_net.has_blob("0b") && test_net.has_blob("1b"));
+  // kAlways folds both, kNever neither.
+  EXPECT_TRUE(FoldsSum(*BuildFolding(SumFoldNet(test), &ctx, true), "bn0b"));
+  EXPECT_FALSE(FoldsSum(*BuildFolding(SumFoldNet({}), &ctx, false), "bn0b"));
+}
+
 TEST(SumFoldTest, FoldsEachBlocksSumIntoItsLastBatchNorm) {
   Context ctx(Device::Cpu(), 1701);
-  EXPECT_FALSE(NetOptions{}.fold_sums_into_batch_norms);
   auto net = BuildFolding(SumFoldNet({}), &ctx, true);
   for (int n = 0; n < 2; ++n) {
     SCOPED_TRACE(n);
@@ -905,7 +938,7 @@ TEST(SumFoldTest, FoldsEachBlocksSumIntoItsLastBatchNorm) {
     EXPECT_EQ(e.code(), ErrorCode::kNotFound);
     EXPECT_NE(msg.find("'0b'"), std::string::npos) << msg;
     EXPECT_NE(msg.find("'sum0'"), std::string::npos) << msg;
-    EXPECT_NE(msg.find("CORTADO_FOLD_SUMS=1"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("CORTADO_FOLD_SUMS=0"), std::string::npos) << msg;
   }
   // A TEST net folds too, and so does a sum with its bottoms the other way round or without a
   // ReLU.
@@ -957,7 +990,8 @@ TEST(SumFoldTest, FoldsEachBlocksSumIntoItsLastBatchNorm) {
 // Every BatchNorm's running statistics in both nets.
 void ExpectSameBatchNormStatistics(const Net& expected, const Net& actual, float tolerance,
                                    const std::string& at) {
-  for (const char* bn : {"bn0a", "bn0b", "bn1a", "bn1b"}) {
+  for (const char* bn : {"bn0a", "bn0b", "bn1a", "bn1b", "bn0p"}) {
+    if (!expected.has_layer(bn)) continue;
     auto& expected_stats = expected.layer_by_name(bn)->blobs();
     auto& stats = actual.layer_by_name(bn)->blobs();
     for (size_t k = 0; k < stats.size(); ++k) {
@@ -1017,7 +1051,33 @@ std::vector<SumFoldOptions> SumFoldCases() {
   leaky_planned.plan = true;
   SumFoldOptions test;
   test.phase = "TEST";
-  return {SumFoldOptions{}, leaky, bare, planned, leaky_planned, test};
+  // A projection shortcut whose own BatchNorm chain, keeping its input, gets a new top after the
+  // sum was folded: the folded pass must read and write that top, not the chain's input.
+  SumFoldOptions projection;
+  projection.projection = true;
+  SumFoldOptions projection_keeping = projection;
+  projection_keeping.keep = NetOptions::BatchNormInputs::kAlways;
+  SumFoldOptions projection_keeping_planned = projection_keeping;
+  projection_keeping_planned.plan = true;
+  SumFoldOptions keeping_first = projection_keeping;
+  keeping_first.chain_first = true;
+  return {SumFoldOptions{},
+          leaky,
+          bare,
+          planned,
+          leaky_planned,
+          test,
+          projection,
+          projection_keeping,
+          projection_keeping_planned,
+          keeping_first};
+}
+
+std::string Describe(const SumFoldOptions& o) {
+  return fmt::format("chain first {}, relu '{}'{}, {}{}{}{}", o.chain_first, o.sum_relu,
+                     o.no_sum_relu ? " (none)" : "", o.phase, o.plan ? ", planned" : "",
+                     o.projection ? ", projection" : "",
+                     o.keep != NetOptions::BatchNormInputs::kNever ? ", keeping inputs" : "");
 }
 
 // The folded sum adds and masks as the sum did, after the chain's value as the chain stored it:
@@ -1025,22 +1085,24 @@ std::vector<SumFoldOptions> SumFoldCases() {
 // or not.
 TEST(SumFoldTest, SameBitsAsTheSum) {
   for (const SumFoldOptions& o : SumFoldCases()) {
-    SCOPED_TRACE(fmt::format("chain first {}, relu '{}'{}, {}{}", o.chain_first, o.sum_relu,
-                             o.no_sum_relu ? " (none)" : "", o.phase, o.plan ? ", planned" : ""));
+    SCOPED_TRACE(Describe(o));
     const caffe::NetParameter param = SumFoldNet(o);
     Context ctx(Device::Cpu(), 1701);
-    auto reference = BuildFolding(param, &ctx, false);
-    auto folded = BuildFolding(param, &ctx, true);
+    auto reference = BuildFolding(param, &ctx, false, true, o.keep);
+    auto folded = BuildFolding(param, &ctx, true, true, o.keep);
     ExpectSumFoldFollows(o, reference.get(), folded.get(), 0.0f);
   }
 }
 
+// Against every layer on its own (no fusion): the separate BatchNorm, Scale and ReLU passes sum
+// in another order, and BatchNorm over 60 values a channel magnifies that through two SGD steps;
+// on an AVX-512 machine the third iteration's gradients differed by up to 3e-5.
 TEST(SumFoldTest, MatchesSeparateLayers) {
   const caffe::NetParameter param = SumFoldNet({});
   Context ctx(Device::Cpu(), 1701);
   auto reference = BuildFolding(param, &ctx, false, false);
   auto folded = BuildFolding(param, &ctx, true);
-  ExpectSumFoldFollows({}, reference.get(), folded.get(), 2e-5f);
+  ExpectSumFoldFollows({}, reference.get(), folded.get(), 1e-4f);
 }
 
 // The bytes of the distinct data and diff buffers of a net's blobs.
@@ -1075,13 +1137,12 @@ TEST(SumFoldTest, PlanIsNoLargerThanTheSums) {
 TEST(SumFoldGpuTest, SameValuesAsTheSum) {
   CORTADO_REQUIRE_GPU();
   for (const SumFoldOptions& o : SumFoldCases()) {
-    SCOPED_TRACE(fmt::format("chain first {}, relu '{}'{}, {}{}", o.chain_first, o.sum_relu,
-                             o.no_sum_relu ? " (none)" : "", o.phase, o.plan ? ", planned" : ""));
+    SCOPED_TRACE(Describe(o));
     const caffe::NetParameter param = SumFoldNet(o);
     Context ctx(Device::Cuda(0), 1701);
     ctx.MakeCurrent();
-    auto reference = BuildFolding(param, &ctx, false);
-    auto folded = BuildFolding(param, &ctx, true);
+    auto reference = BuildFolding(param, &ctx, false, true, o.keep);
+    auto folded = BuildFolding(param, &ctx, true, true, o.keep);
     ExpectSumFoldFollows(o, reference.get(), folded.get(), 1e-6f);
   }
 }

@@ -44,17 +44,24 @@ TEST(NetOptionsTest, OneKeepsBatchNormInputsOnGpus) {
   EXPECT_TRUE(NetOptionsFromEnvironment().fuse);
 }
 
-TEST(NetOptionsTest, OneFoldsSumsIntoBatchNorms) {
+TEST(NetOptionsTest, SumsFoldInTrainNetsZeroInNoneOneInAll) {
+  using SumFolds = NetOptions::SumFolds;
+  EXPECT_EQ(NetOptions{}.fold_sums_into_batch_norms, SumFolds::kTrainNets);
   {
     ScopedEnv fold("CORTADO_FOLD_SUMS", nullptr);
-    EXPECT_FALSE(NetOptionsFromEnvironment().fold_sums_into_batch_norms);
+    EXPECT_EQ(NetOptionsFromEnvironment().fold_sums_into_batch_norms, SumFolds::kTrainNets);
   }
-  for (const char* other : {"0", "yes", "2"}) {
+  for (const char* other : {"yes", "2", ""}) {
     ScopedEnv fold("CORTADO_FOLD_SUMS", other);
-    EXPECT_FALSE(NetOptionsFromEnvironment().fold_sums_into_batch_norms) << other;
+    EXPECT_EQ(NetOptionsFromEnvironment().fold_sums_into_batch_norms, SumFolds::kTrainNets)
+        << other;
+  }
+  {
+    ScopedEnv fold("CORTADO_FOLD_SUMS", "0");
+    EXPECT_EQ(NetOptionsFromEnvironment().fold_sums_into_batch_norms, SumFolds::kNever);
   }
   ScopedEnv fold("CORTADO_FOLD_SUMS", "1");
-  EXPECT_TRUE(NetOptionsFromEnvironment().fold_sums_into_batch_norms);
+  EXPECT_EQ(NetOptionsFromEnvironment().fold_sums_into_batch_norms, SumFolds::kAlways);
   EXPECT_TRUE(NetOptionsFromEnvironment().fuse);
 }
 
