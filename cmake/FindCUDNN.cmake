@@ -3,7 +3,8 @@
 find_path(CUDNN_INCLUDE_DIR cudnn.h
   HINTS ${CUDNN_ROOT} $ENV{CUDNN_ROOT} /usr/local/cuda
   PATH_SUFFIXES include include/x86_64-linux-gnu)
-find_library(CUDNN_LIBRARY cudnn
+# libcudnn.so.9 alone: NVIDIA's wheels (CORTADO_NVIDIA_WHEELS).
+find_library(CUDNN_LIBRARY NAMES cudnn libcudnn.so.9
   HINTS ${CUDNN_ROOT} $ENV{CUDNN_ROOT} /usr/local/cuda
   PATH_SUFFIXES lib64 lib lib/x86_64-linux-gnu)
 include(FindPackageHandleStandardArgs)

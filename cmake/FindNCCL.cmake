@@ -3,7 +3,8 @@
 find_path(NCCL_INCLUDE_DIR nccl.h
   HINTS ${NCCL_ROOT} $ENV{NCCL_ROOT} /usr/local/cuda
   PATH_SUFFIXES include include/x86_64-linux-gnu)
-find_library(NCCL_LIBRARY nccl
+# libnccl.so.2 alone: NVIDIA's wheels (CORTADO_NVIDIA_WHEELS).
+find_library(NCCL_LIBRARY NAMES nccl libnccl.so.2
   HINTS ${NCCL_ROOT} $ENV{NCCL_ROOT} /usr/local/cuda
   PATH_SUFFIXES lib64 lib lib/x86_64-linux-gnu)
 include(FindPackageHandleStandardArgs)
