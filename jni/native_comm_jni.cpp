@@ -43,9 +43,11 @@ JNIEXPORT jobjectArray JNICALL Java_io_cortado_jni_NativeComm_backends(JNIEnv* e
                     [&] { return jni::NewStringArray(env, comm::CommunicatorBackends()); });
 }
 
-JNIEXPORT jlong JNICALL Java_io_cortado_jni_NativeComm_listen(JNIEnv* env, jclass, jstring host) {
+JNIEXPORT jlong JNICALL Java_io_cortado_jni_NativeComm_listen(JNIEnv* env, jclass, jstring host,
+                                                              jint first_port, jint last_port) {
   return jni::Guard(env, jlong{0}, [&] {
-    return jni::ToHandle(comm::TcpListener::Open(jni::ToStdString(env, host, "host"), 0));
+    return jni::ToHandle(
+        comm::TcpListener::OpenInRange(jni::ToStdString(env, host, "host"), first_port, last_port));
   });
 }
 

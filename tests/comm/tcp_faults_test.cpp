@@ -7,10 +7,12 @@
 #include <signal.h>
 #include <sys/socket.h>
 
+#include <algorithm>
 #include <chrono>
 #include <future>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "comm/communicator.hpp"
@@ -85,6 +87,34 @@ TEST(TcpSocketTest, ListenerPicksAFreePortAndABusyPortFails) {
   EXPECT_TRUE(Contains(message, "cannot listen on 127.0.0.1:" + std::to_string(listener->port())));
   EXPECT_TRUE(Contains(message, "in use"));
   ErrorOf([] { TcpListener::Open("127.0.0.1", 70000); }, ErrorCode::kInvalidArgument);
+}
+
+TEST(TcpSocketTest, ListenerInARangeTakesItsFirstFreePort) {
+  auto held = TcpListener::Open("127.0.0.1", 0);
+  const int first = held->port();
+  const int last = std::min(first + 20, 65535);
+  ASSERT_LT(first, last) << "the ephemeral port was the last one";
+  // The range's first port is taken: the listener takes a later one, within the range.
+  auto listener = TcpListener::OpenInRange("127.0.0.1", first, last);
+  EXPECT_GT(listener->port(), first);
+  EXPECT_LE(listener->port(), last);
+  // A second listener in the same range skips both.
+  auto second = TcpListener::OpenInRange("127.0.0.1", first, last);
+  EXPECT_NE(second->port(), listener->port());
+  EXPECT_GT(second->port(), first);
+  EXPECT_LE(second->port(), last);
+  // A range whose every port is taken fails naming it.
+  const std::string range = std::to_string(first) + "-" + std::to_string(first);
+  EXPECT_TRUE(Contains(
+      ErrorOf([&] { TcpListener::OpenInRange("127.0.0.1", first, first); }, ErrorCode::kComm),
+      "cannot listen on 127.0.0.1: every port of " + range + " is in use"));
+  // 0-0 is any free port.
+  EXPECT_GT(TcpListener::OpenInRange("127.0.0.1", 0, 0)->port(), 0);
+  for (const auto& [from, to] : std::vector<std::pair<int, int>>{{0, 10}, {20, 10}, {1, 65536}}) {
+    EXPECT_TRUE(Contains(ErrorOf([&] { TcpListener::OpenInRange("127.0.0.1", from, to); },
+                                 ErrorCode::kInvalidArgument),
+                         "in the ports " + std::to_string(from) + "-" + std::to_string(to)));
+  }
 }
 
 TEST(TcpSocketTest, ListenerBindsTheGivenAddressOnly) {

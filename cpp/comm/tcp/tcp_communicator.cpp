@@ -83,6 +83,30 @@ std::unique_ptr<TcpListener> TcpListener::Open(const std::string& host, int port
     CORTADO_THROW(kInvalidArgument, "cannot listen on '{}:{}': not a host and a port (0 to 65535)",
                   host, port);
   }
+  return Bind(host, port, /*null_if_in_use=*/false);
+}
+
+std::unique_ptr<TcpListener> TcpListener::OpenInRange(const std::string& host, int first_port,
+                                                      int last_port) {
+  if (first_port == 0 && last_port == 0) return Open(host, 0);
+  if (host.empty() || first_port < 1 || last_port > 65535 || first_port > last_port) {
+    CORTADO_THROW(kInvalidArgument,
+                  "cannot listen on '{}' in the ports {}-{}: not a host and a range of ports "
+                  "(1 to 65535, the first no larger than the last)",
+                  host, first_port, last_port);
+  }
+  for (int port = first_port; port <= last_port; ++port) {
+    auto listener = Bind(host, port, /*null_if_in_use=*/true);
+    if (listener) return listener;
+  }
+  CORTADO_THROW(kComm,
+                "cannot listen on {}: every port of {}-{} is in use (other workers or programs on "
+                "this host hold them); widen the range, or free some of its ports",
+                host, first_port, last_port);
+}
+
+std::unique_ptr<TcpListener> TcpListener::Bind(const std::string& host, int port,
+                                               bool null_if_in_use) {
   const HostPort address{host, port};
   sockaddr_in addr = ResolveIpv4(address, "listener " + address.ToString());
   UniqueFd fd(::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
@@ -108,11 +132,16 @@ std::unique_ptr<TcpListener> TcpListener::Open(const std::string& host, int port
                     "machine's own addresses (the one the other ranks reach it at)",
                     address.ToString(), ip);
     }
+    if (err == EADDRINUSE && null_if_in_use) return nullptr;
     CORTADO_THROW(kComm, "cannot listen on {} ({}): {}", address.ToString(), FormatSockaddr(addr),
                   ErrnoText(err));
   }
   if (::listen(fd.get(), 64) != 0) {
-    CORTADO_THROW(kComm, "cannot listen on {}: {}", address.ToString(), ErrnoText(errno));
+    const int err = errno;
+    // Two sockets may bind one port with SO_REUSEADDR while neither listens; the second
+    // listen() then fails with EADDRINUSE.
+    if (err == EADDRINUSE && null_if_in_use) return nullptr;
+    CORTADO_THROW(kComm, "cannot listen on {}: {}", address.ToString(), ErrnoText(err));
   }
   socklen_t len = sizeof(addr);
   if (::getsockname(fd.get(), reinterpret_cast<sockaddr*>(&addr), &len) != 0) {

@@ -37,6 +37,12 @@ class TcpListener {
   // host is not an address of this machine (its name resolves elsewhere: NAT, a container's
   // outside name) or the port cannot be bound (in use).
   static std::unique_ptr<TcpListener> Open(const std::string& host, int port);
+  // Listens on `host` at the first port of first_port..last_port that is free (for hosts whose
+  // firewalls open a fixed range between the workers); 0..0 is any free ephemeral port, as
+  // Open(host, 0). kInvalidArgument for a bad range; kComm naming the range when every port of
+  // it is in use, and as Open for the host.
+  static std::unique_ptr<TcpListener> OpenInRange(const std::string& host, int first_port,
+                                                  int last_port);
 
   TcpListener(const TcpListener&) = delete;
   TcpListener& operator=(const TcpListener&) = delete;
@@ -51,6 +57,9 @@ class TcpListener {
  private:
   TcpListener(UniqueFd fd, std::string host, int port)
       : fd_(std::move(fd)), host_(std::move(host)), port_(port) {}
+
+  // Open's work; with null_if_in_use, a port that is taken gives null instead of kComm.
+  static std::unique_ptr<TcpListener> Bind(const std::string& host, int port, bool null_if_in_use);
 
   UniqueFd fd_;
   std::string host_;

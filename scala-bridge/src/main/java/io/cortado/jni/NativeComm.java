@@ -36,7 +36,17 @@ public final class NativeComm {
    * that address only; one that is not an address of this machine is refused), on a free port;
    * returns its handle.
    */
-  public static native long listen(String host);
+  public static long listen(String host) {
+    return listen(host, 0, 0);
+  }
+
+  /**
+   * As {@link #listen(String)}, on the first free port of {@code firstPort..lastPort} (both
+   * included; 0 and 0: any free port), for hosts whose firewalls open a fixed range between the
+   * workers. A CortadoCommException naming the range when every port of it is taken; a
+   * CortadoConfigException for a range that is not one.
+   */
+  public static native long listen(String host, int firstPort, int lastPort);
 
   /** The port the listener took. */
   public static native int port(long listener);

@@ -316,7 +316,8 @@ class Config(sc: SparkContext) extends Serializable {
    * CortadoOnSpark's main class puts them (see CortadoOnSpark.snapshotsBesideModel).
    */
   private[cortado] def toCortado: io.cortado.spark.Config = {
-    val solver = Option(protoFile).getOrElse("")
+    // A bare name shipped with --files, as CaffeOnSpark's jobs on YARN name it.
+    val solver = CortadoOnSpark.shippedFile(Option(protoFile).getOrElse(""))
     val model = Option(modelPath).getOrElse("")
     val snapshotPrefix =
       if (solver.isEmpty || model.isEmpty) ""

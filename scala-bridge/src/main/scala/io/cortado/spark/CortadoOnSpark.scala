@@ -1,13 +1,14 @@
 // SPDX-License-Identifier: Apache-2.0
 package io.cortado.spark
 
-import java.io.PrintStream
+import java.io.{File, PrintStream}
 import java.math.{BigDecimal, MathContext}
 
 import scala.util.control.NonFatal
 
 import org.apache.hadoop.conf.Configuration
 import org.apache.hadoop.fs.Path
+import org.apache.spark.{SparkConf, SparkFiles}
 import org.apache.spark.sql.{Row, SparkSession}
 import org.apache.spark.sql.functions.col
 import org.apache.spark.sql.types.{DoubleType, StringType, StructField, StructType}
@@ -73,11 +74,30 @@ object CortadoOnSpark {
       } finally {
         if (session != null) session.stop()
       }
-    // Always exit: Spark 3.5 before 3.5.6 leaves a non-daemon timer thread behind once a barrier
-    // stage (training on several workers) has run (SPARK-51450), and the driver JVM would not
-    // end after stop().
-    sys.exit(code)
+    if (inYarnApplicationMaster) {
+      // YARN's application master runs this main in a thread and reports the application's
+      // status from how it ends: returning is success, an exception failure; System.exit (even
+      // with 0) reports FAILED ("Shutdown hook called before final status was reported"). The
+      // application master ends its JVM itself.
+      if (code != 0) {
+        throw new IllegalStateException(s"CortadoOnSpark failed (exit status $code); its " +
+          "messages are above, in the driver's stderr")
+      }
+    } else {
+      // Always exit: Spark 3.5 before 3.5.6 leaves a non-daemon timer thread behind once a
+      // barrier stage (training on several workers) has run (SPARK-51450), and the driver JVM
+      // would not end after stop().
+      sys.exit(code)
+    }
   }
+
+  /**
+   * Whether this JVM is the driver of a YARN cluster-mode application (the application master
+   * sets Spark's configuration as system properties before it calls main).
+   */
+  private def inYarnApplicationMaster: Boolean =
+    sys.props.get("spark.master").contains("yarn") &&
+      sys.props.get("spark.submit.deployMode").contains("cluster")
 
   /**
    * Parses `args` and does what they say with the SparkSession `spark` gives (called only once
@@ -117,8 +137,9 @@ object CortadoOnSpark {
   private def outputGiven(args: Seq[String]): Boolean =
     args.exists(a => a == "-output" || a == "--output")
 
-  private def execute(o: Options, outputGiven: Boolean, spark: SparkSession, out: PrintStream,
-      err: PrintStream): Unit = {
+  private def execute(given: Options, outputGiven: Boolean, spark: SparkSession,
+      out: PrintStream, err: PrintStream): Unit = {
+    val o = given.copy(conf = shippedFile(given.conf))
     if (o.persistent) {
       err.println("CortadoOnSpark: note: -persistent is ignored: the training task keeps its " +
         "data in memory")
@@ -132,7 +153,7 @@ object CortadoOnSpark {
     // The solver, read once for what the command line decides from it.
     lazy val solver = NativeLib.solverInfo(JobPlan.readText(o.conf, hadoopConf), o.conf)
     val config = {
-      val c = Config.fromOptions(o)
+      val c = withTimeouts(Config.fromOptions(o), spark.sparkContext.getConf)
       if (o.train) {
         c.copy(snapshotPrefix = snapshotsBesideModel(o.conf, solver.snapshotPrefix, o.model))
       } else c
@@ -228,6 +249,48 @@ object CortadoOnSpark {
       conf: Configuration): String =
     snapshotsBesideModel(solverFile,
       NativeLib.solverInfo(JobPlan.readText(solverFile, conf), solverFile).snapshotPrefix, model)
+
+  /**
+   * A solver named as CaffeOnSpark's users name it on YARN: shipped with `--files` and given to
+   * `-conf` by its bare name. A relative path without a scheme that is a file in the driver's
+   * working directory (where YARN puts the `--files` of a cluster-mode driver, and where a
+   * client-mode user stands) or among the files Spark fetched for this application
+   * (SparkFiles) is that local file, as `file:` and its absolute path; the net it names by a
+   * relative path is then read from the same directory. Any other path is a Hadoop path, as
+   * before (a relative one on the default file system, e.g. HDFS).
+   */
+  private[cortado] def shippedFile(path: String): String = {
+    val relative = path.nonEmpty && !path.startsWith("/") &&
+      !path.matches("^[A-Za-z][A-Za-z0-9+.-]*:.*")
+    if (!relative) path
+    else {
+      val candidates = Iterator(new File(path)) ++
+        scala.util.Try(new File(SparkFiles.get(path))).toOption.iterator
+      candidates.find(_.isFile).map(f => "file:" + f.getAbsolutePath).getOrElse(path)
+    }
+  }
+
+  /** The Spark settings of the command line's timeouts (seconds). */
+  val StartTimeoutKey = "spark.cortado.startTimeout"
+  val CommTimeoutKey = "spark.cortado.commTimeout"
+
+  /**
+   * `config` with the timeouts the Spark configuration sets (CaffeOnSpark's command line has no
+   * flags for them): spark.cortado.startTimeout (how long the driver waits for the workers'
+   * task slots and the workers for each other) and spark.cortado.commTimeout (a gradient
+   * exchange fails when no byte moved for this long), in seconds.
+   */
+  private[cortado] def withTimeouts(config: Config, conf: SparkConf): Config = {
+    def seconds(key: String, default: Double): Double = conf.getOption(key).map { text =>
+      val value = scala.util.Try(text.trim.stripSuffix("s").toDouble).getOrElse(Double.NaN)
+      if (!(value > 0) || value.isInfinite) {
+        throw new CortadoConfigException(s"$key='$text' is not a number of seconds above 0")
+      }
+      value
+    }.getOrElse(default)
+    config.copy(startTimeoutSeconds = seconds(StartTimeoutKey, config.startTimeoutSeconds),
+      commTimeoutSeconds = seconds(CommTimeoutKey, config.commTimeoutSeconds))
+  }
 
   /** The id column of the features CortadoOnSpark writes, named as CaffeOnSpark names it. */
   val SampleIdColumn = "SampleID"

@@ -86,8 +86,10 @@ private[spark] object Rendezvous {
    */
   def join(plan: WorkerPlan, context: BarrierTaskContext, gpus: Seq[Int], samples: Long): Joined = {
     val rank = context.partitionId()
-    val host = SparkEnv.get.blockManager.blockManagerId.host
-    var listener = if (plan.backend == "mpi") 0L else NativeComm.listen(host)
+    val host = plan.network.listenAddress(SparkEnv.get.blockManager.blockManagerId.host)
+    var listener =
+      if (plan.backend == "mpi") 0L
+      else NativeComm.listen(host, plan.network.firstPort, plan.network.lastPort)
     try {
       val port = if (listener == 0) 0 else NativeComm.port(listener)
       val root = if (rank == 0) NativeComm.rootRendezvous(plan.backend) else Array.emptyByteArray

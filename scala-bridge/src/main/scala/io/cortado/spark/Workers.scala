@@ -27,6 +27,8 @@ import io.cortado.jni.NativeComm
  *                  check that every host has one (see [[Rendezvous.check]])
  * @param rdmaFallback -connectionFallback ethernet: a host without an RDMA port is accepted,
  *                  with a warning in the training log, rather than failing the run
+ * @param network   the interface and ports the workers listen on (spark.cortado.interface,
+ *                  spark.cortado.portRange)
  */
 private[spark] final case class WorkerPlan(
     count: Int,
@@ -37,7 +39,8 @@ private[spark] final case class WorkerPlan(
     timeoutSeconds: Double,
     requireRdma: Boolean = false,
     rdmaFallback: Boolean = false,
-    exchangePrecision: String = "auto")
+    exchangePrecision: String = "auto",
+    network: NetworkSettings = NetworkSettings())
 
 private[spark] object Workers {
 
@@ -72,6 +75,7 @@ private[spark] object Workers {
       throw new CortadoConfigException("Config.exchangePrecision must be auto, float32, " +
         s"bfloat16 or float16, not '${config.exchangePrecision}'")
     }
+    val network = NetworkSettings.of(sc.getConf)
     val known = NativeComm.backends().toSeq
     if (!known.contains(backend)) {
       val has = s"(it has: ${known.mkString(", ")})"
@@ -99,7 +103,7 @@ private[spark] object Workers {
     }
     WorkerPlan(count, backend, newToken(), config.devices, config.startTimeoutSeconds,
       config.commTimeoutSeconds, requireRdma = requiresRdma(config), rdmaFallback = fallback,
-      exchangePrecision = config.exchangePrecision)
+      exchangePrecision = config.exchangePrecision, network = network)
   }
 
   /**
