@@ -369,7 +369,7 @@ class YarnSuite extends AnyFunSuite with BeforeAndAfterAll {
   test("client mode: an executor's container killed mid-training, the job resumes from the " +
     "newest snapshot and finishes", YarnTest) {
     val hdfsDir = "/user/cos/client"
-    val (solver, net) = lenetFiles("client", hdfsDir, maxIter = 3000, snapshot = 250)
+    val (solver, net) = lenetFiles("client", hdfsDir, maxIter = 800, snapshot = 100)
     // The user stands where the files are, as for CaffeOnSpark's client-mode command.
     val cwd = solver.getParentFile
     withResource(submit("client", cwd, Seq(solver, net), Seq("-train", "-conf",
@@ -378,7 +378,7 @@ class YarnSuite extends AnyFunSuite with BeforeAndAfterAll {
       val app = applicationOf(s, 120)
       note(s"submitted $app")
       // Once the first snapshot is on HDFS, kill one executor JVM (its container exits 137).
-      awaitSnapshot(s, app, s"$hdfsDir/mnist_lenet_iter_250.solverstate")
+      awaitSnapshot(s, app, s"$hdfsDir/mnist_lenet_iter_100.solverstate")
       val executors = executorProcesses(app)
       assert(executors.size === 2, executors.map(_.info().commandLine().orElse("")))
       executors.head.destroyForcibly()
@@ -386,10 +386,13 @@ class YarnSuite extends AnyFunSuite with BeforeAndAfterAll {
       val code = s.exitCode(400)
       assert(code === 0, s"spark-submit exit $code\n${s.tail}\n${containerLogs(app)}")
       val out = s.output
+      // What the driver said of the attempts, for the log.
+      out.linesIterator.filter(l => l.contains(" Cortado: ") && (l.contains("ttempt") ||
+        l.contains("workers joined"))).foreach(l => note(l.trim.take(300)))
       assert("Attempt 2 resumes from hdfs://[^ ]*mnist_lenet_iter_\\d+\\.solverstate".r
         .findFirstIn(out).isDefined, s.tail)
       assert(out.contains(s"Model written to hdfs://$hdfsDir/mnist.model"), s.tail)
-      assert(hdfsFiles(hdfsDir).contains("mnist_lenet_iter_3000.solverstate"), hdfsFiles(hdfsDir))
+      assert(hdfsFiles(hdfsDir).contains("mnist_lenet_iter_800.solverstate"), hdfsFiles(hdfsDir))
     }
   }
 
