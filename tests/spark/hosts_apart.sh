@@ -678,16 +678,24 @@ wait_progress() {  # dir what(iteration N | file PATH-GLOB) seconds
 
 RESUME_PATTERN='Attempt [0-9]+ resumes from [^ ]*_iter_[0-9]+\.solverstate|Spark runs this training again .*resuming from [^ ]*_iter_[0-9]+\.solverstate'
 
-scenario_kill() {
-  local name=kill dir=$WORK/kill rc start host pids
-  if ! write_solver "$dir" "$WORKERS" "$KILL_ITERATIONS" "snapshot: $SNAPSHOT_EVERY" \
+# Writes dir's solver (iterations, a snapshot every SNAPSHOT_EVERY, no test passes) and starts
+# training there in the background (start_submit); when the files cannot be written, fails the
+# scenario and returns 1.
+start_snapshotting() {  # name dir iterations
+  local name=$1 dir=$2 iterations=$3
+  if ! write_solver "$dir" "$WORKERS" "$iterations" "snapshot: $SNAPSHOT_EVERY" \
     'snapshot_prefix: "lenet"' "display: 20" "test_interval: 100000" "test_initialization: false"; then
     fail "$name" "cannot write its solver and net in $dir"
-    return
+    return 1
   fi
-  start=$SECONDS
   start_submit "$dir" "$RUN_TIMEOUT" "$WORKERS" -train -conf "$dir/solver.prototxt" \
     -clusterSize "$WORKERS" -model "file:$dir/lenet.caffemodel"
+}
+
+scenario_kill() {
+  local name=kill dir=$WORK/kill rc start host pids
+  start=$SECONDS
+  start_snapshotting "$name" "$dir" "$KILL_ITERATIONS" || return
   if ! wait_progress "$dir" file "$dir/lenet_iter_*.solverstate" 300; then
     wait "$SUBMIT_PID" 2>/dev/null
     fail "$name" "no snapshot appeared in $dir before spark-submit ended or 300 s passed" "$dir"
@@ -728,14 +736,8 @@ scenario_kill() {
 
 scenario_link() {
   local name=link dir=$WORK/link rc start host veth down_at up_at
-  if ! write_solver "$dir" "$WORKERS" "$LINK_ITERATIONS" "snapshot: $SNAPSHOT_EVERY" \
-    'snapshot_prefix: "lenet"' "display: 20" "test_interval: 100000" "test_initialization: false"; then
-    fail "$name" "cannot write its solver and net in $dir"
-    return
-  fi
   start=$SECONDS
-  start_submit "$dir" "$RUN_TIMEOUT" "$WORKERS" -train -conf "$dir/solver.prototxt" \
-    -clusterSize "$WORKERS" -model "file:$dir/lenet.caffemodel"
+  start_snapshotting "$name" "$dir" "$LINK_ITERATIONS" || return
   if ! wait_progress "$dir" iteration "$LINK_DOWN_AT" 300; then
     wait "$SUBMIT_PID" 2>/dev/null
     fail "$name" "the driver's log did not reach iteration $LINK_DOWN_AT before spark-submit ended or 300 s passed" "$dir"

@@ -26,6 +26,23 @@ import io.cortado.storage.{HadoopFiles, Snapshots}
  * temporary directory) in this JVM, and a local[2] SparkSession whose fs.defaultFS is that
  * cluster. Data, prototxt, snapshots and models all live on HDFS.
  */
+object HdfsSuite {
+
+  /**
+   * Sets `conf` for a MiniDFSCluster of one datanode under `baseDir`: loopback only, ephemeral
+   * ports for every service, no permission checks for the test user.
+   */
+  def configureMiniDfs(conf: Configuration, baseDir: String): Unit = {
+    conf.set(MiniDFSCluster.HDFS_MINIDFS_BASEDIR, baseDir)
+    conf.set("dfs.replication", "1")
+    conf.set("dfs.namenode.http-address", "127.0.0.1:0")
+    conf.set("dfs.datanode.address", "127.0.0.1:0")
+    conf.set("dfs.datanode.http.address", "127.0.0.1:0")
+    conf.set("dfs.datanode.ipc.address", "127.0.0.1:0")
+    conf.setBoolean("dfs.permissions.enabled", false)
+  }
+}
+
 class HdfsSuite extends AnyFunSuite with BeforeAndAfterAll with PerTest {
   import CortadoSuite._
 
@@ -45,14 +62,7 @@ class HdfsSuite extends AnyFunSuite with BeforeAndAfterAll with PerTest {
     super.beforeAll()
     baseDir = Files.createTempDirectory("cortado-hdfs")
     val conf = new Configuration()
-    conf.set(MiniDFSCluster.HDFS_MINIDFS_BASEDIR, baseDir.toString)
-    conf.set("dfs.replication", "1")
-    // Loopback only, ephemeral ports for every service, no permission checks for the test user.
-    conf.set("dfs.namenode.http-address", "127.0.0.1:0")
-    conf.set("dfs.datanode.address", "127.0.0.1:0")
-    conf.set("dfs.datanode.http.address", "127.0.0.1:0")
-    conf.set("dfs.datanode.ipc.address", "127.0.0.1:0")
-    conf.setBoolean("dfs.permissions.enabled", false)
+    HdfsSuite.configureMiniDfs(conf, baseDir.toString)
     try {
       cluster = new MiniDFSCluster.Builder(conf).numDataNodes(1).format(true).build()
       cluster.waitActive()

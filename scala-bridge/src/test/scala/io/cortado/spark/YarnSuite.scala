@@ -67,13 +67,7 @@ class YarnSuite extends AnyFunSuite with BeforeAndAfterAll {
     assert(jar.isFile, s"$jar is missing: the YARN suite runs after `mvn package`")
     baseDir = Files.createTempDirectory("cortado-yarn")
     val conf = new YarnConfiguration()
-    conf.set(MiniDFSCluster.HDFS_MINIDFS_BASEDIR, baseDir.resolve("dfs").toString)
-    conf.set("dfs.replication", "1")
-    conf.set("dfs.namenode.http-address", "127.0.0.1:0")
-    conf.set("dfs.datanode.address", "127.0.0.1:0")
-    conf.set("dfs.datanode.http.address", "127.0.0.1:0")
-    conf.set("dfs.datanode.ipc.address", "127.0.0.1:0")
-    conf.setBoolean("dfs.permissions.enabled", false)
+    HdfsSuite.configureMiniDfs(conf, baseDir.resolve("dfs").toString)
     // One container of 1024 MiB per NodeManager: Spark's executors of 512 MiB (and the
     // application master) take 896 MiB with Spark's 384 MiB overhead, rounded up to 1024.
     conf.setInt(YarnConfiguration.NM_PMEM_MB, 1024)
