@@ -141,6 +141,12 @@ JNIEXPORT jstring JNICALL Java_io_cortado_jni_NativeComm_describe(JNIEnv* env, j
                     [&] { return jni::NewString(env, jni::GetComm(c).Describe()); });
 }
 
+JNIEXPORT jstring JNICALL Java_io_cortado_jni_NativeComm_waitingOn(JNIEnv* env, jclass, jlong c,
+                                                                   jdouble min_seconds) {
+  return jni::Guard(env, jstring{nullptr},
+                    [&] { return jni::NewString(env, jni::GetComm(c).WaitingOn(min_seconds)); });
+}
+
 JNIEXPORT void JNICALL Java_io_cortado_jni_NativeComm_abort(JNIEnv* env, jclass, jlong c,
                                                             jstring reason) {
   jni::Guard(env, [&] { jni::GetComm(c).Abort(jni::ToStdString(env, reason, "reason")); });

@@ -189,7 +189,7 @@ JNIEXPORT jobject JNICALL Java_io_cortado_jni_NativeLib_solverInfo(JNIEnv* env, 
     jclass cls = jni::FindClass(env, "io/cortado/jni/SolverInfo");
     jmethodID init = env->GetMethodID(
         cls, "<init>",
-        "(Ljava/lang/String;Ljava/lang/String;Ljava/lang/String;III[IZIZLjava/lang/String;IZZ)V");
+        "(Ljava/lang/String;Ljava/lang/String;Ljava/lang/String;III[IZIZLjava/lang/String;IZZIF)V");
     jni::CheckJavaException(env);
     std::vector<int> test_iter(param.test_iter().begin(), param.test_iter().end());
     jobject info = env->NewObject(
@@ -199,7 +199,8 @@ JNIEXPORT jobject JNICALL Java_io_cortado_jni_NativeLib_solverInfo(JNIEnv* env, 
         param.snapshot(), param.snapshot_after_train() ? JNI_TRUE : JNI_FALSE,
         jni::NewString(env, param.snapshot_prefix()), device.is_cuda() ? device.id : -1,
         param.solver_mode() == caffe::SolverParameter::GPU ? JNI_TRUE : JNI_FALSE,
-        param.snapshot_format() == caffe::SolverParameter::HDF5 ? JNI_TRUE : JNI_FALSE);
+        param.snapshot_format() == caffe::SolverParameter::HDF5 ? JNI_TRUE : JNI_FALSE,
+        static_cast<jint>(param.iter_size()), param.base_lr());
     env->DeleteLocalRef(cls);
     jni::CheckJavaException(env);
     return info;
@@ -317,6 +318,28 @@ JNIEXPORT jstring JNICALL Java_io_cortado_jni_NativeLib_mergeSolver(JNIEnv* env,
     std::string text;
     if (!google::protobuf::TextFormat::PrintToString(param, &text)) {
       CORTADO_THROW(kInternal, "{}: cannot print the solver", name);
+    }
+    return jni::NewString(env, text);
+  });
+}
+
+JNIEXPORT jstring JNICALL Java_io_cortado_jni_NativeLib_withFeedBatchSize(
+    JNIEnv* env, jclass, jstring prototxt, jstring source, jstring layer, jint phase, jint batch) {
+  return jni::Guard(env, jstring{nullptr}, [&] {
+    const std::string name = jni::ToStdString(env, source, "source");
+    caffe::NetParameter param;
+    cortado::io::ReadProtoFromTextString(jni::ToStdString(env, prototxt, "prototxt"), name, &param);
+    cortado::io::UpgradeNetAsNeeded(name, &param);
+    if (phase != caffe::TRAIN && phase != caffe::TEST) {
+      CORTADO_THROW(kInvalidArgument, "{}: phase must be 0 (TRAIN) or 1 (TEST), not {}", name,
+                    phase);
+    }
+    const caffe::NetParameter changed =
+        cortado::WithFeedBatchSize(param, static_cast<caffe::Phase>(phase),
+                                   jni::ToStdString(env, layer, "layer"), batch, name);
+    std::string text;
+    if (!google::protobuf::TextFormat::PrintToString(changed, &text)) {
+      CORTADO_THROW(kInternal, "{}: cannot print the net", name);
     }
     return jni::NewString(env, text);
   });

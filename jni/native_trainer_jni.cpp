@@ -278,6 +278,11 @@ JNIEXPORT jlong JNICALL Java_io_cortado_jni_NativeTrainer_feed(JNIEnv* env, jcla
   });
 }
 
+JNIEXPORT void JNICALL Java_io_cortado_jni_NativeTrainer_stopAt(JNIEnv* env, jclass, jlong handle,
+                                                                jint iteration) {
+  jni::Guard(env, [&] { jni::GetTrainer(handle).RequestStopAt(iteration); });
+}
+
 JNIEXPORT void JNICALL Java_io_cortado_jni_NativeTrainer_abort(JNIEnv* env, jclass, jlong handle,
                                                                jstring reason) {
   jni::Guard(env, [&] { jni::GetTrainer(handle).Abort(jni::ToStdString(env, reason, "reason")); });

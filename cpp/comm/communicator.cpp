@@ -50,6 +50,8 @@ std::string Communicator::Describe() const {
   return fmt::format("{}: rank {} of {}", backend(), rank(), size());
 }
 
+std::string Communicator::WaitingOn(double /*min_seconds*/) const { return {}; }
+
 std::vector<std::string> CommunicatorBackends() { return CommunicatorRegistry::Get().Types(); }
 
 namespace {

@@ -35,6 +35,45 @@ caffe::NetParameter NetForPhase(const caffe::NetParameter& param, caffe::Phase p
   return Net::FilterNet(p);
 }
 
+caffe::NetParameter WithFeedBatchSize(const caffe::NetParameter& param, caffe::Phase phase,
+                                      const std::string& layer, int batch,
+                                      const std::string& source) {
+  if (batch < 1) {
+    CORTADO_THROW(kInvalidArgument, "{}: layer '{}': a batch size must be positive, not {}", source,
+                  layer, batch);
+  }
+  caffe::NetState state = param.state();
+  state.set_phase(phase);
+  const auto in_phase = [&state](const caffe::LayerParameter& l) {
+    if (l.include_size() > 0) {
+      for (const auto& rule : l.include()) {
+        if (Net::StateMeetsRule(state, rule)) return true;
+      }
+      return false;
+    }
+    for (const auto& rule : l.exclude()) {
+      if (Net::StateMeetsRule(state, rule)) return false;
+    }
+    return true;
+  };
+  caffe::NetParameter result = param;
+  int changed = 0;
+  for (caffe::LayerParameter& l : *result.mutable_layer()) {
+    if (l.name() != layer || !in_phase(l) || !FeedDataLayer::IsFeedLayer(l)) continue;
+    if (l.type() == "MemoryData") {
+      l.mutable_memory_data_param()->set_batch_size(static_cast<uint32_t>(batch));
+    } else {
+      l.mutable_cos_data_param()->set_batch_size(static_cast<uint32_t>(batch));
+    }
+    ++changed;
+  }
+  if (changed == 0) {
+    CORTADO_THROW(kNotFound, "{}: the {} net has no feed layer '{}'", source,
+                  phase == caffe::TRAIN ? "TRAIN" : "TEST", layer);
+  }
+  return result;
+}
+
 std::vector<DataLayerInfo> DescribeDataLayers(const caffe::NetParameter& phase_net,
                                               const std::string& source) {
   std::vector<DataLayerInfo> layers;

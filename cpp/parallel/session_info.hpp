@@ -45,6 +45,14 @@ struct DataLayerInfo {
 // layers filtered by their include/exclude rules, as Net builds it.
 caffe::NetParameter NetForPhase(const caffe::NetParameter& param, caffe::Phase phase);
 
+// `param` (a whole net, every phase) with the batch size of feed layer `layer` of the `phase`
+// net set to `batch`: cos_data_param's or memory_data_param's batch_size. The other phase's
+// layers are left as they are. kNotFound when the phase's net has no feed layer of that name,
+// kInvalidArgument for a batch below 1; both name `source`.
+caffe::NetParameter WithFeedBatchSize(const caffe::NetParameter& param, caffe::Phase phase,
+                                      const std::string& layer, int batch,
+                                      const std::string& source);
+
 // The data layers of a phase's net, in order; feed-layer errors (bad shapes) start with
 // "<source>: layer '<name>' (<type>)".
 std::vector<DataLayerInfo> DescribeDataLayers(const caffe::NetParameter& phase_net,

@@ -494,6 +494,9 @@ void Trainer::OnGradientsReady(int rank, float* loss) {
   Solver* solver = solvers_[rank].get();
   if (rank == 0) {
     PollUser();
+    // Iteration iter() is in progress: stopping after it leaves iter() + 1 done.
+    const int requested = stop_request_.load();
+    if (requested >= 0 && solver->iter() + 1 >= requested) pending_stop_ = true;
     if (pending_stop_) stop_at_.store(solver->iter());
   }
   // By the parity of the iteration: a replica that has left this iteration's last barrier may

@@ -45,7 +45,9 @@
 // once; the call that was training then throws kAborted with the reason.
 // Failures: the first exception of any replica aborts the others (no replica is left waiting)
 // and is rethrown; the trainer cannot train again afterwards.
-// A Trainer is used by one thread at a time, except Abort.
+// RequestStopAt (any thread) asks every replica to stop once a given iteration is done, through
+// the same gradient hook.
+// A Trainer is used by one thread at a time, except Abort and RequestStopAt.
 #pragma once
 
 #include <atomic>
@@ -151,6 +153,13 @@ class Trainer {
   // Replica `replica`'s feed layers, qualified by phase, sorted.
   std::vector<std::string> FeedLayers(int replica) const;
 
+  // From any thread: every replica stops once `iter` iterations are done (restored ones
+  // counted), or after the iteration in progress when that many are done already; Solve then
+  // takes its closing snapshot (snapshot_after_train) as after any stop. A negative `iter`
+  // withdraws the request. Kept across Solve and Step calls.
+  void RequestStopAt(int iter) { stop_request_.store(iter); }
+  int stop_request() const { return stop_request_.load(); }
+
   // From any thread: aborts every feed with `reason` and makes the replicas leave their loops;
   // the training call throws kAborted with `reason`. Idempotent (the first reason is kept).
   void Abort(const std::string& reason);
@@ -205,6 +214,8 @@ class Trainer {
   bool pending_stop_ = false;
   bool pending_snapshot_ = false;
   std::atomic<int> stop_at_{-1};
+  // RequestStopAt's iteration, read by root at each gradient hook; -1: none.
+  std::atomic<int> stop_request_{-1};
   std::vector<char> stop_now_;
 };
 

@@ -13,6 +13,7 @@
 #include <cstring>
 #include <memory>
 #include <random>
+#include <regex>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -211,6 +212,40 @@ TEST(TcpCommunicatorTest, BarrierWaitsForEveryRank) {
     });
     ASSERT_TRUE(AllOk(outcomes)) << Describe(outcomes);
   }
+}
+
+TEST(TcpCommunicatorTest, AnOperationWaitingOnAPeerSaysWhichAndForHowLong) {
+  LoopbackRing ring(2);
+  std::atomic<Communicator*> first{nullptr};
+  std::string seen_late;
+  std::string seen_early;
+  std::string seen_after;
+  const auto outcomes = testing::RunRanksAsThreads(2, [&](int rank) {
+    auto comm = ring.Join(rank);
+    std::vector<float> data(1000, 1.0f);
+    if (rank == 0) {
+      comm->Barrier();
+      first.store(comm.get());
+      comm->AllReduce(data.data(), data.size());
+      seen_after = comm->WaitingOn(0.0);
+    } else {
+      comm->Barrier();
+      // Rank 0 waits in its allreduce for this one, which asks what it waits for meanwhile.
+      while (first.load() == nullptr) std::this_thread::yield();
+      std::this_thread::sleep_for(std::chrono::milliseconds(300));
+      seen_early = first.load()->WaitingOn(5.0);
+      std::this_thread::sleep_for(std::chrono::milliseconds(1200));
+      seen_late = first.load()->WaitingOn(1.0);
+      comm->AllReduce(data.data(), data.size());
+    }
+    return std::string();
+  });
+  ASSERT_TRUE(AllOk(outcomes)) << Describe(outcomes);
+  EXPECT_EQ(seen_early, "");
+  EXPECT_TRUE(std::regex_match(
+      seen_late, std::regex(R"([12] s for data from rank 1 \(.+\) during allreduce)")))
+      << seen_late;
+  EXPECT_EQ(seen_after, "");
 }
 
 TEST(TcpCommunicatorTest, SeveralRingsInOneProcessAreIndependent) {

@@ -40,6 +40,28 @@ caffe::NetParameter Net(const std::string& text = kNet) {
   return param;
 }
 
+TEST(SessionInfoTest, AFeedLayersBatchSizeChangesInItsPhaseAlone) {
+  const caffe::NetParameter train = WithFeedBatchSize(Net(), caffe::TRAIN, "data", 96, "lenet");
+  EXPECT_EQ(DescribeDataLayers(NetForPhase(train, caffe::TRAIN), "lenet")[0].batch_size, 96);
+  EXPECT_EQ(DescribeDataLayers(NetForPhase(train, caffe::TEST), "lenet")[0].batch_size, 100);
+  const caffe::NetParameter test = WithFeedBatchSize(Net(), caffe::TEST, "data", 7, "lenet");
+  EXPECT_EQ(DescribeDataLayers(NetForPhase(test, caffe::TRAIN), "lenet")[0].batch_size, 64);
+  EXPECT_EQ(DescribeDataLayers(NetForPhase(test, caffe::TEST), "lenet")[0].batch_size, 7);
+  try {
+    WithFeedBatchSize(Net(), caffe::TRAIN, "ip", 8, "lenet.prototxt");
+    ADD_FAILURE() << "no exception";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kNotFound);
+    EXPECT_STREQ(e.what(), "lenet.prototxt: the TRAIN net has no feed layer 'ip'");
+  }
+  try {
+    WithFeedBatchSize(Net(), caffe::TRAIN, "data", 0, "lenet.prototxt");
+    ADD_FAILURE() << "no exception";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
+  }
+}
+
 TEST(SessionInfoTest, TrainPhaseDescribesTheCoSDataLayerAsFed) {
   const caffe::NetParameter train = NetForPhase(Net(), caffe::TRAIN);
   const std::vector<DataLayerInfo> layers = DescribeDataLayers(train, "lenet.prototxt");

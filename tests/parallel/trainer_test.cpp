@@ -275,6 +275,33 @@ TEST(TrainerTest, AStopSeenByRootStopsEveryReplicaAtTheSameIteration) {
   EXPECT_EQ(Weights(*trainer.root()), Weights(*trainer.replica(1)));
 }
 
+TEST(TrainerTest, AStopRequestedAtAnIterationStopsThereAndTakesTheClosingSnapshot) {
+  for (int replicas : {1, 2}) {
+    SCOPED_TRACE(std::to_string(replicas) + " replicas");
+    TempDir dir;
+    const std::string prefix = dir / "snap";
+    caffe::SolverParameter param =
+        DataSolver(WriteDb(dir, 10), 2, 20, "snapshot_prefix: '" + prefix + "'");
+    param.set_snapshot_after_train(true);
+    Trainer trainer(param, Replicas(replicas));
+    trainer.RequestStopAt(5);
+    trainer.Solve();
+    EXPECT_EQ(trainer.root()->iter(), 5);
+    EXPECT_EQ(trainer.replica(replicas - 1)->iter(), 5);
+    EXPECT_TRUE(trainer.root()->requested_early_exit());
+    EXPECT_TRUE(std::filesystem::exists(prefix + "_iter_5.solverstate"));
+    EXPECT_FALSE(std::filesystem::exists(prefix + "_iter_20.solverstate"));
+    // An iteration already passed: the iteration in progress is the last.
+    trainer.RequestStopAt(2);
+    trainer.Step(10);
+    EXPECT_EQ(trainer.root()->iter(), 6);
+    // Withdrawn: training runs on.
+    trainer.RequestStopAt(-1);
+    trainer.Step(3);
+    EXPECT_EQ(trainer.root()->iter(), 9);
+  }
+}
+
 TEST(TrainerTest, ASnapshotRequestIsRootsAlone) {
   TempDir dir;
   Trainer trainer(DataSolver(WriteDb(dir, 10), 2, 3, "snapshot_prefix: '" + (dir / "snap") + "'"),

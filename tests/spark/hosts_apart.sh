@@ -41,6 +41,16 @@
 #           LINK_DOWN_SECONDS + LINK_BOUND_EXTRA seconds of the link going down, whether it rode
 #           the outage out or resumed from a snapshot (the PASS line says which, and the longest
 #           gap between the driver's iteration lines)
+#   elastic trains ELASTIC_ITERATIONS (a snapshot every ELASTIC_SNAPSHOT_EVERY, tested at the
+#           end) with -minWorkers WORKERS-1 and spark.cortado.elasticTimeout=ELASTIC_WAIT; once
+#           the driver's log shows a third of them, kill -9 the Worker and the executor JVM of a
+#           host (the host is gone for good); with ELASTIC_RETURN=1 the Worker starts again
+#           ELASTIC_RETURN_AFTER s after the driver goes on with one worker fewer. Passes when
+#           spark-submit exits 0 by itself, the driver's log shows the run going on with
+#           WORKERS-1 workers (and, with ELASTIC_RETURN=1, back to WORKERS), training reached
+#           its last iteration and the accuracy is at least the demo's threshold for as many
+#           iterations. ELASTIC_ITERATIONS=10000 ELASTIC_RETURN=0 SCENARIOS="demo elastic"
+#           ITERATIONS=10000 compares it with the demo without a fault (bench/RESULTS.md).
 #   slots   -clusterSize 3 on its own cluster of two one-core Workers: passes when spark-submit
 #           exits non-zero (not by timeout) with Cortado's "training with 3 workers needs 3 task
 #           slots at once ... but after SLOTS_WAIT s ... offers 2 (...)". That comes after
@@ -70,7 +80,9 @@
 #   ITERATIONS=400          max_iter of demo and local (the solver's test_interval 500 stays)
 #   THRESHOLD=              demo's least accuracy (default: 0.89 from 10000 iterations, 0.75 from
 #                           400, 0.65 from 200, else 0)
-#   SCENARIOS="demo kill link slots"   a subset of "demo kill link slots local"
+#   SCENARIOS="demo kill link elastic slots"   a subset of "demo kill link elastic slots local"
+#   ELASTIC_ITERATIONS=450 ELASTIC_SNAPSHOT_EVERY=50 ELASTIC_RETURN=1 ELASTIC_RETURN_AFTER=10
+#   ELASTIC_WAIT=10          elastic's settings (see above)
 #   KILL_ITERATIONS=500 LINK_ITERATIONS=500   max_iter of kill and link
 #   SNAPSHOT_EVERY=100      snapshot interval of kill and link
 #   LINK_DOWN_SECONDS=30 LINK_DOWN_AT=100 LINK_BOUND_EXTRA=240
@@ -102,13 +114,18 @@ BENCH_RATES=${BENCH_RATES:-}
 DEFAULT_ITERATIONS=400
 ITERATIONS=${ITERATIONS:-$DEFAULT_ITERATIONS}
 THRESHOLD=${THRESHOLD:-}
-SCENARIOS=${SCENARIOS:-demo kill link slots}
+SCENARIOS=${SCENARIOS:-demo kill link elastic slots}
 KILL_ITERATIONS=${KILL_ITERATIONS:-500}
 LINK_ITERATIONS=${LINK_ITERATIONS:-500}
 SNAPSHOT_EVERY=${SNAPSHOT_EVERY:-100}
 LINK_DOWN_SECONDS=${LINK_DOWN_SECONDS:-30}
 LINK_DOWN_AT=${LINK_DOWN_AT:-100}
 LINK_BOUND_EXTRA=${LINK_BOUND_EXTRA:-240}
+ELASTIC_ITERATIONS=${ELASTIC_ITERATIONS:-450}
+ELASTIC_SNAPSHOT_EVERY=${ELASTIC_SNAPSHOT_EVERY:-50}
+ELASTIC_RETURN=${ELASTIC_RETURN:-1}
+ELASTIC_RETURN_AFTER=${ELASTIC_RETURN_AFTER:-10}
+ELASTIC_WAIT=${ELASTIC_WAIT:-10}
 JAR=${JAR:-}
 DATA_DIR=${DATA_DIR:-}
 FASHION_MNIST_DIR=${FASHION_MNIST_DIR:-/usr/share/datasets/fashion-mnist}
@@ -139,7 +156,7 @@ PIDFILE=/tmp/cortado-hosts-apart.$EUID.pids  # processes of the run in progress,
 LOCKFILE=/tmp/cortado-hosts-apart.$EUID.lock
 CLASSPATH_FILE=$ROOT/scala-bridge/target/spark-classpath.txt
 SUBMIT=$ROOT/scala-bridge/bin/spark-submit
-ALL_SCENARIOS="demo kill link slots local"
+ALL_SCENARIOS="demo kill link elastic slots local"
 
 say() { printf '%s\n' "$*"; }
 note() { printf '# %s\n' "$*"; }
@@ -299,7 +316,8 @@ check_settings() {
   local n
   [[ ! $ITERATIONS =~ ^[0-9]+$ || -n $RUN_TIMEOUT ]] || RUN_TIMEOUT=$((900 + 3 * ITERATIONS / 20))
   for n in ITERATIONS KILL_ITERATIONS LINK_ITERATIONS SNAPSHOT_EVERY LINK_DOWN_SECONDS \
-    LINK_DOWN_AT LINK_BOUND_EXTRA MASTER_PORT RUN_TIMEOUT; do
+    LINK_DOWN_AT LINK_BOUND_EXTRA MASTER_PORT RUN_TIMEOUT ELASTIC_ITERATIONS \
+    ELASTIC_SNAPSHOT_EVERY ELASTIC_WAIT; do
     [[ ${!n} =~ ^[0-9]+$ && ${!n} -gt 0 ]] || die "$n=${!n}: a positive integer"
   done
   ((MASTER_PORT < 65535)) || die "MASTER_PORT=$MASTER_PORT: below 65535"
@@ -307,6 +325,9 @@ check_settings() {
   SLOTS_URL=spark://$BRIDGE_ADDR:$SLOTS_PORT
   ((SNAPSHOT_EVERY < KILL_ITERATIONS)) || die "SNAPSHOT_EVERY must be below KILL_ITERATIONS"
   ((LINK_DOWN_AT < LINK_ITERATIONS)) || die "LINK_DOWN_AT must be below LINK_ITERATIONS"
+  [[ $ELASTIC_RETURN_AFTER =~ ^[0-9]+$ ]] || die "ELASTIC_RETURN_AFTER: a number of seconds"
+  [[ $ELASTIC_RETURN == 0 || $ELASTIC_RETURN == 1 ]] || die "ELASTIC_RETURN: 0 or 1"
+  [[ " $SCENARIOS " != *" elastic "* ]] || ((WORKERS >= 2)) || die "elastic needs WORKERS >= 2"
   local s
   for s in $SCENARIOS; do
     [[ " $ALL_SCENARIOS " == *" $s "* ]] || die "SCENARIOS: unknown '$s' (of: $ALL_SCENARIOS)"
@@ -357,7 +378,7 @@ declare -A CLUSTER_MASTER=()   # dir -> the Master's pid
 declare -A CLUSTER_WORKERS=()  # dir -> "k:pid k:pid ..."
 
 launch_cluster() {  # dir port hosts...
-  local dir=$1 port=$2 k ns addr home pid
+  local dir=$1 port=$2 k
   shift 2
   mkdir -p "$dir"
   daemon_java_command
@@ -367,22 +388,28 @@ launch_cluster() {  # dir port hosts...
   CLUSTER_MASTER[$dir]=$!
   track_pid $!
   CLUSTER_WORKERS[$dir]=""
-  for k in "$@"; do
-    ns=$(ns_name "$k")
-    addr=$(ns_addr "$k")
-    home=$dir/host$k/spark-home
-    mkdir -p "$home/work" "$dir/host$k/local"
-    (cd "$dir/host$k" && exec ip netns exec "$ns" env -u SPARK_HOME SPARK_HOME="$home" \
-      SPARK_LOCAL_IP="$addr" SPARK_LOCAL_DIRS="$dir/host$k/local" \
-      "${DAEMON_JAVA[@]}" org.apache.spark.deploy.worker.Worker --host "$addr" --cores 1 \
-      --memory "$WORKER_MEMORY" --webui-port 0 --work-dir "$home/work" \
-      "spark://$BRIDGE_ADDR:$port") >"$dir/host$k/worker.log" 2>&1 </dev/null &
-    pid=$!
-    track_pid "$pid"
-    CLUSTER_WORKERS[$dir]+="$k:$pid "
-  done
+  for k in "$@"; do start_worker "$dir" "$port" "$k"; done
   note "Spark Master at spark://$BRIDGE_ADDR:$port (root namespace), Workers (1 core," \
     "$WORKER_MEMORY) on $(for k in "$@"; do printf '%s ' "$(ns_name "$k"):$(ns_addr "$k")"; done)"
+}
+
+# One Worker (1 core) on host k for the Master of dir at port, logging to dir/hostK/worker.log
+# (appended: a Worker started again keeps the earlier one's log).
+start_worker() {  # dir port k
+  local dir=$1 port=$2 k=$3 ns addr home pid
+  ns=$(ns_name "$k")
+  addr=$(ns_addr "$k")
+  home=$dir/host$k/spark-home
+  mkdir -p "$home/work" "$dir/host$k/local"
+  daemon_java_command
+  (cd "$dir/host$k" && exec ip netns exec "$ns" env -u SPARK_HOME SPARK_HOME="$home" \
+    SPARK_LOCAL_IP="$addr" SPARK_LOCAL_DIRS="$dir/host$k/local" \
+    "${DAEMON_JAVA[@]}" org.apache.spark.deploy.worker.Worker --host "$addr" --cores 1 \
+    --memory "$WORKER_MEMORY" --webui-port 0 --work-dir "$home/work" \
+    "spark://$BRIDGE_ADDR:$port") >>"$dir/host$k/worker.log" 2>&1 </dev/null &
+  pid=$!
+  track_pid "$pid"
+  CLUSTER_WORKERS[$dir]+="$k:$pid "
 }
 
 await_cluster() {  # dir
@@ -734,6 +761,85 @@ scenario_kill() {
   fi
 }
 
+# elastic: a host lost for good a third of the way in (its Worker and executor killed), the run
+# going on with one worker fewer (-minWorkers), and, with ELASTIC_RETURN=1, the host's Worker
+# started again: the run grows back.
+scenario_elastic() {
+  local name=elastic dir=$WORK/elastic rc start host entry worker="" at lost_at shrunk_at
+  local iterations=$ELASTIC_ITERATIONS fewer=$((WORKERS - 1))
+  start=$SECONDS
+  if ! write_solver "$dir" "$WORKERS" "$iterations" "snapshot: $ELASTIC_SNAPSHOT_EVERY" \
+    'snapshot_prefix: "lenet"'; then
+    fail "$name" "cannot write its solver and net in $dir"
+    return
+  fi
+  SUBMIT_CONF=(--conf "spark.cortado.elasticTimeout=$ELASTIC_WAIT")
+  start_submit "$dir" "$RUN_TIMEOUT" "$WORKERS" -train -test -conf "$dir/solver.prototxt" \
+    -clusterSize "$WORKERS" -minWorkers "$fewer" -model "file:$dir/lenet.caffemodel" \
+    -output "file:$dir/test_results"
+  SUBMIT_CONF=()
+  if ! wait_progress "$dir" iteration $((iterations / 3)) 600; then
+    wait "$SUBMIT_PID" 2>/dev/null
+    fail "$name" "the driver's log did not reach iteration $((iterations / 3))" "$dir"
+    return
+  fi
+  at=$(last_iteration "$dir/driver.log")
+  host=$(host_with_executor)
+  for entry in ${CLUSTER_WORKERS[$WORK/cluster]}; do
+    [[ ${entry%%:*} != "$host" ]] || worker=${entry#*:}
+  done
+  if [[ -z $host || -z $worker ]]; then
+    kill -TERM "$SUBMIT_PID" 2>/dev/null
+    wait "$SUBMIT_PID" 2>/dev/null
+    fail "$name" "found no host with both a Worker and an executor" "$dir"
+    return
+  fi
+  # The host is gone: its Worker first (so that nothing starts the executor again), then the
+  # executor JVM.
+  lost_at=$SECONDS
+  local -a victims
+  mapfile -t victims < <(executor_pids "$host")
+  kill -KILL "$worker" "${victims[@]}" 2>/dev/null
+  say "$name: driver at iteration $at: killed the Worker and executor of $(ns_name "$host")"
+  if [[ $ELASTIC_RETURN == 1 ]]; then
+    if wait_for_line "$dir/driver.log" "goes on with $fewer of $WORKERS workers" 300 "$SUBMIT_PID"; then
+      shrunk_at=$SECONDS
+      sleep "$ELASTIC_RETURN_AFTER"
+      say "$name: went on with $fewer worker(s) $((shrunk_at - lost_at)) s after the loss;" \
+        "starting the Worker of $(ns_name "$host") again"
+      start_worker "$WORK/cluster" "$MASTER_PORT" "$host"
+    fi
+  fi
+  wait "$SUBMIT_PID"
+  rc=$?
+  local took=$((SECONDS - start)) last accuracy threshold shrink grow resumed
+  last=$(last_iteration "$dir/driver.log")
+  accuracy=$(grep -oE 'accuracy = [0-9.]+' "$dir/out.txt" 2>/dev/null | tail -n 1 | awk '{print $3}')
+  threshold=$(demo_threshold "$iterations")
+  shrink=$(grep -oE "Elastic training: attempt [0-9]+ goes on with $fewer of $WORKERS workers .* from iteration [0-9]+" "$dir/driver.log" | head -n 1)
+  grow=$(grep -oE "Elastic training: attempt [0-9]+ goes on with $WORKERS of $WORKERS workers .* from iteration [0-9]+" "$dir/driver.log" | head -n 1)
+  resumed=$(grep -oE 'worker [0-9]+ \(executor [0-9]+ on [^)]*\) failed: [^.]*' "$dir/driver.log" | head -n 1)
+  say "$name: spark-submit exit status $rc after $took s; last iteration $last of $iterations;" \
+    "accuracy = ${accuracy:-none} (threshold $threshold)"
+  [[ -z $resumed ]] || say "$name: the driver's log: $resumed"
+  [[ -z $shrink ]] || say "$name: the driver's log: $shrink"
+  [[ -z $grow ]] || say "$name: the driver's log: $grow"
+  grep -oE 'Trained [0-9]+ iterations in [0-9.]+ s of training[^"]*' "$dir/driver.log" | sed "s/^/$name: /"
+  if [[ $rc -ne 0 ]]; then
+    fail "$name" "spark-submit failed after the host was lost (exit status $rc)" "$dir"
+  elif [[ -z $shrink ]]; then
+    fail "$name" "finished, but the driver's log shows no attempt on $fewer of $WORKERS workers" "$dir"
+  elif [[ $ELASTIC_RETURN == 1 && -z $grow ]]; then
+    fail "$name" "finished, but did not grow back to $WORKERS workers once the host returned" "$dir"
+  elif ((last < iterations)) || [[ -z $accuracy ]]; then
+    fail "$name" "did not reach iteration $iterations, or printed no accuracy" "$dir"
+  elif ! awk -v a="$accuracy" -v t="$threshold" 'BEGIN { exit !(a + 0 >= t + 0) }'; then
+    fail "$name" "accuracy = $accuracy < $threshold" "$dir"
+  else
+    pass "$name" "host lost at iteration ~$at; $( [[ $ELASTIC_RETURN == 1 ]] && echo "shrank and grew back" || echo "shrank" ); finished in $took s; accuracy = $accuracy"
+  fi
+}
+
 scenario_link() {
   local name=link dir=$WORK/link rc start host veth down_at up_at
   start=$SECONDS
@@ -923,7 +1029,7 @@ main() {
   local main_cluster=0 slots=0 s k
   for s in "${selected[@]}"; do
     case $s in
-      demo | kill | link) main_cluster=1 ;;
+      demo | kill | link | elastic) main_cluster=1 ;;
       slots) slots=1 ;;
     esac
   done
@@ -960,7 +1066,9 @@ main() {
   for s in "${selected[@]}"; do
     # slots starts once demo is done, beside kill and link (not beside demo or local, whose
     # speed it would disturb).
-    if [[ $s == kill || $s == link ]] && ((slots)) && [[ -z $SLOTS_PID ]]; then start_slots; fi
+    if [[ $s == kill || $s == link || $s == elastic ]] && ((slots)) && [[ -z $SLOTS_PID ]]; then
+      start_slots
+    fi
     case $s in
       demo)
         if [[ -n $BENCH_RATES ]]; then
@@ -982,6 +1090,10 @@ main() {
       link)
         banner "link: a host's link down for $LINK_DOWN_SECONDS s mid-training"
         scenario_link
+        ;;
+      elastic)
+        banner "elastic: a host lost for good a third of the way in, -minWorkers $((WORKERS - 1))"
+        scenario_elastic
         ;;
       local)
         banner "local: the demo in local-cluster[$WORKERS,1,1024] on loopback, for the ratio"

@@ -160,6 +160,13 @@ void RingTransfer::Run(const RingLinks& links, const char* op) {
   const auto timeout =
       std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(links.timeout_s));
   auto last_activity = Clock::now();
+  // Not waiting once Run ends, however it ends.
+  struct WaitReset {
+    RingWait* wait;
+    ~WaitReset() {
+      if (wait != nullptr) wait->since_ns.store(0);
+    }
+  } wait_reset{links.wait};
   // Whether the last call on each socket could have moved bytes (poll says so, or the last
   // call did not hit EAGAIN): sockets are tried until they would block, then polled.
   bool send_ready = true;
@@ -186,6 +193,7 @@ void RingTransfer::Run(const RingLinks& links, const char* op) {
     if (moved) {
       Advance();
       last_activity = Clock::now();
+      if (links.wait != nullptr) links.wait->since_ns.store(0);
       continue;
     }
     // Nothing arrives for now, but the send stream waits on floats already staged: sum them
@@ -231,6 +239,13 @@ void RingTransfer::Run(const RingLinks& links, const char* op) {
       }
       CORTADO_THROW(kTimeout, "{} took no data for {:g} s during {}", links.next, links.timeout_s,
                     op);
+    }
+    if (links.wait != nullptr && links.wait->since_ns.load() == 0) {
+      links.wait->op.store(op);
+      links.wait->on_prev.store(recv_index_ < recvs_.size());
+      links.wait->since_ns.store(
+          std::chrono::duration_cast<std::chrono::nanoseconds>(last_activity.time_since_epoch())
+              .count());
     }
     const auto left =
         std::chrono::ceil<std::chrono::milliseconds>(last_activity + timeout - now).count();

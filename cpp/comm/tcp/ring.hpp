@@ -16,6 +16,7 @@
 #pragma once
 
 #include <algorithm>
+#include <atomic>
 #include <cstddef>
 #include <functional>
 #include <string>
@@ -40,6 +41,16 @@ struct RingSegments {
   size_t n_;
 };
 
+// What a transfer in progress waits for, readable from any thread (a driver's stall report):
+// since_ns, on the steady clock, is when it last found nothing to move and began to poll (0:
+// not waiting); on_prev says whether it waits for data from the previous rank (else for the
+// next rank to take data); op names the operation.
+struct RingWait {
+  std::atomic<int64_t> since_ns{0};
+  std::atomic<bool> on_prev{false};
+  std::atomic<const char*> op{""};
+};
+
 // What a transfer runs over; the descriptors are borrowed.
 struct RingLinks {
   int send_fd = -1;  // to the next rank
@@ -48,6 +59,7 @@ struct RingLinks {
   std::string next;  // "rank 1 (10.0.0.2:4000)"
   std::string prev;
   double timeout_s = 120;
+  RingWait* wait = nullptr;  // kept up to date by Run when set
 };
 
 class RingTransfer {

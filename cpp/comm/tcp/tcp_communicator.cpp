@@ -315,6 +315,19 @@ class TcpCommunicator final : public Communicator {
   void Barrier() override;
   void Abort(const std::string& reason) noexcept override;
   NeighbourSockets Sockets() const { return {links_.send_fd, links_.recv_fd}; }
+  std::string WaitingOn(double min_seconds) const override {
+    const int64_t since = wait_.since_ns.load();
+    if (since == 0) return {};
+    const int64_t now =
+        std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch())
+            .count();
+    const double seconds = static_cast<double>(now - since) / 1e9;
+    if (seconds < min_seconds) return {};
+    return wait_.on_prev.load() ? fmt::format("{:.0f} s for data from {} during {}", seconds,
+                                              links_.prev, wait_.op.load())
+                                : fmt::format("{:.0f} s for {} to take data during {}", seconds,
+                                              links_.next, wait_.op.load());
+  }
 
  private:
   // A connection that arrived on the listener, its handshake under way.
@@ -366,6 +379,7 @@ class TcpCommunicator final : public Communicator {
   UniqueFd send_;  // to next
   UniqueFd recv_;  // from prev
   RingLinks links_;
+  RingWait wait_;
   RingTransfer transfer_;
   std::vector<uint64_t> lengths_;      // AllGather's block lengths, big-endian
   std::vector<uint16_t> wire_values_;  // AllReduceAs: the buffer in the wire type
@@ -391,6 +405,7 @@ TcpCommunicator::TcpCommunicator(const CommOptions& options, std::vector<HostPor
   wake_ = UniqueFd(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
   if (!wake_.valid()) CORTADO_THROW(kComm, "eventfd failed: {}", ErrnoText(errno));
   links_.wake_fd = wake_.get();
+  links_.wait = &wait_;
   links_.timeout_s = options.timeout_s;
   if (size() == 1) return;
   links_.next = Name(next_);

@@ -101,6 +101,17 @@ public final class NativeLib {
       String prototxt, String source, String overrides, String overridesSource);
 
   /**
+   * The net prototxt {@code prototxt} with the batch size of feed layer {@code layer} (CoSData,
+   * or MemoryData with source_class) of the {@code phase} net set to {@code batch}; the other
+   * phase's layers stay as they are. The result is net prototxt text.
+   *
+   * @throws io.cortado.CortadoException naming {@code source} when that net has no such feed
+   *     layer or the batch is below 1
+   */
+  public static native String withFeedBatchSize(
+      String prototxt, String source, String layer, int phase, int batch);
+
+  /**
    * The active RDMA ports of this host (InfiniBand or RoCE, as libibverbs lists them), one line
    * each: device:port, link layer and rate ("mlx5_0:1 InfiniBand 100 Gb/s"). Empty when there is
    * none, or when libibverbs is missing.

@@ -109,6 +109,14 @@ public final class NativeTrainer {
   public static native long feed(long handle, int replica, String layer);
 
   /**
+   * From any thread: training stops once {@code iteration} iterations are done (restored ones
+   * counted), or after the iteration in progress when that many are done already, every rank of
+   * the job after the same iteration; {@link #train} then takes its closing snapshot (with
+   * snapshot_after_train) and returns. A negative {@code iteration} withdraws the request.
+   */
+  public static native void stopAt(long handle, int iteration);
+
+  /**
    * Stops training from any thread: every feed of every replica is aborted with {@code reason},
    * so a waiting forward pass fails, and the replicas leave their loops; {@link #train} then
    * throws. Idempotent.

@@ -30,6 +30,12 @@ public final class SolverInfo {
   /** {@code snapshot_format: HDF5} (Caffe's default is BINARYPROTO). */
   public final boolean snapshotHdf5;
 
+  /** {@code iter_size}: forward/backward passes accumulated per update (Caffe's default 1). */
+  public final int iterSize;
+
+  /** {@code base_lr}. */
+  public final float baseLr;
+
   public SolverInfo(
       String netFile,
       String netText,
@@ -44,7 +50,9 @@ public final class SolverInfo {
       String snapshotPrefix,
       int device,
       boolean gpuRequested,
-      boolean snapshotHdf5) {
+      boolean snapshotHdf5,
+      int iterSize,
+      float baseLr) {
     this.netFile = netFile;
     this.netText = netText;
     this.type = type;
@@ -59,5 +67,7 @@ public final class SolverInfo {
     this.device = device;
     this.gpuRequested = gpuRequested;
     this.snapshotHdf5 = snapshotHdf5;
+    this.iterSize = iterSize;
+    this.baseLr = baseLr;
   }
 }

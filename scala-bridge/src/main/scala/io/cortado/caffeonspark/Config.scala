@@ -32,7 +32,8 @@ import io.cortado.spark.CortadoOnSpark
  *    (CaffeOnSpark: the cluster size).
  *  - The command line is parsed by [[io.cortado.cli.Options]]: an unknown flag or a bad value
  *    throws IllegalArgumentException naming it (CaffeOnSpark's parser ignored some), and
- *    Cortado's own flags (-comm, -connectionFallback, -maxAttempts) are taken too.
+ *    Cortado's own flags (-comm, -connectionFallback, -maxAttempts, -minWorkers,
+ *    -elasticScaling) are taken too.
  *  - A Config made without arguments has the settings of an empty command line (no label,
  *    output "output", 1 device, SOCKET), not CaffeOnSpark's bare defaults (label "label",
  *    0 devices, RDMA).
@@ -78,10 +79,13 @@ class Config(sc: SparkContext) extends Serializable {
   private var _imageCaptionDFDir = ""
   private var _vocabDir = ""
   private var _embeddingDFDir = ""
-  // Cortado's own flags (-comm, -connectionFallback, -maxAttempts), passed on by toCortado.
+  // Cortado's own flags (-comm, -connectionFallback, -maxAttempts, -minWorkers,
+  // -elasticScaling), passed on by toCortado.
   private var backend = ""
   private var connectionFallback = ""
   private var maxAttempts = 3
+  private var minWorkers = 0
+  private var elasticScaling = "keepGlobalBatch"
 
   /**
    * CaffeOnSpark's command line (`-conf solver.prototxt -train -model hdfs:///m ...`, see
@@ -131,6 +135,8 @@ class Config(sc: SparkContext) extends Serializable {
     backend = o.comm
     connectionFallback = o.connectionFallback
     maxAttempts = o.maxAttempts
+    minWorkers = o.minWorkers
+    elasticScaling = o.elasticScaling
   }
 
   /** The solver prototxt (-conf), a Hadoop path. */
@@ -312,7 +318,7 @@ class Config(sc: SparkContext) extends Serializable {
   /**
    * The native API's Config: the solver, model, weights and snapshot, devices, cluster size and
    * connection ("infiniband" for RDMA, else "ethernet") of this one, and Cortado's -comm,
-   * -connectionFallback and -maxAttempts when given; snapshots go beside the model, as
+   * -connectionFallback, -maxAttempts, -minWorkers and -elasticScaling when given; snapshots go beside the model, as
    * CortadoOnSpark's main class puts them (see CortadoOnSpark.snapshotsBesideModel).
    */
   private[cortado] def toCortado: io.cortado.spark.Config = {
@@ -328,6 +334,7 @@ class Config(sc: SparkContext) extends Serializable {
       clusterSize = clusterSize, backend = backend,
       connection = if (connection == RDMA) "infiniband" else "ethernet",
       connectionFallback = connectionFallback, maxAttempts = maxAttempts,
+      minWorkers = minWorkers, elasticScaling = elasticScaling,
       snapshotPrefix = snapshotPrefix, resizeImages = resize)
   }
 

@@ -32,6 +32,10 @@ import scala.util.Try
  * @param comm          -comm tcp|ucx|mpi|nccl: the backend, overriding -connection
  * @param maxAttempts   -maxAttempts: training jobs before giving up (each resumes from the newest
  *                      snapshot)
+ * @param minWorkers    -minWorkers: elastic training, going on with at least this many workers
+ *                      after a loss and growing back (0: every worker, always)
+ * @param elasticScaling -elasticScaling keepGlobalBatch|linearLr: what a run on fewer workers
+ *                      changes
  * @param persistent    -persistent: accepted for CaffeOnSpark's command lines; no effect (the
  *                      tasks keep their data in memory)
  * @param resize        -resize: resize input images to the data layer's shape
@@ -60,6 +64,8 @@ final case class Options(
     comm: String = "",
     exchangePrecision: String = "auto",
     maxAttempts: Int = 3,
+    minWorkers: Int = 0,
+    elasticScaling: String = "keepGlobalBatch",
     persistent: Boolean = false,
     resize: Boolean = false,
     skipCorrupt: Boolean = false,
@@ -105,6 +111,10 @@ object Options {
       |                       (half the bytes; tcp), or auto: the compute precision (default)
       |  -maxAttempts N       training jobs before giving up, each after a failure resuming
       |                       from the newest snapshot (default 3)
+      |  -minWorkers N        elastic training: after a lost executor, go on with at least
+      |                       N workers and grow back when the slots return (default: all)
+      |  -elasticScaling S    keepGlobalBatch (default: the same global batch through
+      |                       iter_size or the batch) or linearLr (lr scaled by the workers)
       |  -persistent          accepted, no effect: the tasks keep their data in memory
       |  -resize              resize input images to the data layer's height and width
       |  -skipCorrupt         leave out rows whose image cannot be decoded (logged) rather
@@ -123,7 +133,7 @@ object Options {
   private val valued =
     Set("conf", "features", "label", "outputFormat", "model", "output", "weights", "snapshot",
       "devices", "connection", "connectionFallback", "clusterSize", "comm", "maxAttempts",
-      "exchangePrecision",
+      "exchangePrecision", "minWorkers", "elasticScaling",
       "lmdb_partitions") ++ ToolFlags
   private val switches = Set("train", "test", "persistent", "resize", "skipCorrupt")
 
@@ -189,6 +199,10 @@ object Options {
       case "devices" => positive(name).map(n => o.copy(devices = n))
       case "clusterSize" => positive(name).map(n => o.copy(clusterSize = n))
       case "maxAttempts" => positive(name).map(n => o.copy(maxAttempts = n))
+      case "minWorkers" => positive(name).map(n => o.copy(minWorkers = n))
+      case "elasticScaling" =>
+        if (Set("keepGlobalBatch", "linearLr")(value)) Right(o.copy(elasticScaling = value))
+        else Left(s"-elasticScaling must be keepGlobalBatch or linearLr, not '$value'")
       case "lmdb_partitions" => positive(name).map(n => o.copy(lmdbPartitions = n))
       case tool if ToolFlags.contains(tool) => Right(o.copy(toolFlags = o.toolFlags :+ (tool -> value)))
       case "features" =>

@@ -68,6 +68,23 @@ import io.cortado.cli.Options
  *                   "float32", "bfloat16" or "float16" (half the bytes, each partial sum
  *                   rounded on the way; the tcp backend, others keep float32), or "auto": the
  *                   compute precision (a half type on GPUs training in one, else float32)
+ * @param minWorkers elastic training (-minWorkers): when an attempt fails, or the cluster
+ *                   offers fewer task slots than workers after `startTimeoutSeconds`, the run
+ *                   goes on with the slots there are if at least this many (waiting up to
+ *                   `elasticTimeoutSeconds` after a failure), resuming from the newest snapshot,
+ *                   and grows back to `clusterSize` workers once the cluster has the slots again
+ *                   (see docs/spark.md, "Elastic training"); 0 (the default): every worker,
+ *                   always (no elastic training)
+ * @param elasticScaling what a run on fewer workers changes (-elasticScaling):
+ *                   "keepGlobalBatch" keeps workers x batch x iter_size (through iter_size, or
+ *                   the batch where iter_size cannot divide evenly): the same optimisation,
+ *                   slower; "linearLr" keeps each worker's batch and scales base_lr by the worker
+ *                   ratio
+ * @param elasticTimeoutSeconds after a failure, how long an elastic run waits for all its
+ *                   workers' slots before going on with fewer
+ * @param elasticGrowSeconds while an elastic run is short of workers and the slots are back,
+ *                   it stops at its next snapshot to grow, or at once with a snapshot of its own
+ *                   when the next is further away than this
  */
 final case class Config(
     solverFile: String,
@@ -89,7 +106,11 @@ final case class Config(
     resizeImages: Boolean = false,
     skipCorruptImages: Boolean = false,
     solverOverrides: String = "",
-    exchangePrecision: String = "auto") {
+    exchangePrecision: String = "auto",
+    minWorkers: Int = 0,
+    elasticScaling: String = "keepGlobalBatch",
+    elasticTimeoutSeconds: Double = 60,
+    elasticGrowSeconds: Double = 120) {
 
   /** The image settings as the row converters and image sources take them. */
   def imageOptions: io.cortado.data.ImageOptions =
@@ -120,6 +141,7 @@ object Config {
     Config(o.conf, model = o.model, weights = o.weights, snapshot = o.snapshot,
       devices = o.devices, clusterSize = o.clusterSize, backend = o.comm,
       connection = o.connection, connectionFallback = o.connectionFallback,
-      exchangePrecision = o.exchangePrecision,
+      exchangePrecision = o.exchangePrecision, minWorkers = o.minWorkers,
+      elasticScaling = o.elasticScaling,
       maxAttempts = o.maxAttempts, resizeImages = o.resize, skipCorruptImages = o.skipCorrupt)
 }

@@ -4,13 +4,16 @@ package io.cortado.spark
 import java.util.concurrent.atomic.AtomicInteger
 
 import scala.collection.JavaConverters._
+import scala.collection.mutable
 import scala.util.control.NonFatal
 
+import org.apache.spark.rdd.RDD
 import org.apache.spark.sql.{DataFrame, Row, SparkSession}
 import org.apache.spark.sql.types._
+import org.apache.spark.storage.StorageLevel
 import org.slf4j.LoggerFactory
 
-import io.cortado.CortadoConfigException
+import io.cortado.{CortadoConfigException, CortadoException}
 import io.cortado.jni.NativeNet
 import io.cortado.spark.TaskData.{onePartition, selectColumns}
 import io.cortado.storage.{HadoopFiles, SerializableConfiguration}
@@ -100,6 +103,7 @@ final class Cortado(@transient val spark: SparkSession) {
       hadoopConf)
     val interval =
       if (config.snapshotInterval >= 0) config.snapshotInterval else plan.info.snapshot
+    val snapshotEvery = interval
     lazy val prefix = JobPlan.snapshotPrefix(config, plan.info, hadoopConf)
     val resume = JobPlan.resumeFrom(config, prefix, hadoopConf)
     val snapshots = SnapshotPlan(if (interval > 0) Some(prefix) else None,
@@ -119,61 +123,133 @@ final class Cortado(@transient val spark: SparkSession) {
       throw new CortadoConfigException(
         s"Config.maxAttempts must be at least 1, not ${config.maxAttempts}")
     }
+    val sc = spark.sparkContext
+    // The workers asked for, and how few an elastic run may go on with.
+    val full = Workers.plan(config, sc, waitForSlots = false).count
+    val minimum = Elastic.minWorkers(config, full)
+    val elastic = minimum < full
+    if (elastic && snapshots.prefix.isEmpty) {
+      throw new CortadoConfigException(s"Config.minWorkers $minimum of $full workers: an " +
+        "elastic run resumes from a snapshot at each change of workers, and this one takes " +
+        "none: set the solver's snapshot (or Config.snapshotInterval)")
+    }
+    val watch = new ClusterWatch(sc)
+    // The training rows for each number of workers, kept (in memory where it allows) across
+    // attempts, so that an attempt on as many workers as an earlier one reads them again
+    // without a shuffle.
+    val partitioned = mutable.Map.empty[Int, RDD[(Int, Row)]]
+    var workersBefore = full
     val solverName = config.solverFile.substring(config.solverFile.lastIndexOf('/') + 1)
     // The Spark UI's record of this run (see CortadoUi) comes first, so that a listener that
     // looks at the UI finds there the event it is handed.
     val run = CortadoUi.runs(spark.sparkContext).map(_.start(solverName, plan.info.maxIter))
     val listening = run.toList ++ listeners.asScala.toList
 
+
+    val tell: String => Unit = text => listening.foreach { l =>
+      try l.onProgress(LogEvent(text))
+      catch { case NonFatal(e) => log.warn(s"a progress listener failed: $e") }
+    }
+
     // One attempt: a Spark job of one task per worker, resuming from `from`.
     def attempt(number: Int, from: Resume, lastIteration: AtomicInteger): TrainingTask.Result = {
-      val workers = Workers.plan(config, spark.sparkContext)
+      val planned = Workers.plan(config, sc, waitForSlots = false)
+      val count =
+        if (full == 1) 1
+        else {
+          val (timeout, afterLoss) =
+            if (number == 1) (config.startTimeoutSeconds, None)
+            else (if (elastic) config.elasticTimeoutSeconds else config.startTimeoutSeconds,
+              Some(watch))
+          Workers.awaitSlots(sc, full, minimum, timeout, afterLoss)
+        }
+      val workers = planned.copy(count = count)
+      val scaling = Elastic.scaling(config.elasticScaling, full, count, conf.batchSize,
+        plan.info.iterSize, plan.info.baseLr)
+      val attemptConf = Elastic.apply(conf, scaling)
+      val attemptSnapshots = if (elastic) snapshots.copy(about = scaling.describe) else snapshots
       run.foreach(_.attemptStarted(number, workers.count))
-      val data = TaskData.trainingPartitions(trainRows, validationRows, workers.count)
+      if (count != workersBefore) {
+        deliver(listening)(ResizeEvent(number, workersBefore, count, full, math.max(0,
+          from.iteration), config.elasticScaling, scaling.batch, scaling.iterSize,
+          scaling.baseLr, scaling.how))
+      }
+      workersBefore = count
+      val data = partitioned.getOrElseUpdate(count,
+        TaskData.trainingPartitions(trainRows, validationRows, count)
+          .persist(StorageLevel.MEMORY_ONLY))
       // One task per worker: more would train independent models.
       require(data.getNumPartitions == workers.count,
         s"${data.getNumPartitions} training partitions for ${workers.count} workers")
       if (workers.count > 1 && number == 1) {
         log.info(s"Training with ${workers.count} workers through ${workers.backend}, " +
           s"${workers.devices} device${if (workers.devices == 1) "" else "s"} each, batch " +
-          s"${conf.batchSize} per device: " +
-          s"${conf.batchSize.toLong * workers.devices * workers.count} per iteration in all; " +
-          s"training data in ${trainRows.getNumPartitions} partition" +
+          s"${attemptConf.batchSize} per device: " +
+          s"${attemptConf.batchSize.toLong * workers.devices * workers.count} per iteration " +
+          s"in all; training data in ${trainRows.getNumPartitions} partition" +
           s"${if (trainRows.getNumPartitions == 1) "" else "s"}" +
           (if (TaskData.fitsBarrierStage(trainRows, workers.count)) " (one per worker)"
           else s", repartitioned into ${workers.count}"))
       }
+      // An elastic run short of workers grows back: once the cluster has the slots again, the
+      // workers are asked to stop at the next snapshot (or at once, with a snapshot of their
+      // own, when the next is more than elasticGrowSeconds away), and the next attempt resumes
+      // from it on every worker.
+      val grow = new GrowBack(count < full, full, snapshotEvery, plan.info.maxIter,
+        config.elasticGrowSeconds, watch, lastIteration)
       val tracking: TrainingEvent => Unit = { event =>
         event match {
-          case i: IterationEvent => lastIteration.accumulateAndGet(i.iteration, math.max)
+          case i: IterationEvent =>
+            lastIteration.accumulateAndGet(i.iteration, math.max)
+            grow.onIteration(i)
           case _ =>
         }
         deliver(listening)(event)
       }
       // The Spark UI names the training job after the solver; the caller's description is back
       // afterwards.
-      val sc = spark.sparkContext
       val description = sc.getLocalProperty(JobDescription)
       sc.setJobDescription(s"Cortado training: $solverName, ${workers.count} worker" +
         (if (workers.count == 1) "" else "s"))
+      val attemptId = s"${workers.token}-$number"
+      sc.setLocalProperty(ClusterWatch.AttemptProperty, attemptId)
+      watch.startAttempt(attemptId, barrier = workers.count > 1)
       try {
         val server = Progress.Server.start(sc.getConf, tracking)
         try {
+          grow.start(server, text => tell(text))
           val address = server.address
           val task = (rows: Iterator[(Int, Row)]) => Iterator.single(
-            TrainingTask.run(conf, converter, testing, from, snapshots, address, workers, rows))
+            TrainingTask.run(attemptConf, converter, testing, from, attemptSnapshots, address,
+              workers, rows))
           val results =
-            if (workers.count > 1) data.barrier().mapPartitions(task).collect()
-            else data.mapPartitions(task).collect()
+            try {
+              if (workers.count > 1) data.barrier().mapPartitions(task).collect()
+              else data.mapPartitions(task).collect()
+            } catch {
+              case NonFatal(e) if workers.count > 1 =>
+                // The worker lost, by rank, executor and host, rather than Spark's stage.
+                watch.catchUp(5000)
+                watch.lostWorker match {
+                  case Some(lost) if lost.executorLost || isCancellation(e) =>
+                    val named = new CortadoException(lost.toString)
+                    named.addSuppressed(e)
+                    throw named
+                  case _ => throw e
+                }
+            }
+          results.head.stoppedAt.foreach(at => throw new StoppedToResize(at, full))
           results.head
-        } finally server.close()
-      } finally sc.setLocalProperty(JobDescription, description)
+        } finally {
+          grow.stop()
+          server.close()
+        }
+      } finally {
+        sc.setLocalProperty(JobDescription, description)
+        sc.setLocalProperty(ClusterWatch.AttemptProperty, null)
+      }
     }
 
-    val tell: String => Unit = text => listening.foreach { l =>
-      try l.onProgress(LogEvent(text))
-      catch { case NonFatal(e) => log.warn(s"a progress listener failed: $e") }
-    }
     try {
       val result = Attempts.run(config.maxAttempts, resume, snapshots, tell)(attempt)
       if (result.unsent.nonEmpty) {
@@ -188,8 +264,15 @@ final class Cortado(@transient val spark: SparkSession) {
       case NonFatal(e) =>
         run.foreach(_.failed(e.toString))
         throw e
+    } finally {
+      watch.close()
+      partitioned.values.foreach(_.unpersist(blocking = false))
     }
   }
+
+  /** Spark's word that a job was cancelled (here: by [[ClusterWatch]] at a worker's failure). */
+  private def isCancellation(e: Throwable): Boolean =
+    Option(e.getMessage).exists(m => m.contains("cancelled") && m.contains("Job"))
 
   /** Logs an event in Caffe's format and hands it to the listeners. */
   private def deliver(listening: Seq[ProgressListener])(event: TrainingEvent): Unit = {

@@ -273,6 +273,8 @@ object CortadoOnSpark {
   /** The Spark settings of the command line's timeouts (seconds). */
   val StartTimeoutKey = "spark.cortado.startTimeout"
   val CommTimeoutKey = "spark.cortado.commTimeout"
+  val ElasticTimeoutKey = "spark.cortado.elasticTimeout"
+  val ElasticGrowKey = "spark.cortado.elasticGrow"
 
   /**
    * `config` with the timeouts the Spark configuration sets (CaffeOnSpark's command line has no
@@ -289,7 +291,9 @@ object CortadoOnSpark {
       value
     }.getOrElse(default)
     config.copy(startTimeoutSeconds = seconds(StartTimeoutKey, config.startTimeoutSeconds),
-      commTimeoutSeconds = seconds(CommTimeoutKey, config.commTimeoutSeconds))
+      commTimeoutSeconds = seconds(CommTimeoutKey, config.commTimeoutSeconds),
+      elasticTimeoutSeconds = seconds(ElasticTimeoutKey, config.elasticTimeoutSeconds),
+      elasticGrowSeconds = seconds(ElasticGrowKey, config.elasticGrowSeconds))
   }
 
   /** The id column of the features CortadoOnSpark writes, named as CaffeOnSpark names it. */

@@ -49,8 +49,12 @@ private[cortado] final case class Plan(
     info: SolverInfo,
     validation: Option[Validation])
 
-/** The snapshot a training run starts from: weights alone (fine-tuning), or weights and state. */
-private[cortado] final case class Resume(weights: Option[Array[Byte]], state: Option[Array[Byte]])
+/**
+ * The snapshot a training run starts from: weights alone (fine-tuning), or weights and state;
+ * `iteration` is the snapshot's when known from its name (-1 otherwise).
+ */
+private[cortado] final case class Resume(weights: Option[Array[Byte]], state: Option[Array[Byte]],
+    iteration: Int = -1)
 
 /**
  * Where the training task stores the snapshots the session takes, and with which Hadoop
@@ -61,12 +65,15 @@ private[cortado] final case class Resume(weights: Option[Array[Byte]], state: Op
  * @param interval Config.snapshotInterval: the session's snapshot interval when >= 0; negative
  *                 keeps the solver's
  * @param hdf5     the solver's snapshot_format: HDF5 (Caffe's HDF5 files), else binary protos
+ * @param about    what each snapshot's run file (`<prefix>_iter_N.run`) says of the run that
+ *                 wrote it: the workers and the elastic scaling in effect; empty: no such file
  */
 private[cortado] final case class SnapshotPlan(
     prefix: Option[String],
     interval: Int,
     hadoopConf: SerializableConfiguration,
-    hdf5: Boolean = false)
+    hdf5: Boolean = false,
+    about: String = "")
 
 /**
  * The driver's side of a job: reads and validates the solver and its net natively (a bad
@@ -231,7 +238,7 @@ private[cortado] object JobPlan {
         case Some(files) =>
           log.info(s"Resuming from ${files.state} (iteration ${files.iter})")
           val snapshot = Snapshots.read(files, conf)
-          Resume(Some(snapshot.model), Some(snapshot.state))
+          Resume(Some(snapshot.model), Some(snapshot.state), files.iter)
         case None =>
           log.info(s"No snapshot under $prefix: training from scratch")
           Resume(None, None)
@@ -239,9 +246,13 @@ private[cortado] object JobPlan {
     } else {
       def read(path: String, state: Boolean) =
         protoBytes(HadoopFiles.readBytes(path, conf), state, path)
+      // Caffe names a state <prefix>_iter_<N>.solverstate: its iteration, for the log.
+      val iteration = """_iter_(\d+)\.solverstate(\.h5)?$""".r
+        .findFirstMatchIn(config.snapshot).map(_.group(1).toInt).getOrElse(-1)
       Resume(
         if (config.weights.isEmpty) None else Some(read(config.weights, state = false)),
-        if (config.snapshot.isEmpty) None else Some(read(config.snapshot, state = true)))
+        if (config.snapshot.isEmpty) None else Some(read(config.snapshot, state = true)),
+        iteration)
     }
   }
 

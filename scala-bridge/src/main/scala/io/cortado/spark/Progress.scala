@@ -73,6 +73,32 @@ final case class LogEvent(text: String) extends TrainingEvent {
  * progress channel (not the caller's). A Java lambda works: `cortado.addProgressListener(e ->
  * System.out.println(e))`. An exception thrown by a listener is logged and otherwise ignored.
  */
+/**
+ * The driver's word that an elastic training run goes on with another number of workers (see
+ * Config.minWorkers): attempt `attempt` trains on `workers` of the `full` workers asked for,
+ * after `before`, from iteration `iteration`, each device with batch `batch` and `iterSize`
+ * passes per update at base_lr `baseLr`, as Config.elasticScaling `mode` has it (`how`: what
+ * changed).
+ */
+final case class ResizeEvent(
+    attempt: Int,
+    before: Int,
+    workers: Int,
+    full: Int,
+    iteration: Int,
+    mode: String,
+    batch: Int,
+    iterSize: Int,
+    baseLr: Float,
+    how: String)
+    extends TrainingEvent {
+
+  def logLines: Seq[String] = Seq(
+    s"Elastic training: attempt $attempt goes on with $workers of $full workers (was $before) " +
+      s"from iteration $iteration; $mode: $how; batch $batch per device, iter_size $iterSize, " +
+      s"base_lr ${CortadoOnSpark.caffeFormat(baseLr.toDouble)}")
+}
+
 trait ProgressListener {
   def onProgress(event: TrainingEvent): Unit
 }
@@ -92,6 +118,9 @@ private[spark] object Progress {
   private val IterationTag = 1
   private val TestTag = 2
   private val LogTag = 3
+  private val ResizeTag = 4
+  // From the driver to the task: stop once this many iterations are done.
+  private val StopTag = 1
 
   private val NonceBytes = 16
   private val MacBytes = 32
@@ -126,6 +155,14 @@ private[spark] object Progress {
       out.writeInt(e.iteration)
       out.writeInt(e.outputs.size)
       e.outputs.foreach { case (name, value) => out.writeUTF(name); out.writeDouble(value) }
+    case e: ResizeEvent =>
+      out.writeByte(ResizeTag)
+      Seq(e.attempt, e.before, e.workers, e.full, e.iteration).foreach(out.writeInt)
+      out.writeUTF(e.mode)
+      out.writeInt(e.batch)
+      out.writeInt(e.iterSize)
+      out.writeFloat(e.baseLr)
+      out.writeUTF(e.how)
     case e: LogEvent =>
       out.writeByte(LogTag)
       val bytes = e.text.getBytes(StandardCharsets.UTF_8)
@@ -152,6 +189,10 @@ private[spark] object Progress {
         val bytes = new Array[Byte](n)
         in.readFully(bytes)
         Some(LogEvent(new String(bytes, StandardCharsets.UTF_8)))
+      case ResizeTag =>
+        val ints = Seq.fill(5)(in.readInt())
+        Some(ResizeEvent(ints(0), ints(1), ints(2), ints(3), ints(4), in.readUTF(), in.readInt(),
+          in.readInt(), in.readFloat(), in.readUTF()))
       case other => throw new IOException(s"bad progress message tag $other")
     }
   }
@@ -174,6 +215,8 @@ private[spark] object Progress {
     private val clients = new ConcurrentLinkedQueue[Socket]()
     // Connections that have not yet proved themselves: close() ends them at once.
     private val pending = ConcurrentHashMap.newKeySet[Socket]()
+    // The authenticated connections, for requests to their tasks (requestStop).
+    private val controls = ConcurrentHashMap.newKeySet[DataOutputStream]()
     @volatile private var closing = false
 
     val address: Address = Address(advertised, socket.getLocalPort, token)
@@ -229,7 +272,10 @@ private[spark] object Progress {
           authenticated = true
           pending.remove(client)
           client.setSoTimeout(0)
-          Iterator.continually(read(in)).takeWhile(_.isDefined).flatten.foreach(deliver)
+          val control = new DataOutputStream(out)
+          controls.add(control)
+          try Iterator.continually(read(in)).takeWhile(_.isDefined).flatten.foreach(deliver)
+          finally controls.remove(control)
         }
       } catch {
         case _: SocketTimeoutException if !authenticated =>
@@ -247,6 +293,21 @@ private[spark] object Progress {
     }
 
     /** Logs the first refused connection of this server (and counts the others). */
+    /**
+     * Asks the connected tasks (worker 0) to stop training once `iteration` iterations are done
+     * (see NativeTrainer.stopAt); returns how many connections were asked.
+     */
+    def requestStop(iteration: Int): Int = controls.asScala.count { o =>
+      try {
+        o.synchronized {
+          o.writeByte(StopTag)
+          o.writeInt(iteration)
+          o.flush()
+        }
+        true
+      } catch { case _: IOException => false }
+    }
+
     private def refuse(client: Socket, why: String): Unit =
       if (refused.getAndIncrement() == 0) {
         log.warn(s"progress channel: a connection from ${client.getRemoteSocketAddress} $why; " +
@@ -287,8 +348,8 @@ private[spark] object Progress {
    * The task's end. Sends each event at once; after a failed connection (or a failed write)
    * it keeps the events not sent, for the task's result.
    */
-  final class Client(address: Option[Address], connectTimeoutMillis: Int = 5000)
-      extends AutoCloseable {
+  final class Client(address: Option[Address], connectTimeoutMillis: Int = 5000,
+      onStop: Int => Unit = _ => ()) extends AutoCloseable {
     private val kept = ArrayBuffer.empty[TrainingEvent]
     private var out: Option[(Socket, DataOutputStream)] = address.flatMap { a =>
       try {
@@ -302,6 +363,7 @@ private[spark] object Progress {
         val o = new DataOutputStream(new BufferedOutputStream(s.getOutputStream))
         o.write(mac(a.token, nonce))
         o.flush()
+        listen(s)
         Some((s, o))
       } catch {
         case e: IOException =>
@@ -311,7 +373,7 @@ private[spark] object Progress {
       }
     }
 
-    def send(event: TrainingEvent): Unit = out match {
+    def send(event: TrainingEvent): Unit = synchronized(out match {
       case Some((socket, o)) =>
         try {
           write(o, event)
@@ -325,10 +387,27 @@ private[spark] object Progress {
             kept += event
         }
       case None => kept += event
+    })
+
+    /** Reads the driver's requests (a stop at an iteration) on a thread of its own. */
+    private def listen(socket: Socket): Unit = {
+      val in = new DataInputStream(new BufferedInputStream(socket.getInputStream))
+      val reader = new Thread(() =>
+        try {
+          var open = true
+          while (open) {
+            in.read() match {
+              case StopTag => onStop(in.readInt())
+              case _ => open = false
+            }
+          }
+        } catch { case _: IOException => }, "cortado-progress-requests")
+      reader.setDaemon(true)
+      reader.start()
     }
 
     /** Events that did not reach the driver. */
-    def unsent: Seq[TrainingEvent] = kept.toList
+    def unsent: Seq[TrainingEvent] = synchronized(kept.toList)
 
     override def close(): Unit = {
       out.foreach { case (socket, o) =>

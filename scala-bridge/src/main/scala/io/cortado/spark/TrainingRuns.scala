@@ -76,6 +76,7 @@ final class TrainingRun private[spark] (val id: Int, solver: String, maxIter: In
           .takeRight(KeptSnapshots)
         snapshotCount += 1
       case _: LogEvent =>
+      case r: ResizeEvent => workers = r.workers
     }
   }
 

@@ -24,7 +24,13 @@ import io.cortado.storage.Snapshots
  */
 private[spark] object TrainingTask {
 
-  final case class Result(model: Array[Byte], tests: Seq[TestEvent], unsent: Seq[TrainingEvent])
+  /**
+   * What worker 0 hands back: the model, the test passes, the events not delivered, and, when
+   * the driver asked the run to stop before max_iter (to change the number of workers), the
+   * iteration it stopped at, whose snapshot is written.
+   */
+  final case class Result(model: Array[Byte], tests: Seq[TestEvent], unsent: Seq[TrainingEvent],
+      stoppedAt: Option[Int] = None)
 
   /**
    * Trains on `rows` (tag 0: training rows; 1: validation rows, fed to the TEST net's feed
@@ -50,8 +56,11 @@ private[spark] object TrainingTask {
       val handle = NativeTrainer.create(conf.solverText, conf.solverSource, conf.netText,
         conf.netSource, devices, -1, snapshots.interval, snapshots.prefix.orNull,
         testing.isDefined, joined.map(_.comm).getOrElse(0L))
-      // Rank 0 speaks for the job; the others keep their events to themselves.
-      val channel = new Progress.Client(if (rank == 0) Some(progress) else None)
+      // Rank 0 speaks for the job; the others keep their events to themselves. The driver may
+      // ask it to stop at an iteration (to grow an elastic run): every rank stops there.
+      val stops = new StopRequests(handle)
+      val channel = new Progress.Client(if (rank == 0) Some(progress) else None,
+        onStop = stops.request)
       try {
         if (rank == 0) {
           if (devices.forall(_ < 0) &&
@@ -87,50 +96,74 @@ private[spark] object TrainingTask {
               from
           }
         }
-        retriedResume(snapshots).getOrElse(resume) match {
-          case Resume(Some(model), state) => NativeTrainer.restore(handle, model, state.orNull)
-          case _ =>
-        }
-        val replicas = NativeTrainer.numReplicas(handle)
-        val imagesPerIteration = conf.batchSize.toLong * replicas * workers.count
-        val feeders = ArrayBuffer.empty[CyclingFeeder]
+        // Worker 0 tells the driver when the exchange stalls, and on whom it waits.
+        val stalls = joined.filter(_ => rank == 0).map(j =>
+          new StallReport(j.comm, math.min(30.0, workers.timeoutSeconds / 4),
+            workers.timeoutSeconds, channel))
         try {
-          // Replica r takes every replicas-th row from row r.
-          for (r <- 0 until replicas) {
-            val share = if (replicas == 1) trainRows else slice(trainRows, r, replicas)
-            feeders += new CyclingFeeder(handle, r, conf.feedLayer, share)
+          retriedResume(snapshots).getOrElse(resume) match {
+            case Resume(Some(model), state, _) => NativeTrainer.restore(handle, model, state.orNull)
+            case _ =>
           }
-          testing.foreach(v => feeders += new CyclingFeeder(handle, 0, v.feedLayer, testRows))
-          val listener = new Listener(channel, imagesPerIteration, snapshots)
-          val start = NativeTrainer.iter(handle)
-          val t0 = System.nanoTime()
-          val watchdog = new Watchdog(reason => NativeTrainer.abort(handle, reason))
-          try NativeTrainer.train(handle, listener)
-          catch {
-            case t: Throwable if watchdog.fired =>
-              watchdog.rethrowKill()
-              throw t
-            case t: Throwable if feeders.exists(_.failure != null) =>
-              feeders.flatMap(f => Option(f.failure)).foreach(t.addSuppressed)
-              throw t
-          } finally watchdog.close()
-          val iterations = NativeTrainer.iter(handle) - start
-          if (iterations > 0) {
-            val seconds = (System.nanoTime() - t0 - listener.storingNanos) / 1e9
-            channel.send(LogEvent(f"Trained $iterations iterations in $seconds%.2f s of " +
-              f"training: ${1000 * seconds / iterations}%.3f ms/iter, " +
-              f"${iterations * imagesPerIteration / seconds}%.1f images/s" +
-              (if (workers.count > 1) s" over ${workers.count} workers" else "")))
-          }
-          channel.send(LogEvent("Optimization Done."))
-          if (rank != 0) Result(Array.emptyByteArray, Nil, Nil)
-          else {
-            Result(NativeTrainer.snapshot(handle, "model.caffemodel")(0), listener.tests.toList,
-              channel.unsent)
-          }
-        } finally feeders.foreach(_.stop())
+          val replicas = NativeTrainer.numReplicas(handle)
+          val imagesPerIteration = conf.batchSize.toLong * replicas * workers.count
+          val feeders = ArrayBuffer.empty[CyclingFeeder]
+          try {
+            // Replica r takes every replicas-th row from row r.
+            for (r <- 0 until replicas) {
+              val share = if (replicas == 1) trainRows else slice(trainRows, r, replicas)
+              feeders += new CyclingFeeder(handle, r, conf.feedLayer, share)
+            }
+            testing.foreach(v => feeders += new CyclingFeeder(handle, 0, v.feedLayer, testRows))
+            val listener = new Listener(channel, imagesPerIteration, snapshots)
+            val start = NativeTrainer.iter(handle)
+            val t0 = System.nanoTime()
+            val watchdog = new Watchdog(reason => NativeTrainer.abort(handle, reason))
+            try NativeTrainer.train(handle, listener)
+            catch {
+              case t: Throwable if watchdog.fired =>
+                watchdog.rethrowKill()
+                throw t
+              case t: Throwable if feeders.exists(_.failure != null) =>
+                feeders.flatMap(f => Option(f.failure)).foreach(t.addSuppressed)
+                throw t
+            } finally watchdog.close()
+            val reachedIter = NativeTrainer.iter(handle)
+            val iterations = reachedIter - start
+            if (iterations > 0) {
+              val seconds = (System.nanoTime() - t0 - listener.storingNanos) / 1e9
+              channel.send(LogEvent(f"Trained $iterations iterations in $seconds%.2f s of " +
+                f"training: ${1000 * seconds / iterations}%.3f ms/iter, " +
+                f"${iterations * imagesPerIteration / seconds}%.1f images/s" +
+                (if (workers.count > 1) s" over ${workers.count} workers" else "")))
+            }
+            val maxIter = NativeLib.solverInfo(conf.solverText, conf.solverSource).maxIter
+            val stoppedAt =
+              if (stops.requested && reachedIter < maxIter) Some(reachedIter) else None
+            stoppedAt match {
+              case Some(at) =>
+                // The next attempt resumes from this iteration: its snapshot must exist (without
+                // snapshot_after_train the session took none).
+                if (rank == 0 && listener.lastSnapshot != at) {
+                  val Array(model, state) = NativeTrainer.snapshot(handle,
+                    Snapshots.files(snapshots.prefix.getOrElse(""), at, snapshots.hdf5).model
+                      .split('/').last)
+                  listener.onSnapshot(at, model, state)
+                }
+                channel.send(LogEvent(s"Stopped at iteration $at, as the driver asked, to go on " +
+                  "with another number of workers"))
+              case None => channel.send(LogEvent("Optimization Done."))
+            }
+            if (rank != 0) Result(Array.emptyByteArray, Nil, Nil, stoppedAt)
+            else {
+              Result(NativeTrainer.snapshot(handle, "model.caffemodel")(0), listener.tests.toList,
+                channel.unsent, stoppedAt)
+            }
+          } finally feeders.foreach(_.stop())
+        } finally stalls.foreach(_.close())
       } finally {
         channel.close()
+        stops.close()
         NativeTrainer.dispose(handle)
       }
     } finally joined.foreach(j => NativeComm.dispose(j.comm))
@@ -169,6 +202,9 @@ private[spark] object TrainingTask {
     /** Time spent writing snapshots, not counted as training time. */
     var storingNanos = 0L
 
+    /** The iteration of the last snapshot written; -1 before the first. */
+    var lastSnapshot = -1
+
     override def onIteration(iter: Int, loss: Float, learningRate: Float, iterations: Int,
         seconds: Double): Unit = {
       val perSecond = if (seconds > 0) iterations / seconds else 0.0
@@ -188,16 +224,68 @@ private[spark] object TrainingTask {
       snapshots.prefix.foreach { prefix =>
         val t0 = System.nanoTime()
         // The state already names the model by the file name Snapshots gives it.
-        val files =
-          Snapshots.write(iter, prefix, snapshots.hadoopConf.value, snapshots.hdf5) { _ =>
-            SolverSnapshot(model, state)
-          }
+        val files = Snapshots.write(iter, prefix, snapshots.hadoopConf.value, snapshots.hdf5,
+          snapshots.about) { _ => SolverSnapshot(model, state) }
+        lastSnapshot = iter
         storingNanos += System.nanoTime() - t0
         // Caffe's lines for each format.
         val kind = if (snapshots.hdf5) "HDF5" else "binary proto"
         channel.send(LogEvent(s"Snapshotting to $kind file ${files.model}"))
         channel.send(LogEvent(s"Snapshotting solver state to $kind file ${files.state}"))
       }
+  }
+
+  /**
+   * Worker 0's word to the driver when the gradient exchange stalls: once no byte has moved for
+   * `after` seconds, what it waits for (the peer by rank and address), once per stall, and how
+   * long the stall lasted when bytes move again. Polls once a second on a thread of its own.
+   */
+  private final class StallReport(comm: Long, after: Double, timeout: Double,
+      channel: Progress.Client) {
+    @volatile private var open = true
+    private val thread = new Thread(() => {
+      var since = 0L
+      while (open) {
+        try Thread.sleep(1000)
+        catch { case _: InterruptedException => }
+        val waiting = if (open) NativeComm.waitingOn(comm, after) else ""
+        if (waiting.nonEmpty && since == 0L) {
+          since = System.nanoTime() - (after * 1e9).toLong
+          channel.send(LogEvent(s"Training stalls: worker 0 has waited $waiting (the exchange " +
+            f"fails once nothing moves for $timeout%.0f s)"))
+        } else if (waiting.isEmpty && since != 0L && open) {
+          channel.send(LogEvent(f"Training moves again after a stall of " +
+            f"${(System.nanoTime() - since) / 1e9}%.0f s"))
+          since = 0L
+        }
+      }
+    }, "cortado-stall-report")
+    thread.setDaemon(true)
+    thread.start()
+
+    def close(): Unit = {
+      open = false
+      thread.interrupt()
+      thread.join()
+    }
+  }
+
+  /**
+   * The driver's requests to stop at an iteration, passed on to the session while it exists
+   * (they come on the progress channel's thread, and may race the end of training).
+   */
+  private final class StopRequests(handle: Long) {
+    private var open = true
+    @volatile var requested = false
+
+    def request(iteration: Int): Unit = synchronized {
+      if (open) {
+        requested = true
+        NativeTrainer.stopAt(handle, iteration)
+      }
+    }
+
+    def close(): Unit = synchronized(open = false)
   }
 
   /**

@@ -54,7 +54,7 @@ private[spark] object Workers {
    * CortadoConfigException saying what the cluster offers. Whether every host has an RDMA
    * device (-connection infiniband) only the workers can tell: see [[Rendezvous.check]].
    */
-  def plan(config: Config, sc: SparkContext): WorkerPlan = {
+  def plan(config: Config, sc: SparkContext, waitForSlots: Boolean = true): WorkerPlan = {
     if (config.devices < 1) {
       throw new CortadoConfigException(s"Config.devices must be at least 1, not ${config.devices}")
     }
@@ -99,7 +99,7 @@ private[spark] object Workers {
           s"the mpi backend takes one worker per process, and ${sc.master} runs every task " +
             "in one JVM: use the tcp backend (-connection ethernet), or a cluster")
       }
-      awaitSlots(sc, count, config.startTimeoutSeconds)
+      if (waitForSlots) awaitSlots(sc, count, count, config.startTimeoutSeconds, None)
     }
     WorkerPlan(count, backend, newToken(), config.devices, config.startTimeoutSeconds,
       config.commTimeoutSeconds, requireRdma = requiresRdma(config), rdmaFallback = fallback,
@@ -135,31 +135,55 @@ private[spark] object Workers {
       .filter(_ > 0).getOrElse(1)
   }
 
-  private def awaitSlots(sc: SparkContext, count: Int, timeoutSeconds: Double): Unit = {
-    val deadline = System.nanoTime() + (timeoutSeconds * 1e9).toLong
+  /**
+   * Waits up to `timeoutSeconds` for `count` task slots at once and returns how many workers to
+   * run: `count`, or, when the time is up, the slots there are if at least `min`. While
+   * executors come and go (one registered or removed in the last [[SettleSeconds]]) the wait
+   * goes on, up to twice `timeoutSeconds`: a returning host's executor is not turned away at
+   * the last moment. Too few slots throw: with `afterLoss` (an attempt after a failure, which
+   * `watch` sees the cluster for) a [[SlotShortage]], which the driver tries again while it has
+   * attempts left; else a CortadoConfigException, as for any setting the cluster cannot meet.
+   */
+  def awaitSlots(sc: SparkContext, count: Int, min: Int, timeoutSeconds: Double,
+      afterLoss: Option[ClusterWatch]): Int = {
+    val start = System.nanoTime()
+    def elapsed = (System.nanoTime() - start) / 1e9
+    def settling = afterLoss.exists(_.secondsSinceChange < SettleSeconds)
     var slots = CortadoSlots.available(sc)
     var told = false
-    while (slots < count && System.nanoTime() < deadline) {
+    while (slots < count &&
+        (elapsed < timeoutSeconds || (settling && elapsed < 2 * timeoutSeconds))) {
       if (!told) {
-        log.info(s"Waiting up to ${timeoutSeconds.toInt} s for $count task slots (the cluster " +
-          s"offers $slots so far)")
+        log.info(s"Waiting up to ${fmt(timeoutSeconds)} s for $count task slots (the cluster " +
+          s"offers $slots so far" + (if (min < count) s"; $min at least will do" else "") + ")")
         told = true
       }
       Thread.sleep(200)
       slots = CortadoSlots.available(sc)
     }
-    if (slots < count) {
+    if (slots >= count) count
+    else if (slots >= min) slots
+    else {
       // The driver is listed too; in local mode it is the one executor.
       val executors =
         if (sc.isLocal) 1 else math.max(0, sc.statusTracker.getExecutorInfos.length - 1)
-      throw new CortadoConfigException(
-        s"training with $count workers needs $count task slots at once (one barrier stage), " +
-          s"but after ${fmt(timeoutSeconds)} s the cluster (${sc.master}) offers $slots " +
-          s"($executors executor${if (executors == 1) "" else "s"} registered, " +
-          s"spark.task.cpus ${sc.getConf.get("spark.task.cpus", "1")}): ask for fewer " +
-          "workers (-clusterSize) or more executors")
+      val needs = if (min < count) s"at least $min of $count task slots at once" else
+        s"$count task slots at once"
+      // The timeout as given, unless the wait went on while executors were coming and going.
+      val waited =
+        if (elapsed < timeoutSeconds + 1) timeoutSeconds else math.round(elapsed).toDouble
+      val text = s"training with $count workers needs $needs (one barrier stage), but after " +
+        s"${fmt(waited)} s the cluster (${sc.master}) offers $slots ($executors " +
+        s"executor${if (executors == 1) "" else "s"} registered, spark.task.cpus " +
+        s"${sc.getConf.get("spark.task.cpus", "1")})"
+      if (afterLoss.isDefined) throw new SlotShortage(text)
+      throw new CortadoConfigException(text + ": ask for fewer workers (-clusterSize" +
+        (if (min < count) ", -minWorkers" else "") + ") or more executors")
     }
   }
+
+  /** How long after an executor came or went the cluster is taken to be still changing. */
+  val SettleSeconds = 30.0
 
   private def fmt(seconds: Double): String =
     if (seconds == seconds.floor) seconds.toLong.toString else f"$seconds%.1f"

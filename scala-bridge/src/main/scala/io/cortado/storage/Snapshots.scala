@@ -29,7 +29,8 @@ final case class SnapshotFiles(iter: Int, model: String, state: String, hdf5: Bo
  * (and digests) without a state, which [[latest]] does not count, so the newest state file
  * marks the newest complete snapshot, and every complete snapshot written here has its
  * digests, which [[read]] checks: a snapshot damaged after it was written is refused rather
- * than resumed from. Writing over a snapshot of the same iteration removes its state first.
+ * than resumed from. An elastic run writes a fourth, `<prefix>_iter_N.run`, before the state:
+ * one line naming the workers and the scaling that trained it. Writing over a snapshot of the same iteration removes its state first.
  * (Caffe's own snapshots have no digests and are read as they are.) In HDF5 format the files
  * hold Caffe's HDF5 layout (converted natively from the session's binary protos, and back when
  * read, so [[read]] always gives binary protos).
@@ -54,8 +55,8 @@ object Snapshots {
    * Writes the snapshot `take` gives for iteration `iter` under `prefix`; `take` gets the
    * model's file name for the state to name (a solver reached through its raw handle).
    */
-  def write(iter: Int, prefix: String, conf: Configuration, hdf5: Boolean = false)(
-      take: String => SolverSnapshot): SnapshotFiles = {
+  def write(iter: Int, prefix: String, conf: Configuration, hdf5: Boolean = false,
+      about: String = "")(take: String => SolverSnapshot): SnapshotFiles = {
     val f = files(prefix, iter, hdf5)
     val taken = take(new Path(f.model).getName)
     val snapshot =
@@ -69,9 +70,27 @@ object Snapshots {
     val lines = Seq(modelDigest -> f.model, sha256(snapshot.state) -> f.state)
       .map { case (d, path) => s"$d  ${new Path(path).getName}\n" }.mkString
     HadoopFiles.writeBytesAtomic(checksums(f), lines.getBytes(StandardCharsets.UTF_8), conf)
+    if (about.nonEmpty) {
+      HadoopFiles.writeBytesAtomic(runFile(f), (about + "\n").getBytes(StandardCharsets.UTF_8),
+        conf)
+    }
     TestPause.beforeCommit(iter)
     writeChecked(f.state, snapshot.state, conf)
     f
+  }
+
+  /**
+   * The run file of a snapshot: one line on the run that wrote it (the workers and the elastic
+   * scaling in effect), written before the state by an elastic run.
+   */
+  def runFile(files: SnapshotFiles): String =
+    files.state.stripSuffix(".h5").stripSuffix(".solverstate") + ".run"
+
+  /** The line of a snapshot's run file, when it has one. */
+  def about(files: SnapshotFiles, conf: Configuration): Option[String] = {
+    val path = runFile(files)
+    if (!HadoopFiles.exists(path, conf)) None
+    else Some(new String(HadoopFiles.readBytes(path, conf), StandardCharsets.UTF_8).trim)
   }
 
   /**

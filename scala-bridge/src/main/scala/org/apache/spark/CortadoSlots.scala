@@ -11,4 +11,13 @@ object CortadoSlots {
 
   def available(sc: SparkContext): Int =
     sc.maxNumConcurrentTasks(sc.resourceProfileManager.defaultResourceProfile)
+
+  /**
+   * Waits up to `millis` for the listener bus to deliver every event posted so far (Spark's own
+   * package-private wait), so that a listener has seen a failed task before its job's
+   * failure is handled. Returns quietly when the time runs out.
+   */
+  def drainListeners(sc: SparkContext, millis: Long): Unit =
+    try sc.listenerBus.waitUntilEmpty(millis)
+    catch { case _: java.util.concurrent.TimeoutException => }
 }
