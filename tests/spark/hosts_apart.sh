@@ -800,7 +800,9 @@ scenario_elastic() {
   local -a victims
   mapfile -t victims < <(executor_pids "$host")
   kill -KILL "$worker" "${victims[@]}" 2>/dev/null
-  say "$name: driver at iteration $at: killed the Worker and executor of $(ns_name "$host")"
+  local killed_clock
+  killed_clock=$(date +%T.%3N)
+  say "$name: driver at iteration $at: killed the Worker and executor of $(ns_name "$host") at $killed_clock"
   if [[ $ELASTIC_RETURN == 1 ]]; then
     if wait_for_line "$dir/driver.log" "goes on with $fewer of $WORKERS workers" 300 "$SUBMIT_PID"; then
       shrunk_at=$SECONDS
@@ -825,6 +827,13 @@ scenario_elastic() {
   [[ -z $shrink ]] || say "$name: the driver's log: $shrink"
   [[ -z $grow ]] || say "$name: the driver's log: $grow"
   grep -oE 'Trained [0-9]+ iterations in [0-9.]+ s of training[^"]*' "$dir/driver.log" | sed "s/^/$name: /"
+  # When training went on after the loss: the driver's clock at the resize line and at the
+  # first iteration line after it (the time lost to the resize, with the kill's time above).
+  awk -v n="$name" -v fewer="$fewer" -v all="$WORKERS" '
+    index($0, "goes on with " fewer " of " all " workers") && !r { r = $1; next }
+    r && !i && / Iteration [0-9]+ \(/ { i = $1; it = $0; sub(/.* Iteration /, "", it); sub(/ .*/, "", it) }
+    END { if (r) printf "%s: resize logged at %s; first iteration line after it at %s (iteration %s)\n", n, r, i, it }
+  ' "$dir/driver.log"
   if [[ $rc -ne 0 ]]; then
     fail "$name" "spark-submit failed after the host was lost (exit status $rc)" "$dir"
   elif [[ -z $shrink ]]; then
@@ -893,8 +902,14 @@ scenario_link() {
   say "$name: spark-submit exit status $rc after $took s ($after s after the link went down);" \
     "last iteration $last of $LINK_ITERATIONS; longest gap between iteration lines $gap s; $how"
   grep -E 'Training attempt [0-9]+ of [0-9]+ failed' "$dir/driver.log" | head -n 2 | cut -c1-300 | sed "s/^/$name: /"
+  # Worker 0's word on the stall (after commTimeout/4 = 30 s without a byte, by default).
+  local stalled
+  stalled=$(grep -oE 'Training stalls: worker 0 has waited [0-9]+ s for [^(]+\([^)]*\)[^(]*' "$dir/driver.log" | head -n 1)
+  [[ -z $stalled ]] || say "$name: the driver's log: $stalled"
   if ((late)); then
     fail "$name" "still running $bound s after the link went down (killed)" "$dir"
+  elif [[ -z $resumed && ${gap%.*} -ge 40 && -z $stalled ]]; then
+    fail "$name" "training stood still ${gap} s with no 'Training stalls' line in the driver's log" "$dir"
   elif [[ $rc -ne 0 ]]; then
     fail "$name" "spark-submit failed (exit status $rc)" "$dir"
   elif ((last < LINK_ITERATIONS)) || [[ ! -s $dir/lenet.caffemodel ]]; then

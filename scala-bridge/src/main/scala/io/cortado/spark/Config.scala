@@ -136,6 +136,22 @@ object Config {
       startTimeoutSeconds, commTimeoutSeconds, maxAttempts, resizeImages, skipCorruptImages,
       solverOverrides, "auto")
 
+  /**
+   * Every field up to `exchangePrecision`, in order: the positional call py4j makes, as it was
+   * before the elastic fields (minWorkers, elasticScaling, elasticTimeoutSeconds,
+   * elasticGrowSeconds: their defaults) were added.
+   */
+  def apply(solverFile: String, model: String, weights: String, snapshot: String, devices: Int,
+      idColumn: String, snapshotPrefix: String, snapshotInterval: Int, resumeLatest: Boolean,
+      clusterSize: Int, backend: String, connection: String, connectionFallback: String,
+      startTimeoutSeconds: Double, commTimeoutSeconds: Double, maxAttempts: Int,
+      resizeImages: Boolean, skipCorruptImages: Boolean, solverOverrides: String,
+      exchangePrecision: String): Config =
+    new Config(solverFile, model, weights, snapshot, devices, idColumn, snapshotPrefix,
+      snapshotInterval, resumeLatest, clusterSize, backend, connection, connectionFallback,
+      startTimeoutSeconds, commTimeoutSeconds, maxAttempts, resizeImages, skipCorruptImages,
+      solverOverrides, exchangePrecision)
+
   /** The Config of CaffeOnSpark's command line flags. */
   def fromOptions(o: Options): Config =
     Config(o.conf, model = o.model, weights = o.weights, snapshot = o.snapshot,

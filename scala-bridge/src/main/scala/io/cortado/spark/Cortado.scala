@@ -139,6 +139,8 @@ final class Cortado(@transient val spark: SparkSession) {
     // without a shuffle.
     val partitioned = mutable.Map.empty[Int, RDD[(Int, Row)]]
     var workersBefore = full
+    // The last worker the run lost, for the message of a run that gives up waiting for slots.
+    var lastLost: Option[ClusterWatch.Lost] = None
     val solverName = config.solverFile.substring(config.solverFile.lastIndexOf('/') + 1)
     // The Spark UI's record of this run (see CortadoUi) comes first, so that a listener that
     // looks at the UI finds there the event it is handed.
@@ -161,7 +163,13 @@ final class Cortado(@transient val spark: SparkSession) {
             if (number == 1) (config.startTimeoutSeconds, None)
             else (if (elastic) config.elasticTimeoutSeconds else config.startTimeoutSeconds,
               Some(watch))
-          Workers.awaitSlots(sc, full, minimum, timeout, afterLoss)
+          try Workers.awaitSlots(sc, full, minimum, timeout, afterLoss)
+          catch {
+            case short: SlotShortage =>
+              // The last word of a run that gives up here names the worker it lost.
+              throw new SlotShortage(short.getMessage +
+                lastLost.map(l => s", after $l").getOrElse(""))
+          }
         }
       val workers = planned.copy(count = count)
       val scaling = Elastic.scaling(config.elasticScaling, full, count, conf.batchSize,
@@ -232,6 +240,7 @@ final class Cortado(@transient val spark: SparkSession) {
                 watch.catchUp(5000)
                 watch.lostWorker match {
                   case Some(lost) if lost.executorLost || isCancellation(e) =>
+                    lastLost = Some(lost)
                     val named = new CortadoException(lost.toString)
                     named.addSuppressed(e)
                     throw named

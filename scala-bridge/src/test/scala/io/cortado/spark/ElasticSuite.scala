@@ -111,6 +111,48 @@ class ElasticSuite extends AnyFunSuite with LocalCluster {
     }
   }
 
+  test("without minWorkers a loss the cluster does not make good ends the run after " +
+    "maxAttempts, naming the worker lost, the newest snapshot and how to resume") {
+    withTempDir("cortado-elastic-short") { dir =>
+      write(dir, "net.prototxt", tinyNet(4))
+      val config = Config(snapshottingSolver(dir, 200000),
+        model = dir.resolve("m.caffemodel").toUri.toString, clusterSize = 3, maxAttempts = 3,
+        startTimeoutSeconds = 3, commTimeoutSeconds = 20)
+      awaitSlots(3)
+      val pids = executors()
+      val told = new ConcurrentLinkedQueue[String]()
+      @volatile var killedAt = -1
+      val cortado = new Cortado(ss)
+      cortado.addProgressListener {
+        case i: IterationEvent if i.iteration >= 4000 && killedAt < 0 =>
+          killedAt = i.iteration
+          holdExecutorsAt(2)
+          ProcessHandle.of(pids.values.max).ifPresent(p => p.destroyForcibly())
+        case LogEvent(t) if t.startsWith("Training attempt") => told.add(t)
+        case _ =>
+      }
+      val t0 = System.nanoTime()
+      intercept[SlotShortage](cortado.train(separable(ss, 240, 5).repartition(3), config))
+      val seconds = (System.nanoTime() - t0) / 1e9
+      val texts = told.asScala.toSeq
+      // The loss, then two attempts that found 2 of 3 slots: the shortage is tried again.
+      assert(texts.size === 3, texts)
+      assert(texts(1).startsWith("Training attempt 2 of 3 failed: training with 3 workers " +
+        "needs 3 task slots at once (one barrier stage), but after "), texts)
+      val last = texts(2)
+      assert(last.startsWith("Training attempt 3 of 3 failed: training with 3 workers needs 3 " +
+        "task slots at once"), last)
+      val named = ("offers 2 \\(2 executors registered, spark.task.cpus 1\\), after worker \\d " +
+        "\\(executor \\d+ on [^)]+\\) failed: ExecutorLostFailure").r
+      assert(named.findFirstIn(last).isDefined, last)
+      val snapshot = "The newest snapshot is (\\S+)_iter_(\\d+)\\.solverstate \\(iteration \\d+\\): " +
+        "resume with -weights \\S+_iter_\\d+\\.caffemodel -snapshot \\S+_iter_\\d+\\.solverstate"
+      val found = snapshot.r.findFirstMatchIn(last)
+      assert(found.exists(_.group(2).toInt == killedAt - killedAt % 2000), (last, killedAt))
+      assert(seconds < 120, s"$seconds s")
+    }
+  }
+
   /** 12 rows, 4 per worker of 3 (each its whole partition every iteration), in one partition. */
   private def twelve(): DataFrame = {
     val rows = separable(ss, 12, 3).collect().toSeq
