@@ -81,7 +81,7 @@
 #   THRESHOLD=              demo's least accuracy (default: 0.89 from 10000 iterations, 0.75 from
 #                           400, 0.65 from 200, else 0)
 #   SCENARIOS="demo kill link elastic slots"   a subset of "demo kill link elastic slots local"
-#   ELASTIC_ITERATIONS=450 ELASTIC_SNAPSHOT_EVERY=50 ELASTIC_RETURN=1 ELASTIC_RETURN_AFTER=10
+#   ELASTIC_ITERATIONS=1200 ELASTIC_SNAPSHOT_EVERY=100 ELASTIC_RETURN=1 ELASTIC_RETURN_AFTER=0
 #   ELASTIC_WAIT=10          elastic's settings (see above)
 #   KILL_ITERATIONS=500 LINK_ITERATIONS=500   max_iter of kill and link
 #   SNAPSHOT_EVERY=100      snapshot interval of kill and link
@@ -121,10 +121,10 @@ SNAPSHOT_EVERY=${SNAPSHOT_EVERY:-100}
 LINK_DOWN_SECONDS=${LINK_DOWN_SECONDS:-30}
 LINK_DOWN_AT=${LINK_DOWN_AT:-100}
 LINK_BOUND_EXTRA=${LINK_BOUND_EXTRA:-240}
-ELASTIC_ITERATIONS=${ELASTIC_ITERATIONS:-450}
-ELASTIC_SNAPSHOT_EVERY=${ELASTIC_SNAPSHOT_EVERY:-50}
+ELASTIC_ITERATIONS=${ELASTIC_ITERATIONS:-1200}
+ELASTIC_SNAPSHOT_EVERY=${ELASTIC_SNAPSHOT_EVERY:-100}
 ELASTIC_RETURN=${ELASTIC_RETURN:-1}
-ELASTIC_RETURN_AFTER=${ELASTIC_RETURN_AFTER:-10}
+ELASTIC_RETURN_AFTER=${ELASTIC_RETURN_AFTER:-0}
 ELASTIC_WAIT=${ELASTIC_WAIT:-10}
 JAR=${JAR:-}
 DATA_DIR=${DATA_DIR:-}
@@ -769,7 +769,7 @@ scenario_elastic() {
   local iterations=$ELASTIC_ITERATIONS fewer=$((WORKERS - 1))
   start=$SECONDS
   if ! write_solver "$dir" "$WORKERS" "$iterations" "snapshot: $ELASTIC_SNAPSHOT_EVERY" \
-    'snapshot_prefix: "lenet"'; then
+    'snapshot_prefix: "lenet"' "display: 20" "test_interval: 100000" "test_initialization: false"; then
     fail "$name" "cannot write its solver and net in $dir"
     return
   fi

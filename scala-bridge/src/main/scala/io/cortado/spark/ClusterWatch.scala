@@ -8,14 +8,13 @@ import scala.collection.concurrent.TrieMap
 import org.apache.spark.{CortadoSlots, ExceptionFailure, ExecutorLostFailure, SparkContext,
   TaskFailedReason, TaskKilled}
 import org.apache.spark.scheduler.{SparkListener, SparkListenerExecutorAdded,
-  SparkListenerExecutorRemoved, SparkListenerJobStart, SparkListenerTaskEnd,
-  SparkListenerTaskStart}
+  SparkListenerJobStart, SparkListenerTaskEnd, SparkListenerTaskStart}
 
 /**
  * What the driver of a training run sees of the cluster while it runs (a SparkListener, added
  * for the run and removed after it): which executor and host each worker of the current attempt
- * runs on, the first worker the attempt lost, executors coming and going, and, on an executor
- * added, a call to `onExecutorAdded` (the elastic run's check whether it can grow back).
+ * runs on, the first worker the attempt lost, when an executor last registered, and, on an
+ * executor added, a call to `onExecutorAdded` (the elastic run's check whether it can grow back).
  *
  * The training job of an attempt is known by the local property [[AttemptProperty]]. Its first
  * failed task ends the attempt at once (the job is cancelled), rather than Spark running the
@@ -34,7 +33,7 @@ private[spark] final class ClusterWatch(sc: SparkContext) extends SparkListener 
   private val stages = TrieMap.empty[Int, Unit]
   private val workers = TrieMap.empty[String, Worker]
   private val lost = new AtomicReference[Option[Lost]](None)
-  @volatile private var lastChangeNanos = System.nanoTime()
+  @volatile private var lastAddedNanos = Long.MinValue
 
   sc.addSparkListener(this)
 
@@ -59,8 +58,10 @@ private[spark] final class ClusterWatch(sc: SparkContext) extends SparkListener 
   /** The first worker the current attempt lost, if any. */
   def lostWorker: Option[Lost] = lost.get
 
-  /** Seconds since an executor last registered or was removed. */
-  def secondsSinceChange: Double = (System.nanoTime() - lastChangeNanos) / 1e9
+  /** Seconds since an executor last registered (infinite before the first this watch saw). */
+  def secondsSinceAdded: Double =
+    if (lastAddedNanos == Long.MinValue) Double.PositiveInfinity
+    else (System.nanoTime() - lastAddedNanos) / 1e9
 
   /** Registered executors (the driver excluded in a cluster). */
   def executors: Int =
@@ -112,12 +113,9 @@ private[spark] final class ClusterWatch(sc: SparkContext) extends SparkListener 
   }
 
   override def onExecutorAdded(e: SparkListenerExecutorAdded): Unit = {
-    lastChangeNanos = System.nanoTime()
+    lastAddedNanos = System.nanoTime()
     onExecutorAdded()
   }
-
-  override def onExecutorRemoved(e: SparkListenerExecutorRemoved): Unit =
-    lastChangeNanos = System.nanoTime()
 }
 
 private[spark] object ClusterWatch {

@@ -138,9 +138,10 @@ private[spark] object Workers {
   /**
    * Waits up to `timeoutSeconds` for `count` task slots at once and returns how many workers to
    * run: `count`, or, when the time is up, the slots there are if at least `min`. While
-   * executors come and go (one registered or removed in the last [[SettleSeconds]]) the wait
-   * goes on, up to twice `timeoutSeconds`: a returning host's executor is not turned away at
-   * the last moment. Too few slots throw: with `afterLoss` (an attempt after a failure, which
+   * executors are arriving after a loss (one registered in the last [[SettleSeconds]]) the wait
+   * goes on, up to twice `timeoutSeconds`: a cluster that is making good its loss is given the
+   * time to finish. (An executor still starting is not visible to the driver; a shortage after
+   * a loss is one more failed attempt, and the next attempt waits again.) Too few slots throw: with `afterLoss` (an attempt after a failure, which
    * `watch` sees the cluster for) a [[SlotShortage]], which the driver tries again while it has
    * attempts left; else a CortadoConfigException, as for any setting the cluster cannot meet.
    */
@@ -148,7 +149,7 @@ private[spark] object Workers {
       afterLoss: Option[ClusterWatch]): Int = {
     val start = System.nanoTime()
     def elapsed = (System.nanoTime() - start) / 1e9
-    def settling = afterLoss.exists(_.secondsSinceChange < SettleSeconds)
+    def settling = afterLoss.exists(_.secondsSinceAdded < SettleSeconds)
     var slots = CortadoSlots.available(sc)
     var told = false
     while (slots < count &&
@@ -182,7 +183,7 @@ private[spark] object Workers {
     }
   }
 
-  /** How long after an executor came or went the cluster is taken to be still changing. */
+  /** How long after an executor registered the cluster is taken to be still recovering. */
   val SettleSeconds = 30.0
 
   private def fmt(seconds: Double): String =
