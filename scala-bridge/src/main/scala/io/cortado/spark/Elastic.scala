@@ -146,7 +146,7 @@ private[spark] final class GrowBack(active: Boolean, full: Int, snapshotEvery: I
 
   def stop(): Unit = if (active) {
     watch.onExecutorAdded = () => ()
-    synchronized(server = None)
+    synchronized { server = None }
   }
 
   private def check(): Unit = synchronized {

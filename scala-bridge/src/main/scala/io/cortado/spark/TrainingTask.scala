@@ -285,7 +285,7 @@ private[spark] object TrainingTask {
       }
     }
 
-    def close(): Unit = synchronized(open = false)
+    def close(): Unit = synchronized { open = false }
   }
 
   /**
