@@ -82,7 +82,9 @@
 #                           400, 0.65 from 200, else 0)
 #   SCENARIOS="demo kill link elastic slots"   a subset of "demo kill link elastic slots local"
 #   ELASTIC_ITERATIONS=1200 ELASTIC_SNAPSHOT_EVERY=100 ELASTIC_RETURN=1 ELASTIC_RETURN_AFTER=0
-#   ELASTIC_WAIT=10          elastic's settings (see above)
+#   ELASTIC_WAIT=10 ELASTIC_SEED=1701   elastic's settings (see above; the seed is the solver's
+#                           random_seed, so that a run with ELASTIC_KILL=0, the same without the
+#                           fault, starts from the same weights)
 #   KILL_ITERATIONS=500 LINK_ITERATIONS=500   max_iter of kill and link
 #   SNAPSHOT_EVERY=100      snapshot interval of kill and link
 #   LINK_DOWN_SECONDS=30 LINK_DOWN_AT=100 LINK_BOUND_EXTRA=240
@@ -126,6 +128,8 @@ ELASTIC_SNAPSHOT_EVERY=${ELASTIC_SNAPSHOT_EVERY:-100}
 ELASTIC_RETURN=${ELASTIC_RETURN:-1}
 ELASTIC_RETURN_AFTER=${ELASTIC_RETURN_AFTER:-0}
 ELASTIC_WAIT=${ELASTIC_WAIT:-10}
+ELASTIC_KILL=${ELASTIC_KILL:-1}
+ELASTIC_SEED=${ELASTIC_SEED:-1701}
 JAR=${JAR:-}
 DATA_DIR=${DATA_DIR:-}
 FASHION_MNIST_DIR=${FASHION_MNIST_DIR:-/usr/share/datasets/fashion-mnist}
@@ -327,6 +331,8 @@ check_settings() {
   ((LINK_DOWN_AT < LINK_ITERATIONS)) || die "LINK_DOWN_AT must be below LINK_ITERATIONS"
   [[ $ELASTIC_RETURN_AFTER =~ ^[0-9]+$ ]] || die "ELASTIC_RETURN_AFTER: a number of seconds"
   [[ $ELASTIC_RETURN == 0 || $ELASTIC_RETURN == 1 ]] || die "ELASTIC_RETURN: 0 or 1"
+  [[ $ELASTIC_KILL == 0 || $ELASTIC_KILL == 1 ]] || die "ELASTIC_KILL: 0 or 1"
+  [[ $ELASTIC_SEED =~ ^[0-9]+$ ]] || die "ELASTIC_SEED: a number"
   [[ " $SCENARIOS " != *" elastic "* ]] || ((WORKERS >= 2)) || die "elastic needs WORKERS >= 2"
   local s
   for s in $SCENARIOS; do
@@ -769,7 +775,8 @@ scenario_elastic() {
   local iterations=$ELASTIC_ITERATIONS fewer=$((WORKERS - 1))
   start=$SECONDS
   if ! write_solver "$dir" "$WORKERS" "$iterations" "snapshot: $ELASTIC_SNAPSHOT_EVERY" \
-    'snapshot_prefix: "lenet"' "display: 20" "test_interval: 100000" "test_initialization: false"; then
+    'snapshot_prefix: "lenet"' "display: 20" "test_interval: 100000" "test_initialization: false" \
+    "random_seed: $ELASTIC_SEED"; then
     fail "$name" "cannot write its solver and net in $dir"
     return
   fi
@@ -778,6 +785,20 @@ scenario_elastic() {
     -clusterSize "$WORKERS" -minWorkers "$fewer" -model "file:$dir/lenet.caffemodel" \
     -output "file:$dir/test_results"
   SUBMIT_CONF=()
+  if [[ $ELASTIC_KILL == 0 ]]; then
+    # The same run without a fault, for the comparison.
+    wait "$SUBMIT_PID"
+    rc=$?
+    local accuracy
+    accuracy=$(grep -oE 'accuracy = [0-9.]+' "$dir/out.txt" 2>/dev/null | tail -n 1 | awk '{print $3}')
+    grep -oE 'Trained [0-9]+ iterations in [0-9.]+ s of training[^"]*' "$dir/driver.log" | sed "s/^/$name: /"
+    if [[ $rc -ne 0 || -z $accuracy ]]; then
+      fail "$name" "without a fault: exit status $rc, accuracy ${accuracy:-none}" "$dir"
+    else
+      pass "$name" "without a fault (ELASTIC_KILL=0): finished in $((SECONDS - start)) s; accuracy = $accuracy"
+    fi
+    return
+  fi
   if ! wait_progress "$dir" iteration $((iterations / 3)) 600; then
     wait "$SUBMIT_PID" 2>/dev/null
     fail "$name" "the driver's log did not reach iteration $((iterations / 3))" "$dir"

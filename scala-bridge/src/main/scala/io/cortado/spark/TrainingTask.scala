@@ -106,7 +106,10 @@ private[spark] object TrainingTask {
             case _ =>
           }
           val replicas = NativeTrainer.numReplicas(handle)
-          val imagesPerIteration = conf.batchSize.toLong * replicas * workers.count
+          val solver = NativeLib.solverInfo(conf.solverText, conf.solverSource)
+          // Each update takes iter_size batches on every replica of every worker.
+          val imagesPerIteration =
+            conf.batchSize.toLong * replicas * workers.count * math.max(1, solver.iterSize)
           val feeders = ArrayBuffer.empty[CyclingFeeder]
           try {
             // Replica r takes every replicas-th row from row r.
@@ -137,7 +140,7 @@ private[spark] object TrainingTask {
                 f"${iterations * imagesPerIteration / seconds}%.1f images/s" +
                 (if (workers.count > 1) s" over ${workers.count} workers" else "")))
             }
-            val maxIter = NativeLib.solverInfo(conf.solverText, conf.solverSource).maxIter
+            val maxIter = solver.maxIter
             val stoppedAt =
               if (stops.requested && reachedIter < maxIter) Some(reachedIter) else None
             stoppedAt match {

@@ -100,11 +100,23 @@ class WorkersSuite extends AnyFunSuite with PerTest {
       assert(Files.size(java.nio.file.Paths.get(new java.net.URI(model))) > 0)
       (losses(events), events)
     }
+    // And as 1 worker of batch 4 with iter_size 2 (how keepGlobalBatch makes up for a lost
+    // worker), its images per second counting both passes.
+    val (accumulated, accumulatedEvents) = withTempDir("cortado-iter-size") { dir =>
+      val (_, events) = trainRecording(ss, partitioned(ss, interleaved, 1),
+        files(dir, 4).copy(solverOverrides = "iter_size: 2"))
+      (losses(events), events)
+    }
     assert(single.map(_._1) === (0 until 20))
     assert(two.map(_._1) === single.map(_._1))
-    single.zip(two).foreach { case ((iter, a), (_, b)) =>
+    assert(accumulated.map(_._1) === single.map(_._1))
+    single.zip(two).zip(accumulated).foreach { case (((iter, a), (_, b)), (_, c)) =>
       assert(math.abs(a - b) <= 1e-5 * math.abs(a), s"iteration $iter: $a against $b")
+      assert(math.abs(a - c) <= 1e-5 * math.abs(a), s"iteration $iter: $a against $c")
     }
+    accumulatedEvents.collect { case i: IterationEvent if i.iterations > 0 => i }.foreach(i =>
+      assert(math.abs(i.imagesPerSecond - 8 * i.iterationsPerSecond) <
+        1e-6 * i.imagesPerSecond))
     assert(single.last._2 < single.head._2 / 2, single)
     val joined = events.collect { case LogEvent(t) if t.contains("workers joined") => t }
     assert(joined.size === 1, events)
