@@ -232,6 +232,46 @@ TEST(TrainerTest, ThreeReplicasWithIterSizeTrainLikeOneWithThriceTheBatch) {
   EXPECT_EQ(Weights(*three.root()), Weights(*three.replica(2)));
 }
 
+// iter_size 2 of batch 2 is batch 4 for every learnable layer: each accumulates its gradient
+// over the passes (a layer that wrote it instead would keep only the last pass's).
+TEST(TrainerTest, IterSizeAccumulatesTheGradientOfConvolutionsToo) {
+  TempDir dir;
+  const std::string db = WriteDb(dir, 16);
+  const auto solver = [&](int batch, int iter_size) {
+    return Parse(
+        "type: 'SGD' base_lr: 0.05 momentum: 0.9 weight_decay: 0.0005 lr_policy: 'fixed' "
+        "random_seed: 1701 display: 0 snapshot_after_train: false max_iter: 4 iter_size: " +
+        std::to_string(iter_size) +
+        " net_param { name: 'conv' "
+        "layer { name: 'data' type: 'Data' top: 'data' top: 'label' "
+        "  transform_param { scale: 0.0078125 } "
+        "  data_param { source: '" +
+        db + "' backend: LMDB batch_size: " + std::to_string(batch) +
+        " } } "
+        "layer { name: 'conv' type: 'Convolution' bottom: 'data' top: 'conv' "
+        "  convolution_param { num_output: 4 kernel_size: 2 "
+        "    weight_filler { type: 'gaussian' std: 0.5 } bias_filler { type: 'constant' value: 0.1 "
+        "} } } "
+        "layer { name: 'pool' type: 'Pooling' bottom: 'conv' top: 'pool' "
+        "  pooling_param { pool: MAX kernel_h: 1 kernel_w: 2 stride: 1 } } "
+        "layer { name: 'relu' type: 'ReLU' bottom: 'pool' top: 'pool' } "
+        "layer { name: 'ip' type: 'InnerProduct' bottom: 'pool' top: 'ip' "
+        "  inner_product_param { num_output: 3 weight_filler { type: 'gaussian' std: 0.5 } } } "
+        "layer { name: 'loss' type: 'SoftmaxWithLoss' bottom: 'ip' bottom: 'label' top: 'loss' } "
+        "}");
+  };
+  Trainer whole(solver(4, 1), Replicas(1));
+  caffe::NetParameter initial;
+  whole.root()->net()->ToProto(&initial);
+  Trainer halves(solver(2, 2), Replicas(1));
+  halves.root()->net()->CopyTrainedLayersFrom(initial);
+  whole.Solve();
+  halves.Solve();
+  ExpectClose(Weights(*whole.root()), Weights(*halves.root()), 1e-5f);
+  EXPECT_NE(Weights(*whole.root())[0], std::vector<float>(initial.layer(1).blobs(0).data().begin(),
+                                                          initial.layer(1).blobs(0).data().end()));
+}
+
 TEST(TrainerTest, RootWeightsReachEveryReplicaBeforeTraining) {
   TempDir dir;
   Trainer trainer(DataSolver(WriteDb(dir, 10), 2, 0), Replicas(2));
