@@ -133,6 +133,29 @@ class WorkersSuite extends AnyFunSuite with PerTest {
       1e-6 * i.imagesPerSecond))
   }
 
+  test("2 workers resumed from a snapshot go on as the uninterrupted run (momentum included)") {
+    // Each worker's partition is one batch, so every iteration reads the same rows wherever
+    // the run started: a resumed run must repeat the uninterrupted one's losses.
+    val rows = separable(ss, 8, 9).collect().toSeq
+    withTempDir("cortado-resume") { dir =>
+      val solver = write(dir, "solver.prototxt", EverySolver + "snapshot: 10\n" +
+        s"""snapshot_prefix: "${dir.resolve("snap/tiny")}"\n""")
+      write(dir, "net.prototxt", tinyNet(4))
+      val config = Config(solver, model = dir.resolve("m.caffemodel").toUri.toString,
+        clusterSize = 2)
+      val straight = losses(trainRecording(ss, partitioned(ss, rows, 2), config)._2)
+      val resumed = losses(trainRecording(ss, partitioned(ss, rows, 2), config.copy(
+        weights = dir.resolve("snap/tiny_iter_10.caffemodel").toUri.toString,
+        snapshot = dir.resolve("snap/tiny_iter_10.solverstate").toUri.toString,
+        snapshotPrefix = dir.resolve("again/tiny").toUri.toString))._2)
+      assert(straight.map(_._1) === (0 until 20))
+      assert(resumed.map(_._1) === (10 until 20))
+      resumed.zip(straight.drop(10)).foreach { case ((i, a), (_, b)) =>
+        assert(math.abs(a - b) <= 1e-5 * math.abs(b), s"iteration $i: $a resumed, $b straight")
+      }
+    }
+  }
+
   test("2 workers with their gradients in bfloat16 train, and say what the gradients travel as") {
     val samples = separable(ss, 128, 5).collect().toSeq
     withTempDir("cortado-bf16") { dir =>
