@@ -52,18 +52,26 @@ caffe::SolverParameter ParseSolver(JNIEnv* env, jstring prototxt, const std::str
   return param;
 }
 
-// The `phase` net of a net prototxt, validated.
-caffe::NetParameter PhaseNet(JNIEnv* env, jstring prototxt, jstring source, jint phase,
+// A net prototxt, parsed and upgraded (every phase's layers), once `phase` is checked to be 0
+// (TRAIN) or 1 (TEST); errors name `source`, which goes to *name.
+caffe::NetParameter WholeNet(JNIEnv* env, jstring prototxt, jstring source, jint phase,
                              std::string* name) {
   *name = ToStdString(env, source, "source");
   caffe::NetParameter param;
   io::ReadProtoFromTextString(ToStdString(env, prototxt, "prototxt"), *name, &param);
   io::UpgradeNetAsNeeded(*name, &param);
-  CheckLayerTypes(param, *name);
   if (phase != caffe::TRAIN && phase != caffe::TEST) {
     CORTADO_THROW(kInvalidArgument, "{}: phase must be 0 (TRAIN) or 1 (TEST), not {}", *name,
                   phase);
   }
+  return param;
+}
+
+// The `phase` net of a net prototxt, validated.
+caffe::NetParameter PhaseNet(JNIEnv* env, jstring prototxt, jstring source, jint phase,
+                             std::string* name) {
+  caffe::NetParameter param = WholeNet(env, prototxt, source, phase, name);
+  CheckLayerTypes(param, *name);
   return NetForPhase(param, static_cast<caffe::Phase>(phase));
 }
 
@@ -326,14 +334,8 @@ JNIEXPORT jstring JNICALL Java_io_cortado_jni_NativeLib_mergeSolver(JNIEnv* env,
 JNIEXPORT jstring JNICALL Java_io_cortado_jni_NativeLib_withFeedBatchSize(
     JNIEnv* env, jclass, jstring prototxt, jstring source, jstring layer, jint phase, jint batch) {
   return jni::Guard(env, jstring{nullptr}, [&] {
-    const std::string name = jni::ToStdString(env, source, "source");
-    caffe::NetParameter param;
-    cortado::io::ReadProtoFromTextString(jni::ToStdString(env, prototxt, "prototxt"), name, &param);
-    cortado::io::UpgradeNetAsNeeded(name, &param);
-    if (phase != caffe::TRAIN && phase != caffe::TEST) {
-      CORTADO_THROW(kInvalidArgument, "{}: phase must be 0 (TRAIN) or 1 (TEST), not {}", name,
-                    phase);
-    }
+    std::string name;
+    const caffe::NetParameter param = jni::WholeNet(env, prototxt, source, phase, &name);
     const caffe::NetParameter changed =
         cortado::WithFeedBatchSize(param, static_cast<caffe::Phase>(phase),
                                    jni::ToStdString(env, layer, "layer"), batch, name);
