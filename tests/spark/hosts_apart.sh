@@ -82,6 +82,8 @@
 #                           400, 0.65 from 200, else 0)
 #   SCENARIOS="demo kill link elastic slots"   a subset of "demo kill link elastic slots local"
 #   ELASTIC_ITERATIONS=1200 ELASTIC_SNAPSHOT_EVERY=100 ELASTIC_RETURN=1 ELASTIC_RETURN_AFTER=0
+#   ELASTIC_HOST_LOST=0     elastic kills only the executor (its Worker starts another): the run,
+#                           with -minWorkers WORKERS, resumes on as many workers (for comparison)
 #   ELASTIC_WAIT=10 ELASTIC_SEED=1701   elastic's settings (see above; the seed is the solver's
 #                           random_seed, so that a run with ELASTIC_KILL=0, the same without the
 #                           fault, starts from the same weights)
@@ -129,6 +131,7 @@ ELASTIC_RETURN=${ELASTIC_RETURN:-1}
 ELASTIC_RETURN_AFTER=${ELASTIC_RETURN_AFTER:-0}
 ELASTIC_WAIT=${ELASTIC_WAIT:-10}
 ELASTIC_KILL=${ELASTIC_KILL:-1}
+ELASTIC_HOST_LOST=${ELASTIC_HOST_LOST:-1}
 ELASTIC_SEED=${ELASTIC_SEED:-1701}
 JAR=${JAR:-}
 DATA_DIR=${DATA_DIR:-}
@@ -332,6 +335,7 @@ check_settings() {
   [[ $ELASTIC_RETURN_AFTER =~ ^[0-9]+$ ]] || die "ELASTIC_RETURN_AFTER: a number of seconds"
   [[ $ELASTIC_RETURN == 0 || $ELASTIC_RETURN == 1 ]] || die "ELASTIC_RETURN: 0 or 1"
   [[ $ELASTIC_KILL == 0 || $ELASTIC_KILL == 1 ]] || die "ELASTIC_KILL: 0 or 1"
+  [[ $ELASTIC_HOST_LOST == 0 || $ELASTIC_HOST_LOST == 1 ]] || die "ELASTIC_HOST_LOST: 0 or 1"
   [[ $ELASTIC_SEED =~ ^[0-9]+$ ]] || die "ELASTIC_SEED: a number"
   [[ " $SCENARIOS " != *" elastic "* ]] || ((WORKERS >= 2)) || die "elastic needs WORKERS >= 2"
   local s
@@ -781,8 +785,12 @@ scenario_elastic() {
     return
   fi
   SUBMIT_CONF=(--conf "spark.cortado.elasticTimeout=$ELASTIC_WAIT")
+  # ELASTIC_HOST_LOST=0: only the executor dies, its Worker starts another, and the run (not
+  # elastic) resumes on as many workers: the same resume without a change of workers.
+  local min=$fewer
+  [[ $ELASTIC_HOST_LOST == 1 ]] || min=$WORKERS
   start_submit "$dir" "$RUN_TIMEOUT" "$WORKERS" -train -test -conf "$dir/solver.prototxt" \
-    -clusterSize "$WORKERS" -minWorkers "$fewer" -model "file:$dir/lenet.caffemodel" \
+    -clusterSize "$WORKERS" -minWorkers "$min" -model "file:$dir/lenet.caffemodel" \
     -output "file:$dir/test_results"
   SUBMIT_CONF=()
   if [[ $ELASTIC_KILL == 0 ]]; then
@@ -820,10 +828,27 @@ scenario_elastic() {
   lost_at=$SECONDS
   local -a victims
   mapfile -t victims < <(executor_pids "$host")
-  kill -KILL "$worker" "${victims[@]}" 2>/dev/null
+  [[ $ELASTIC_HOST_LOST == 0 ]] || victims+=("$worker")
+  kill -KILL "${victims[@]}" 2>/dev/null
   local killed_clock
   killed_clock=$(date +%T.%3N)
-  say "$name: driver at iteration $at: killed the Worker and executor of $(ns_name "$host") at $killed_clock"
+  local what="the Worker and executor"
+  [[ $ELASTIC_HOST_LOST == 1 ]] || what="the executor"
+  say "$name: driver at iteration $at: killed $what of $(ns_name "$host") at $killed_clock"
+  if [[ $ELASTIC_HOST_LOST == 0 ]]; then
+    wait "$SUBMIT_PID"
+    rc=$?
+    local accuracy resumed
+    accuracy=$(grep -oE 'accuracy = [0-9.]+' "$dir/out.txt" 2>/dev/null | tail -n 1 | awk '{print $3}')
+    resumed=$(grep -oE "$RESUME_PATTERN" "$dir/driver.log" | head -n 1)
+    say "$name: executor only: exit status $rc; ${resumed:-no resume}; accuracy = ${accuracy:-none}"
+    if [[ $rc -ne 0 || -z $accuracy || -z $resumed ]]; then
+      fail "$name" "executor only: exit status $rc, accuracy ${accuracy:-none}, ${resumed:-no resume}" "$dir"
+    else
+      pass "$name" "executor only (ELASTIC_HOST_LOST=0): resumed on $WORKERS workers; accuracy = $accuracy"
+    fi
+    return
+  fi
   if [[ $ELASTIC_RETURN == 1 ]]; then
     if wait_for_line "$dir/driver.log" "goes on with $fewer of $WORKERS workers" 300 "$SUBMIT_PID"; then
       shrunk_at=$SECONDS
