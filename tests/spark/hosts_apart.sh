@@ -657,6 +657,11 @@ banner() {
 declare -a BENCH_TABLE=()  # "where|iterations|seconds|s/iter|display s/iter|accuracy"
 LOCAL_SPI=""
 
+# The last accuracy a run's -test printed (dir/out.txt), or nothing.
+printed_accuracy() {  # dir
+  grep -oE 'accuracy = [0-9.]+' "$1/out.txt" 2>/dev/null | tail -n 1 | awk '{print $3}'
+}
+
 # demo (and local): train ITERATIONS, test, check the accuracy, print the speed.
 scenario_demo() {  # name [local]
   local name=$1 mode=${2:-cluster} dir=$WORK/$1 threshold rc start
@@ -674,7 +679,7 @@ scenario_demo() {  # name [local]
   wait "$SUBMIT_PID"
   rc=$?
   local took=$((SECONDS - start)) accuracy speed
-  accuracy=$(grep -oE 'accuracy = [0-9.]+' "$dir/out.txt" 2>/dev/null | tail -n 1 | awk '{print $3}')
+  accuracy=$(printed_accuracy "$dir")
   speed=$(iteration_speed "$dir/driver.log")
   local wall iters spi dspi
   read -r wall iters spi dspi <<<"$speed"
@@ -798,7 +803,7 @@ scenario_elastic() {
     wait "$SUBMIT_PID"
     rc=$?
     local accuracy
-    accuracy=$(grep -oE 'accuracy = [0-9.]+' "$dir/out.txt" 2>/dev/null | tail -n 1 | awk '{print $3}')
+    accuracy=$(printed_accuracy "$dir")
     grep -oE 'Trained [0-9]+ iterations in [0-9.]+ s of training[^"]*' "$dir/driver.log" | sed "s/^/$name: /"
     if [[ $rc -ne 0 || -z $accuracy ]]; then
       fail "$name" "without a fault: exit status $rc, accuracy ${accuracy:-none}" "$dir"
@@ -839,7 +844,7 @@ scenario_elastic() {
     wait "$SUBMIT_PID"
     rc=$?
     local accuracy resumed
-    accuracy=$(grep -oE 'accuracy = [0-9.]+' "$dir/out.txt" 2>/dev/null | tail -n 1 | awk '{print $3}')
+    accuracy=$(printed_accuracy "$dir")
     resumed=$(grep -oE "$RESUME_PATTERN" "$dir/driver.log" | head -n 1)
     say "$name: executor only: exit status $rc; ${resumed:-no resume}; accuracy = ${accuracy:-none}"
     if [[ $rc -ne 0 || -z $accuracy || -z $resumed ]]; then
@@ -862,7 +867,7 @@ scenario_elastic() {
   rc=$?
   local took=$((SECONDS - start)) last accuracy threshold shrink grow resumed
   last=$(last_iteration "$dir/driver.log")
-  accuracy=$(grep -oE 'accuracy = [0-9.]+' "$dir/out.txt" 2>/dev/null | tail -n 1 | awk '{print $3}')
+  accuracy=$(printed_accuracy "$dir")
   threshold=$(demo_threshold "$iterations")
   shrink=$(grep -oE "Elastic training: attempt [0-9]+ goes on with $fewer of $WORKERS workers .* from iteration [0-9]+" "$dir/driver.log" | head -n 1)
   grow=$(grep -oE "Elastic training: attempt [0-9]+ goes on with $WORKERS of $WORKERS workers .* from iteration [0-9]+" "$dir/driver.log" | head -n 1)

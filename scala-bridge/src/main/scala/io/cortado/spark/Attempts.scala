@@ -154,8 +154,13 @@ private[cortado] object Attempts {
   private def retriable(e: Throwable): Boolean = !chain(e).exists {
     case _: CortadoConfigException | _: TaskKilledException | _: InterruptedException => true
     case c => Option(c.getMessage).exists(m =>
-      (m.contains("cancelled") && m.contains("Job")) || m.contains(ConfigExceptionQuoted))
+      isCancellationText(m) || m.contains(ConfigExceptionQuoted))
   }
+
+  /** Spark's word that a job was cancelled (by its caller, or by [[ClusterWatch]]). */
+  def isCancellation(e: Throwable): Boolean = Option(e.getMessage).exists(isCancellationText)
+
+  private def isCancellationText(m: String): Boolean = m.contains("cancelled") && m.contains("Job")
 
   /** How a stack trace quoted in a message names a CortadoConfigException. */
   private val ConfigExceptionQuoted = classOf[CortadoConfigException].getName + ": "

@@ -8,12 +8,12 @@ import scala.collection.concurrent.TrieMap
 import org.apache.spark.{CortadoSlots, ExceptionFailure, ExecutorLostFailure, SparkContext,
   TaskFailedReason, TaskKilled}
 import org.apache.spark.scheduler.{SparkListener, SparkListenerExecutorAdded,
-  SparkListenerJobStart, SparkListenerTaskEnd, SparkListenerTaskStart}
+  SparkListenerJobStart, SparkListenerTaskEnd}
 
 /**
  * What the driver of a training run sees of the cluster while it runs (a SparkListener, added
- * for the run and removed after it): which executor and host each worker of the current attempt
- * runs on, the first worker the attempt lost, when an executor last registered, and, on an
+ * for the run and removed after it): the first worker the current attempt lost (by rank,
+ * executor and host), when an executor last registered, and, on an
  * executor added, a call to `onExecutorAdded` (the elastic run's check whether it can grow back).
  *
  * The training job of an attempt is known by the local property [[AttemptProperty]]. Its first
@@ -31,7 +31,6 @@ private[spark] final class ClusterWatch(sc: SparkContext) extends SparkListener 
   @volatile private var attempt: String = ""
   @volatile private var jobId: Int = -1
   private val stages = TrieMap.empty[Int, Unit]
-  private val workers = TrieMap.empty[String, Worker]
   private val lost = new AtomicReference[Option[Lost]](None)
   @volatile private var lastAddedNanos = Long.MinValue
 
@@ -45,15 +44,12 @@ private[spark] final class ClusterWatch(sc: SparkContext) extends SparkListener 
    */
   def startAttempt(id: String, barrier: Boolean): Unit = {
     stages.clear()
-    workers.clear()
     lost.set(None)
     jobId = -1
     this.barrier = barrier
     attempt = id
   }
 
-  /** The current attempt's workers that have started, by rank. */
-  def attemptWorkers: Seq[Worker] = workers.values.toSeq.sortBy(_.rank)
 
   /** The first worker the current attempt lost, if any. */
   def lostWorker: Option[Lost] = lost.get
@@ -62,10 +58,6 @@ private[spark] final class ClusterWatch(sc: SparkContext) extends SparkListener 
   def secondsSinceAdded: Double =
     if (lastAddedNanos == Long.MinValue) Double.PositiveInfinity
     else (System.nanoTime() - lastAddedNanos) / 1e9
-
-  /** Registered executors (the driver excluded in a cluster). */
-  def executors: Int =
-    if (sc.isLocal) 1 else math.max(0, sc.statusTracker.getExecutorInfos.length - 1)
 
   /** The task slots the cluster offers now, as Spark's barrier check counts them. */
   def slots: Int = CortadoSlots.available(sc)
@@ -80,12 +72,6 @@ private[spark] final class ClusterWatch(sc: SparkContext) extends SparkListener 
         p.getProperty(AttemptProperty) == attempt)) {
       jobId = e.jobId
       e.stageIds.foreach(stages.put(_, ()))
-    }
-
-  override def onTaskStart(e: SparkListenerTaskStart): Unit =
-    if (stages.contains(e.stageId)) {
-      workers.put(e.taskInfo.executorId, Worker(e.taskInfo.index, e.taskInfo.executorId,
-        e.taskInfo.host))
     }
 
   override def onTaskEnd(e: SparkListenerTaskEnd): Unit = e.reason match {

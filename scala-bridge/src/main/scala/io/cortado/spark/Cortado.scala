@@ -103,7 +103,6 @@ final class Cortado(@transient val spark: SparkSession) {
       hadoopConf)
     val interval =
       if (config.snapshotInterval >= 0) config.snapshotInterval else plan.info.snapshot
-    val snapshotEvery = interval
     lazy val prefix = JobPlan.snapshotPrefix(config, plan.info, hadoopConf)
     val resume = JobPlan.resumeFrom(config, prefix, hadoopConf)
     val snapshots = SnapshotPlan(if (interval > 0) Some(prefix) else None,
@@ -125,7 +124,7 @@ final class Cortado(@transient val spark: SparkSession) {
     }
     val sc = spark.sparkContext
     // The workers asked for, and how few an elastic run may go on with.
-    val full = Workers.plan(config, sc, waitForSlots = false).count
+    val full = Workers.plan(config, sc).count
     val minimum = Elastic.minWorkers(config, full)
     val elastic = minimum < full
     if (elastic && snapshots.prefix.isEmpty) {
@@ -155,7 +154,7 @@ final class Cortado(@transient val spark: SparkSession) {
 
     // One attempt: a Spark job of one task per worker, resuming from `from`.
     def attempt(number: Int, from: Resume, lastIteration: AtomicInteger): TrainingTask.Result = {
-      val planned = Workers.plan(config, sc, waitForSlots = false)
+      val planned = Workers.plan(config, sc)
       val count =
         if (full == 1) 1
         else {
@@ -203,7 +202,7 @@ final class Cortado(@transient val spark: SparkSession) {
       // workers are asked to stop at the next snapshot (or at once, with a snapshot of their
       // own, when the next is more than elasticGrowSeconds away), and the next attempt resumes
       // from it on every worker.
-      val grow = new GrowBack(count < full, full, snapshotEvery, plan.info.maxIter,
+      val grow = new GrowBack(count < full, full, interval, plan.info.maxIter,
         config.elasticGrowSeconds, watch, lastIteration)
       val tracking: TrainingEvent => Unit = { event =>
         event match {
@@ -239,7 +238,7 @@ final class Cortado(@transient val spark: SparkSession) {
                 // The worker lost, by rank, executor and host, rather than Spark's stage.
                 watch.catchUp(5000)
                 watch.lostWorker match {
-                  case Some(lost) if lost.executorLost || isCancellation(e) =>
+                  case Some(lost) if lost.executorLost || Attempts.isCancellation(e) =>
                     lastLost = Some(lost)
                     val named = new CortadoException(lost.toString)
                     named.addSuppressed(e)
@@ -278,10 +277,6 @@ final class Cortado(@transient val spark: SparkSession) {
       partitioned.values.foreach(_.unpersist(blocking = false))
     }
   }
-
-  /** Spark's word that a job was cancelled (here: by [[ClusterWatch]] at a worker's failure). */
-  private def isCancellation(e: Throwable): Boolean =
-    Option(e.getMessage).exists(m => m.contains("cancelled") && m.contains("Job"))
 
   /** Logs an event in Caffe's format and hands it to the listeners. */
   private def deliver(listening: Seq[ProgressListener])(event: TrainingEvent): Unit = {

@@ -62,9 +62,9 @@ private[spark] object TrainingTask {
       val channel = new Progress.Client(if (rank == 0) Some(progress) else None,
         onStop = stops.request)
       try {
+        val solver = NativeLib.solverInfo(conf.solverText, conf.solverSource)
         if (rank == 0) {
-          if (devices.forall(_ < 0) &&
-            NativeLib.solverInfo(conf.solverText, conf.solverSource).gpuRequested) {
+          if (devices.forall(_ < 0) && solver.gpuRequested) {
             channel.send(LogEvent("solver_mode is GPU (Caffe's default when unset), but the " +
               "executor on " +
               s"${java.net.InetAddress.getLocalHost.getHostName} has no CUDA device (or this " +
@@ -106,7 +106,6 @@ private[spark] object TrainingTask {
             case _ =>
           }
           val replicas = NativeTrainer.numReplicas(handle)
-          val solver = NativeLib.solverInfo(conf.solverText, conf.solverSource)
           // Each update takes iter_size batches on every replica of every worker.
           val imagesPerIteration =
             conf.batchSize.toLong * replicas * workers.count * math.max(1, solver.iterSize)

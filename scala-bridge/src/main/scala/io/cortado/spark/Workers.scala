@@ -47,14 +47,12 @@ private[spark] object Workers {
   private val log = LoggerFactory.getLogger(classOf[Cortado])
 
   /**
-   * The worker count and backend of `config`, checked against the cluster before any task
-   * starts: several workers need a backend this build has, no dynamic allocation (a barrier
-   * stage refuses it) and as many task slots at once as workers, waited for up to
-   * Config.startTimeoutSeconds (executors may still be registering); else a
-   * CortadoConfigException saying what the cluster offers. Whether every host has an RDMA
+   * The worker count and backend of `config`, checked before any task starts: several workers
+   * need a backend this build has and no dynamic allocation (a barrier stage refuses it); else a
+   * CortadoConfigException. The task slots are waited for by [[awaitSlots]]. Whether every host has an RDMA
    * device (-connection infiniband) only the workers can tell: see [[Rendezvous.check]].
    */
-  def plan(config: Config, sc: SparkContext, waitForSlots: Boolean = true): WorkerPlan = {
+  def plan(config: Config, sc: SparkContext): WorkerPlan = {
     if (config.devices < 1) {
       throw new CortadoConfigException(s"Config.devices must be at least 1, not ${config.devices}")
     }
@@ -99,7 +97,6 @@ private[spark] object Workers {
           s"the mpi backend takes one worker per process, and ${sc.master} runs every task " +
             "in one JVM: use the tcp backend (-connection ethernet), or a cluster")
       }
-      if (waitForSlots) awaitSlots(sc, count, count, config.startTimeoutSeconds, None)
     }
     WorkerPlan(count, backend, newToken(), config.devices, config.startTimeoutSeconds,
       config.commTimeoutSeconds, requireRdma = requiresRdma(config), rdmaFallback = fallback,
@@ -170,7 +167,7 @@ private[spark] object Workers {
         if (sc.isLocal) 1 else math.max(0, sc.statusTracker.getExecutorInfos.length - 1)
       val needs = if (min < count) s"at least $min of $count task slots at once" else
         s"$count task slots at once"
-      // The timeout as given, unless the wait went on while executors were coming and going.
+      // The timeout as given, unless the wait went on while executors were registering.
       val waited =
         if (elapsed < timeoutSeconds + 1) timeoutSeconds else math.round(elapsed).toDouble
       val text = s"training with $count workers needs $needs (one barrier stage), but after " +
