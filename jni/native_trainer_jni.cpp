@@ -181,6 +181,19 @@ JNIEXPORT jint JNICALL Java_io_cortado_jni_NativeTrainer_numReplicas(JNIEnv* env
   return jni::Guard(env, jint{0}, [&] { return jni::GetTrainer(handle).num_replicas(); });
 }
 
+JNIEXPORT jint JNICALL Java_io_cortado_jni_NativeTrainer_useCpuThreads(JNIEnv* env, jclass,
+                                                                       jlong handle, jint threads) {
+  return jni::Guard(env, jint{0}, [&] {
+    if (threads < 0) {
+      CORTADO_THROW(kInvalidArgument, "CPU threads must be positive (or 0: every core), not {}",
+                    threads);
+    }
+    cortado::Trainer& trainer = jni::GetTrainer(handle);
+    trainer.set_cpu_threads(threads);
+    return trainer.cpu_threads_per_replica();
+  });
+}
+
 JNIEXPORT void JNICALL Java_io_cortado_jni_NativeTrainer_train(JNIEnv* env, jclass, jlong handle,
                                                                jobject listener) {
   jni::Guard(env, [&] {

@@ -2,12 +2,16 @@
 #include "core/context.hpp"
 
 #include <omp.h>
+#include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstdlib>
 
 #include "core/config.hpp"
 #include "core/error.hpp"
+#include "core/openmp_wait.hpp"
 
 #if CORTADO_WITH_CUDA
 #include "core/cuda.hpp"
@@ -18,6 +22,9 @@ struct Resources {};  // nothing to hold without CUDA
 #endif
 
 extern "C" void openblas_set_num_threads(int num_threads);
+extern "C" int openblas_get_num_threads(void);
+extern "C" const char* cortado_openmp_wait();  // core/preload.cpp
+extern "C" int cortado_openmp_wait_restart();  // core/preload.cpp
 
 namespace cortado {
 
@@ -94,6 +101,12 @@ void Context::MakeCurrent() {
     cuda::SetCurrentStream(nullptr);
   }
 #endif
+  if (device_.is_cpu()) UseThreads(cpu_threads());
+}
+
+void Context::set_cpu_threads(int threads) {
+  CORTADO_CHECK_GE(threads, 0);
+  cpu_threads_ = threads;
 }
 
 void Context::Synchronize() {
@@ -105,15 +118,42 @@ void Context::Synchronize() {
 int Context::NumThreads() {
   int threads = ThreadCount().load();
   if (threads > 0) return threads;
-  // OpenMP's default honours OMP_NUM_THREADS and else counts the cores this process may use.
-  return omp_get_max_threads();
+  // OpenMP's default: OMP_NUM_THREADS (its first level) where set, else the cores this process
+  // may use; read once, so that a thread that set its own count does not change it.
+  static const int process_default = [] {
+    const char* env = std::getenv("OMP_NUM_THREADS");
+    const int from_env = env != nullptr ? std::atoi(env) : 0;
+    return from_env > 0 ? from_env : std::max(1, omp_get_num_procs());
+  }();
+  return process_default;
 }
 
 void Context::SetNumThreads(int threads) {
   CORTADO_CHECK_GT(threads, 0);
   ThreadCount().store(threads);
+  UseThreads(threads);
+}
+
+std::string Context::OpenMpWait() { return cortado_openmp_wait(); }
+
+void RestartForOpenMpWait(char** argv) {
+  if (cortado_openmp_wait_restart() == 0) return;
+  ::setenv("OMP_WAIT_POLICY", "passive", /*overwrite=*/1);
+  ::setenv("CORTADO_OPENMP_WAIT", "1", /*overwrite=*/1);
+  ::execv("/proc/self/exe", argv);
+  // Not restarted: go on with OpenMP's default.
+  ::unsetenv("OMP_WAIT_POLICY");
+  ::unsetenv("CORTADO_OPENMP_WAIT");
+}
+
+void Context::UseThreads(int threads) {
+  CORTADO_CHECK_GT(threads, 0);
+  // OpenMP's team size is the calling thread's own setting. OpenBLAS keeps one count for the
+  // process: its OpenMP build takes the caller's setting at each call, except that once the
+  // count is 1 it stays 1 until set again (so a one-thread caller would leave every later
+  // product on one thread): set it here too.
   omp_set_num_threads(threads);
-  openblas_set_num_threads(threads);
+  if (openblas_get_num_threads() != threads) openblas_set_num_threads(threads);
 }
 
 int Context::CudaDeviceCount() {

@@ -56,8 +56,9 @@ class Context {
   // Makes this context's device the calling thread's current CUDA device, where tensors
   // allocate their device memory, and its stream the thread's current stream, on which device
   // memory allocated from now on orders its host-device copies (core/synced_memory.hpp); on
-  // the CPU it clears the thread's current stream. A thread that uses a context on a CUDA
-  // device calls it before it builds or runs anything with the context.
+  // the CPU it clears the thread's current stream and gives the thread's OpenMP and BLAS work
+  // cpu_threads() threads. A thread that computes with a context calls it before it builds or
+  // runs anything with the context.
   void MakeCurrent();
   // Waits until the work queued on this context's stream is done; a no-op on the CPU.
   void Synchronize();
@@ -78,9 +79,22 @@ class Context {
   void set_half_compute(HalfType type) { half_compute_ = type; }
   HalfType half_compute() const { return half_compute_; }
 
-  // Threads for CPU math (OpenMP and BLAS); defaults to the cores this process may use.
+  // The CPU threads of the threads that compute with this context (MakeCurrent applies them):
+  // set_cpu_threads(n > 0) gives them n; 0 (the default) follows the process's NumThreads().
+  // The one place that sizes the OpenMP teams and BLAS calls of the layers; a thread that is
+  // not a context's (a prefetcher, an exchange thread) runs no parallel math.
+  void set_cpu_threads(int threads);
+  int cpu_threads() const { return cpu_threads_ > 0 ? cpu_threads_ : NumThreads(); }
+
+  // Threads for CPU math (OpenMP and BLAS) in this process; defaults to the cores this process
+  // may use (OMP_NUM_THREADS where set).
   static int NumThreads();
   static void SetNumThreads(int threads);
+  // Gives the calling thread's OpenMP teams and BLAS calls `threads` threads (> 0).
+  static void UseThreads(int threads);
+  // How OpenMP's idle threads wait in this process, and who chose it: "OMP_WAIT_POLICY=passive,
+  // set by Cortado" (core/preload.cpp), the user's own setting, or OpenMP's default.
+  static std::string OpenMpWait();
 
   // Number of CUDA devices visible; 0 in a build without CUDA or on a machine without a GPU.
   static int CudaDeviceCount();
@@ -89,6 +103,7 @@ class Context {
   Device device_;
   Rng rng_;
   int64_t seed_ = 0;
+  int cpu_threads_ = 0;
   bool allow_tf32_ = false;
   HalfType half_compute_ = HalfType::kNone;
   std::unique_ptr<cuda::Resources> cuda_;

@@ -53,7 +53,8 @@ std::vector<std::string> DescribeDevices() {
                               CORTADO_WITH_CUDNN ? "on" : "off", CORTADO_WITH_NCCL ? "on" : "off",
                               CORTADO_WITH_MPI ? "on" : "off", CORTADO_WITH_ONEDNN ? "on" : "off",
                               CORTADO_WITH_HDF5 ? "on" : "off"));
-  lines.push_back(fmt::format("CPU: {} thread(s)", Context::NumThreads()));
+  lines.push_back(fmt::format("CPU: {} thread(s); OpenMP's idle threads: {}", Context::NumThreads(),
+                              Context::OpenMpWait()));
   lines.push_back(fmt::format("BLAS: {}", openblas_get_config()));
 #if CORTADO_WITH_ONEDNN
   const dnnl_version_t* v = dnnl_version();

@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "parallel/trainer.hpp"
 
+#include <omp.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
@@ -164,6 +166,26 @@ void Trainer::RunOnReplicas(F&& body) {
   }
 }
 
+void Trainer::set_cpu_threads(int threads) {
+  CORTADO_CHECK_GE(threads, 0);
+  // CPU replicas share the process's threads rather than each taking all of them.
+  const int share = threads > 0 ? threads : Context::NumThreads();
+  const int n = static_cast<int>(contexts_.size());
+  for (auto& ctx : contexts_) {
+    if (ctx->device().is_cpu()) ctx->set_cpu_threads(std::max(1, share / n));
+  }
+}
+
+int Trainer::cpu_threads_per_replica() const {
+  if (!devices_[0].is_cpu()) return 1;
+  int threads = 0;
+  std::thread([&] {
+    contexts_[0]->MakeCurrent();
+    threads = omp_get_max_threads();
+  }).join();
+  return threads;
+}
+
 Trainer::Trainer(const caffe::SolverParameter& param, const std::vector<Device>& devices,
                  const TrainerOptions& options)
     : devices_(devices) {
@@ -195,6 +217,7 @@ Trainer::Trainer(const caffe::SolverParameter& param, const std::vector<Device>&
     contexts_[r] = n == 1 && !comm_ ? std::make_unique<Context>(devices_[r])
                                     : std::make_unique<Context>(devices_[r], seed);
   }
+  set_cpu_threads(options.cpu_threads);
   barrier_ = std::make_unique<Barrier>(n);
   try {
     if (n == 1) {

@@ -78,6 +78,9 @@ struct TrainerOptions {
   // Abort and failures.
   std::shared_ptr<comm::Communicator> comm;
   ExchangeOptions exchange;
+  // CPU threads for this process's share of the work (0: Context::NumThreads()); CPU replicas
+  // divide them (at least one each).
+  int cpu_threads = 0;
 };
 
 // The device a solver asks for: the CPU unless solver_mode is GPU (Caffe's default) and a CUDA
@@ -109,6 +112,13 @@ class Trainer {
   Trainer& operator=(const Trainer&) = delete;
 
   int num_replicas() const { return static_cast<int>(solvers_.size()); }
+  // Gives this process's share of the work `threads` CPU threads (0: Context::NumThreads()),
+  // divided among CPU replicas (at least one each), from the next Solve or Step on; as
+  // TrainerOptions::cpu_threads.
+  void set_cpu_threads(int threads);
+  // The OpenMP threads each replica computes with (1 on CUDA devices), as the OpenMP runtime
+  // reports them in a thread that made root's context current.
+  int cpu_threads_per_replica() const;
   Solver* root() const { return solvers_[0].get(); }
   Solver* replica(int rank) const { return solvers_.at(rank).get(); }
   // "nccl", "device copies" or "host memory"; "none" with a single replica.

@@ -17,6 +17,7 @@
 #include "core/device_info.hpp"
 #include "core/error.hpp"
 #include "core/logging.hpp"
+#include "core/openmp_wait.hpp"
 #include "tools/commands.hpp"
 #include "tools/flags.hpp"
 
@@ -47,6 +48,8 @@ const char kUsage[] =
 }  // namespace
 
 int main(int argc, char** argv) {
+  // OpenMP's idle threads sleep soon rather than spin on cores others need (core/preload.cpp).
+  cortado::RestartForOpenMpWait(argv);
   const std::map<std::string, std::function<int(int, char**)>> commands = {
       {"train", cortado::tools::TrainCommand},
       {"test", cortado::tools::TestCommand},

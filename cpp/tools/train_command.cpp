@@ -171,6 +171,14 @@ int TrainCommand(int argc, char** argv) {
   if (rank > 0) SetThreadQuiet(true);
   CORTADO_LOG_INFO("Starting Optimization");
   Trainer trainer(param, devices, options);
+  if (devices[0].is_cpu()) {
+    const char* env = std::getenv("OMP_NUM_THREADS");
+    const char* why = flags.GetInt("threads") > 0            ? "--threads"
+                      : env != nullptr && std::atoi(env) > 0 ? "OMP_NUM_THREADS"
+                                                             : "every core this process may use";
+    CORTADO_LOG_INFO("CPU: {} threads ({}); OpenMP's idle threads: {}",
+                     trainer.cpu_threads_per_replica(), why, Context::OpenMpWait());
+  }
   Solver* solver = trainer.root();
   RefuseFeedLayers(*solver->net(), "cortado train");
   for (const auto& test_net : solver->test_nets()) RefuseFeedLayers(*test_net, "cortado train");

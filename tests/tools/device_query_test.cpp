@@ -5,6 +5,7 @@
 
 #include "cli_runner.hpp"
 #include "comm/rdma_devices.hpp"
+#include "core/context.hpp"
 
 namespace cortado {
 namespace {
@@ -24,6 +25,16 @@ TEST(DeviceQueryCommandTest, ListsTheRdmaDevicesOrSaysThereAreNone) {
     EXPECT_TRUE(r.Contains("RDMA devices (libibverbs):")) << r.output;
     for (const auto& device : devices) EXPECT_TRUE(r.Contains(device.name)) << r.output;
   }
+}
+
+// The tool's OpenMP threads wait as this test program's (both restart with GOMP_SPINCOUNT set
+// unless the environment chose: core/openmp_wait.hpp), and it says so.
+TEST(DeviceQueryCommandTest, SaysHowOpenMpIdleThreadsWait) {
+  const auto r = RunCli({"device_query"});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(r.Contains("OpenMP's idle threads: " + Context::OpenMpWait() + "\n")) << r.output;
+  EXPECT_EQ(Context::OpenMpWait().find("OpenMP's default"), std::string::npos)
+      << Context::OpenMpWait();
 }
 
 }  // namespace

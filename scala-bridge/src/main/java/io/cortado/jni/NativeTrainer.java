@@ -56,6 +56,14 @@ public final class NativeTrainer {
   public static native int numReplicas(long handle);
 
   /**
+   * Gives the session's CPU work {@code threads} threads from the next train or step on (0:
+   * every core the process may use, or OMP_NUM_THREADS), divided among CPU replicas, and
+   * returns the OpenMP threads each replica now computes with, as the OpenMP runtime reports
+   * them (1 on CUDA devices).
+   */
+  public static native int useCpuThreads(long handle, int threads);
+
+  /**
    * Trains to max_iter as {@code cortado train} does (Caffe's Solver::Solve): the cadence above,
    * a final snapshot when {@code snapshot_after_train} and the last iteration was not one, and
    * Caffe's closing display and test pass. Returns early after {@link #abort} by throwing

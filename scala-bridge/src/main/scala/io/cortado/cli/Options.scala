@@ -36,6 +36,7 @@ import scala.util.Try
  *                      after a loss and growing back (0: every worker, always)
  * @param elasticScaling -elasticScaling keepGlobalBatch|linearLr: what a run on fewer workers
  *                      changes
+ * @param cpuThreads    -cpuThreads: CPU threads per worker (0: from the executor's share)
  * @param persistent    -persistent: accepted for CaffeOnSpark's command lines; no effect (the
  *                      tasks keep their data in memory)
  * @param resize        -resize: resize input images to the data layer's shape
@@ -66,6 +67,7 @@ final case class Options(
     maxAttempts: Int = 3,
     minWorkers: Int = 0,
     elasticScaling: String = "keepGlobalBatch",
+    cpuThreads: Int = 0,
     persistent: Boolean = false,
     resize: Boolean = false,
     skipCorrupt: Boolean = false,
@@ -115,6 +117,8 @@ object Options {
       |                       N workers and grow back when the slots return (default: all)
       |  -elasticScaling S    keepGlobalBatch (default: the same global batch through
       |                       iter_size or the batch) or linearLr (lr scaled by the workers)
+      |  -cpuThreads N        CPU threads per worker (default: OMP_NUM_THREADS, else the
+      |                       executor's cores with one worker on it, else spark.task.cpus)
       |  -persistent          accepted, no effect: the tasks keep their data in memory
       |  -resize              resize input images to the data layer's height and width
       |  -skipCorrupt         leave out rows whose image cannot be decoded (logged) rather
@@ -134,7 +138,7 @@ object Options {
     Set("conf", "features", "label", "outputFormat", "model", "output", "weights", "snapshot",
       "devices", "connection", "connectionFallback", "clusterSize", "comm", "maxAttempts",
       "exchangePrecision", "minWorkers", "elasticScaling",
-      "lmdb_partitions") ++ ToolFlags
+      "cpuThreads", "lmdb_partitions") ++ ToolFlags
   private val switches = Set("train", "test", "persistent", "resize", "skipCorrupt")
 
   /** The options, or an error message (followed by Usage when shown to a user). */
@@ -200,6 +204,7 @@ object Options {
       case "clusterSize" => positive(name).map(n => o.copy(clusterSize = n))
       case "maxAttempts" => positive(name).map(n => o.copy(maxAttempts = n))
       case "minWorkers" => positive(name).map(n => o.copy(minWorkers = n))
+      case "cpuThreads" => positive(name).map(n => o.copy(cpuThreads = n))
       case "elasticScaling" =>
         if (Set("keepGlobalBatch", "linearLr")(value)) Right(o.copy(elasticScaling = value))
         else Left(s"-elasticScaling must be keepGlobalBatch or linearLr, not '$value'")

@@ -85,6 +85,10 @@ import io.cortado.cli.Options
  * @param elasticGrowSeconds while an elastic run is short of workers and the slots are back,
  *                   it stops at its next snapshot to grow, or at once with a snapshot of its own
  *                   when the next is further away than this
+ * @param cpuThreads CPU threads of each worker's training on the CPU (-cpuThreads); 0 (the
+ *                   default): OMP_NUM_THREADS where the executor's environment sets it, else
+ *                   the executor's cores when it runs one training task, else spark.task.cpus
+ *                   (see docs/spark.md, "CPU threads")
  */
 final case class Config(
     solverFile: String,
@@ -110,7 +114,8 @@ final case class Config(
     minWorkers: Int = 0,
     elasticScaling: String = "keepGlobalBatch",
     elasticTimeoutSeconds: Double = 60,
-    elasticGrowSeconds: Double = 120) {
+    elasticGrowSeconds: Double = 120,
+    cpuThreads: Int = 0) {
 
   /** The image settings as the row converters and image sources take them. */
   def imageOptions: io.cortado.data.ImageOptions =
@@ -158,6 +163,6 @@ object Config {
       devices = o.devices, clusterSize = o.clusterSize, backend = o.comm,
       connection = o.connection, connectionFallback = o.connectionFallback,
       exchangePrecision = o.exchangePrecision, minWorkers = o.minWorkers,
-      elasticScaling = o.elasticScaling,
+      elasticScaling = o.elasticScaling, cpuThreads = o.cpuThreads,
       maxAttempts = o.maxAttempts, resizeImages = o.resize, skipCorruptImages = o.skipCorrupt)
 }

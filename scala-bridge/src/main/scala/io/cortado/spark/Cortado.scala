@@ -183,7 +183,7 @@ final class Cortado(@transient val spark: SparkSession) {
       }
       workersBefore = count
       val data = partitioned.getOrElseUpdate(count,
-        TaskData.trainingPartitions(trainRows, validationRows, count)
+        TaskData.trainingPartitions(trainRows, validationRows, count, full)
           .persist(StorageLevel.MEMORY_ONLY))
       // One task per worker: more would train independent models.
       require(data.getNumPartitions == workers.count,

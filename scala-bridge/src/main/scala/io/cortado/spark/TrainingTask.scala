@@ -5,7 +5,7 @@ import java.util.concurrent.atomic.AtomicBoolean
 
 import scala.collection.mutable.ArrayBuffer
 
-import org.apache.spark.{BarrierTaskContext, TaskContext}
+import org.apache.spark.{BarrierTaskContext, SparkEnv, TaskContext}
 import org.apache.spark.sql.Row
 
 import io.cortado.{CortadoCommException, CortadoConfigException}
@@ -44,13 +44,14 @@ private[spark] object TrainingTask {
     // Validation rows reach rank 0 alone, which alone tests.
     val testing = validation.filter(_ => rank == 0)
     // Every row is converted first, so that a bad row fails before any native work starts.
-    val (trainRows, testRows) = TaskData.cacheTraining(converter, testing.map(_.converter), rows,
+    val (streams, testRows) = TaskData.cacheTraining(converter, testing.map(_.converter), rows,
       if (workers.count > 1) s"partition $rank of the training data (worker $rank of " +
         s"${workers.count})" else "the DataFrame")
     val devices = Rendezvous.devices(conf, workers.devices)
     val joined =
       if (workers.count > 1) {
-        Some(Rendezvous.join(workers, BarrierTaskContext.get(), devices, trainRows.length))
+        Some(Rendezvous.join(workers, BarrierTaskContext.get(), devices,
+          streams.map(_.length.toLong).sum))
       } else None
     try {
       val handle = NativeTrainer.create(conf.solverText, conf.solverSource, conf.netText,
@@ -63,6 +64,19 @@ private[spark] object TrainingTask {
         onStop = stops.request)
       try {
         val solver = NativeLib.solverInfo(conf.solverText, conf.solverSource)
+        // The worker's share of the executor's cores, not every core of the host.
+        val cpu = CpuThreads.choose(workers.cpuThreads, sys.env.get("OMP_NUM_THREADS"),
+          TaskContext.get().cpus(), CpuThreads.executorCores(SparkEnv.get.conf,
+            Runtime.getRuntime.availableProcessors()),
+          joined.map(_.peers.count(_.executor == SparkEnv.get.executorId)).getOrElse(1))
+        val perReplica = NativeTrainer.useCpuThreads(handle, cpu.threads)
+        if (rank == 0 && devices.forall(_ < 0)) {
+          // The count the OpenMP runtime reports in the session's threads.
+          channel.send(LogEvent(
+            if (devices.length == 1) s"CPU threads: $perReplica per worker (${cpu.why})"
+            else s"CPU threads: ${cpu.threads} per worker (${cpu.why}), $perReplica for each " +
+              s"of its ${devices.length} replicas"))
+        }
         if (rank == 0) {
           if (devices.forall(_ < 0) && solver.gpuRequested) {
             channel.send(LogEvent("solver_mode is GPU (Caffe's default when unset), but the " +
@@ -111,14 +125,22 @@ private[spark] object TrainingTask {
             conf.batchSize.toLong * replicas * workers.count * math.max(1, solver.iterSize)
           val feeders = ArrayBuffer.empty[CyclingFeeder]
           try {
+            // Each stream gives `block` rows an iteration (a worker of fewer than the full run's
+            // reads one stream per full-run worker, in turn); a resumed run goes on where an
+            // uninterrupted one would be in each.
+            val start = NativeTrainer.iter(handle)
+            val passes = math.max(1, solver.iterSize)
+            val block = conf.batchSize *
+              (if (passes % streams.size == 0) passes / streams.size else 1)
             // Replica r takes every replicas-th row from row r.
             for (r <- 0 until replicas) {
-              val share = if (replicas == 1) trainRows else slice(trainRows, r, replicas)
-              feeders += new CyclingFeeder(handle, r, conf.feedLayer, share)
+              val shares = if (replicas == 1) streams else streams.map(slice(_, r, replicas))
+              feeders += new CyclingFeeder(handle, r, conf.feedLayer,
+                TaskData.feedOrder(shares, block, start.toLong * block))
             }
-            testing.foreach(v => feeders += new CyclingFeeder(handle, 0, v.feedLayer, testRows))
+            testing.foreach(v => feeders += new CyclingFeeder(handle, 0, v.feedLayer,
+              TaskData.feedOrder(Seq(testRows), 1, 0)))
             val listener = new Listener(channel, imagesPerIteration, snapshots)
-            val start = NativeTrainer.iter(handle)
             val t0 = System.nanoTime()
             val watchdog = new Watchdog(reason => NativeTrainer.abort(handle, reason))
             try NativeTrainer.train(handle, listener)
@@ -291,13 +313,13 @@ private[spark] object TrainingTask {
   }
 
   /**
-   * Feeds `samples` (cycling through them) into feed layer `layer` of replica `replica` of the
-   * session `trainer` on a daemon thread until training is over (`stop`) or the feed is aborted; a
-   * failure aborts the feed with a reason, so the waiting forward pass fails, and is kept in
-   * `failure`. Owns its feed handle, disposed by `stop`.
+   * Feeds `samples` (endless: see TaskData.feedOrder) into feed layer `layer` of replica
+   * `replica` of the session `trainer` on a daemon thread until training is over (`stop`) or
+   * the feed is aborted; a failure aborts the feed with a reason, so the waiting forward pass
+   * fails, and is kept in `failure`. Owns its feed handle, disposed by `stop`.
    */
   private final class CyclingFeeder(trainer: Long, replica: Int, layer: String,
-      samples: Array[Sample]) {
+      samples: Iterator[Sample]) {
     private val feed = NativeTrainer.feed(trainer, replica, layer)
     private val feeder =
       try new BatchFeeder(feed, layer)
@@ -309,7 +331,7 @@ private[spark] object TrainingTask {
     private val finished = new AtomicBoolean(false)
     @volatile var failure: Throwable = null
     private val thread = new Thread(() =>
-      try feeder.feed(Iterator.continually(samples.iterator).flatten)
+      try feeder.feed(samples)
       catch {
         case _: CortadoCommException if finished.get =>
         case t: Throwable =>

@@ -29,6 +29,8 @@ import io.cortado.jni.NativeComm
  *                  with a warning in the training log, rather than failing the run
  * @param network   the interface and ports the workers listen on (spark.cortado.interface,
  *                  spark.cortado.portRange)
+ * @param cpuThreads Config.cpuThreads: each worker's CPU threads (0: from its share, see
+ *                  [[CpuThreads]])
  */
 private[spark] final case class WorkerPlan(
     count: Int,
@@ -40,7 +42,8 @@ private[spark] final case class WorkerPlan(
     requireRdma: Boolean = false,
     rdmaFallback: Boolean = false,
     exchangePrecision: String = "auto",
-    network: NetworkSettings = NetworkSettings())
+    network: NetworkSettings = NetworkSettings(),
+    cpuThreads: Int = 0)
 
 private[spark] object Workers {
 
@@ -55,6 +58,10 @@ private[spark] object Workers {
   def plan(config: Config, sc: SparkContext): WorkerPlan = {
     if (config.devices < 1) {
       throw new CortadoConfigException(s"Config.devices must be at least 1, not ${config.devices}")
+    }
+    if (config.cpuThreads < 0) {
+      throw new CortadoConfigException(
+        s"Config.cpuThreads must be 0 (from the executor's share) or more, not ${config.cpuThreads}")
     }
     if (config.clusterSize < 0) {
       throw new CortadoConfigException(
@@ -100,7 +107,8 @@ private[spark] object Workers {
     }
     WorkerPlan(count, backend, newToken(), config.devices, config.startTimeoutSeconds,
       config.commTimeoutSeconds, requireRdma = requiresRdma(config), rdmaFallback = fallback,
-      exchangePrecision = config.exchangePrecision, network = network)
+      exchangePrecision = config.exchangePrecision, network = network,
+      cpuThreads = config.cpuThreads)
   }
 
   /**

@@ -204,4 +204,48 @@ class ElasticSuite extends AnyFunSuite with LocalCluster {
       assert(linearEvents.collect { case r: ResizeEvent => r.batch } === Seq(4))
     }
   }
+
+  test("keepGlobalBatch after 2 -> 1 worker reads the 2-worker run's samples in its order: the " +
+    "same losses, resumed mid-epoch") {
+    withTempDir("cortado-elastic-order") { dir =>
+      // Two partitions of 6 batches each: an iteration's samples depend on where each worker
+      // is in its partition, and the snapshot at 10 is in the middle of the second epoch.
+      val rows = separable(ss, 48, 11).collect().toSeq
+        .map(r => Row(r.getLong(0), r.getSeq[Float](1), r.getInt(2)))
+      def data() = partitioned(ss, rows, 2)
+      write(dir, "net.prototxt", tinyNet(4))
+      val solver = write(dir, "solver.prototxt", EverySolver + "snapshot: 10\n" +
+        s"""snapshot_prefix: "${dir.resolve("first/tiny")}"\n""")
+      val base = Config(solver, model = dir.resolve("m.caffemodel").toUri.toString,
+        clusterSize = 2, minWorkers = 1, startTimeoutSeconds = 4, commTimeoutSeconds = 20,
+        solverOverrides = "max_iter: 30")
+      holdExecutorsAt(3)
+      awaitSlots(3)
+      val straight = losses(trainRecording(ss, data(), base)._2)
+      assert(straight.map(_._1) === (0 until 30))
+      def from(prefix: String) = base.copy(
+        weights = dir.resolve("first/tiny_iter_10.caffemodel").toUri.toString,
+        snapshot = dir.resolve("first/tiny_iter_10.solverstate").toUri.toString,
+        snapshotPrefix = dir.resolve(prefix).toUri.toString)
+      def same(resumed: Seq[(Int, Float)]): Unit = {
+        assert(resumed.map(_._1) === (10 until 30))
+        resumed.zip(straight.drop(10)).foreach { case ((i, a), (_, b)) =>
+          assert(math.abs(a - b) <= 1e-5 * math.max(math.abs(b), 1e-3), s"iteration $i: $a vs $b")
+        }
+      }
+      // Resumed on 2 workers: each goes on where it was in its partition.
+      same(losses(trainRecording(ss, data(), from("two/tiny"))._2))
+
+      // One executor left: 1 worker, iter_size 2, its passes reading the two partitions in turn.
+      holdExecutorsAt(1)
+      executors().values.toSeq.sorted.drop(1).foreach(p =>
+        ProcessHandle.of(p).ifPresent(h => h.destroyForcibly()))
+      awaitSlots(1)
+      val (_, events) = trainRecording(ss, data(), from("one/tiny"))
+      val resize = events.collect { case r: ResizeEvent => r }
+      assert(resize.map(r => (r.before, r.workers, r.iteration, r.batch, r.iterSize)) ===
+        Seq((2, 1, 10, 4, 2)), resize)
+      same(losses(events))
+    }
+  }
 }
