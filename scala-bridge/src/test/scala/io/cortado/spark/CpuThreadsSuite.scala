@@ -6,6 +6,7 @@ import org.scalatest.funsuite.AnyFunSuite
 
 import io.cortado.CortadoConfigException
 import io.cortado.TestDirs.withTempDir
+import io.cortado.jni.NativeLib
 import io.cortado.spark.CortadoSuite.{separable, write}
 import io.cortado.spark.CpuThreads.{Choice, ExecutorCores}
 
@@ -67,6 +68,17 @@ class CpuThreadsSuite extends AnyFunSuite with PerTest {
         val said = events.collect { case LogEvent(t) if t.startsWith("CPU threads") => t }
         assert(said === Seq(expected), s"$workers workers, cpuThreads $threads")
       }
+    }
+  }
+
+  test("in a JVM OpenMP's idle threads sleep: OMP_WAIT_POLICY set before OpenMP started") {
+    // libcortado_preload.so, loaded first, sets it unless the JVM's environment chose.
+    val line = NativeLib.deviceQuery().find(_.startsWith("CPU: ")).getOrElse("")
+    if (sys.env.contains("OMP_WAIT_POLICY") || sys.env.contains("GOMP_SPINCOUNT")) {
+      assert(line.contains(", as set"), line)
+    } else {
+      assert(line.endsWith("OpenMP's idle threads: OMP_WAIT_POLICY=passive, set by Cortado"),
+        line)
     }
   }
 
