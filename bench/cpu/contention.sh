@@ -33,7 +33,10 @@ CORES=$(nproc)
 TMP=$(mktemp -d)
 loops=()
 stop_loops() {
-  ((${#loops[@]})) && kill "${loops[@]}" 2>/dev/null && wait "${loops[@]}" 2>/dev/null
+  if ((${#loops[@]})); then
+    kill "${loops[@]}" 2>/dev/null || true
+    wait "${loops[@]}" 2>/dev/null || true  # their status is SIGTERM's
+  fi
   loops=()
 }
 trap 'stop_loops; rm -rf "$TMP"' EXIT
