@@ -157,6 +157,23 @@ object Config {
       startTimeoutSeconds, commTimeoutSeconds, maxAttempts, resizeImages, skipCorruptImages,
       solverOverrides, exchangePrecision)
 
+  /**
+   * Every field up to `elasticGrowSeconds`, in order: the positional call py4j makes, as it was
+   * before `cpuThreads` (0: from the executor's share) was added.
+   */
+  def apply(solverFile: String, model: String, weights: String, snapshot: String, devices: Int,
+      idColumn: String, snapshotPrefix: String, snapshotInterval: Int, resumeLatest: Boolean,
+      clusterSize: Int, backend: String, connection: String, connectionFallback: String,
+      startTimeoutSeconds: Double, commTimeoutSeconds: Double, maxAttempts: Int,
+      resizeImages: Boolean, skipCorruptImages: Boolean, solverOverrides: String,
+      exchangePrecision: String, minWorkers: Int, elasticScaling: String,
+      elasticTimeoutSeconds: Double, elasticGrowSeconds: Double): Config =
+    new Config(solverFile, model, weights, snapshot, devices, idColumn, snapshotPrefix,
+      snapshotInterval, resumeLatest, clusterSize, backend, connection, connectionFallback,
+      startTimeoutSeconds, commTimeoutSeconds, maxAttempts, resizeImages, skipCorruptImages,
+      solverOverrides, exchangePrecision, minWorkers, elasticScaling, elasticTimeoutSeconds,
+      elasticGrowSeconds, 0)
+
   /** The Config of CaffeOnSpark's command line flags. */
   def fromOptions(o: Options): Config =
     Config(o.conf, model = o.model, weights = o.weights, snapshot = o.snapshot,

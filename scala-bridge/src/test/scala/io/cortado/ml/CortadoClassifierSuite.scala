@@ -330,6 +330,14 @@ class CortadoClassifierSuite extends AnyFunSuite with PerTest {
       assert(call(elastic, "minWorkers") === Int.box(2))
       assert(call(elastic, "elasticScaling") === "linearLr")
       assert(call(elastic, "elasticGrowSeconds") === Double.box(60.0))
+      assert(call(elastic, "cpuThreads") === Int.box(0))
+      // And with cpuThreads, last.
+      val threads = call(configClass, "apply", solver, dir.resolve("c.caffemodel").toString, "",
+        "", Int.box(1), "id", "", Int.box(-1), Boolean.box(false), Int.box(3), "", "", "",
+        Double.box(120.0), Double.box(120.0), Int.box(3), Boolean.box(false),
+        Boolean.box(false), "max_iter: 5", "auto", Int.box(2), "linearLr", Double.box(30.0),
+        Double.box(60.0), Int.box(4))
+      assert(call(threads, "cpuThreads") === Int.box(4))
     }
   }
 
