@@ -117,8 +117,9 @@ object Options {
       |                       N workers and grow back when the slots return (default: all)
       |  -elasticScaling S    keepGlobalBatch (default: the same global batch through
       |                       iter_size or the batch) or linearLr (lr scaled by the workers)
-      |  -cpuThreads N        CPU threads per worker (default: OMP_NUM_THREADS, else the
-      |                       executor's cores with one worker on it, else spark.task.cpus)
+      |  -cpuThreads N        CPU threads per worker (default: spark.executorEnv.
+      |                       OMP_NUM_THREADS, else the executor's cores with one worker
+      |                       on it, else spark.task.cpus)
       |  -persistent          accepted, no effect: the tasks keep their data in memory
       |  -resize              resize input images to the data layer's height and width
       |  -skipCorrupt         leave out rows whose image cannot be decoded (logged) rather

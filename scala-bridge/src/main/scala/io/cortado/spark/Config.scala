@@ -86,7 +86,7 @@ import io.cortado.cli.Options
  *                   it stops at its next snapshot to grow, or at once with a snapshot of its own
  *                   when the next is further away than this
  * @param cpuThreads CPU threads of each worker's training on the CPU (-cpuThreads); 0 (the
- *                   default): OMP_NUM_THREADS where the executor's environment sets it, else
+ *                   default): spark.executorEnv.OMP_NUM_THREADS where the user sets it, else
  *                   the executor's cores when it runs one training task, else spark.task.cpus
  *                   (see docs/spark.md, "CPU threads")
  */

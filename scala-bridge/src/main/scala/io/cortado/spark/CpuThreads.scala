@@ -16,8 +16,8 @@ private[spark] object CpuThreads {
   final case class Choice(threads: Int, why: String)
 
   /**
-   * In order: `configured` (Config.cpuThreads / -cpuThreads) when positive; the executor's
-   * OMP_NUM_THREADS (`ompEnv`) when it is a positive number; the executor's cores
+   * In order: `configured` (Config.cpuThreads / -cpuThreads) when positive; OMP_NUM_THREADS
+   * where the user set it (`ompEnv`, see [[userOmpThreads]]) when it is a positive number; the executor's cores
    * (`executorCores`) when this run has one training task on the executor (`tasksHere`);
    * else the task's cores (`taskCpus`, spark.task.cpus).
    */
@@ -36,6 +36,16 @@ private[spark] object CpuThreads {
       Choice(cpus, s"spark.task.cpus $cpus, $tasksHere training tasks on this executor")
     }
   }
+
+  /**
+   * The executor's OMP_NUM_THREADS (`env`) where the user chose it: in local mode (the driver's
+   * JVM, started by the user) or through spark.executorEnv.OMP_NUM_THREADS. Spark (3.4 and later)
+   * gives every executor it starts OMP_NUM_THREADS = spark.task.cpus unless that setting is
+   * there; taken as the user's, it would hold an executor of 4 cores running one training task
+   * to 1 thread.
+   */
+  def userOmpThreads(env: Option[String], conf: SparkConf, executorId: String): Option[String] =
+    env.filter(_ => executorId == "driver" || conf.contains("spark.executorEnv.OMP_NUM_THREADS"))
 
   /** An executor's cores and where the number comes from. */
   final case class ExecutorCores(cores: Int, source: String)

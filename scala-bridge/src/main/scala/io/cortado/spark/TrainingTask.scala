@@ -65,7 +65,8 @@ private[spark] object TrainingTask {
       try {
         val solver = NativeLib.solverInfo(conf.solverText, conf.solverSource)
         // The worker's share of the executor's cores, not every core of the host.
-        val cpu = CpuThreads.choose(workers.cpuThreads, sys.env.get("OMP_NUM_THREADS"),
+        val cpu = CpuThreads.choose(workers.cpuThreads, CpuThreads.userOmpThreads(
+            sys.env.get("OMP_NUM_THREADS"), SparkEnv.get.conf, SparkEnv.get.executorId),
           TaskContext.get().cpus(), CpuThreads.executorCores(SparkEnv.get.conf,
             Runtime.getRuntime.availableProcessors()),
           joined.map(_.peers.count(_.executor == SparkEnv.get.executorId)).getOrElse(1))

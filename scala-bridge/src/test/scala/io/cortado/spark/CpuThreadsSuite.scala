@@ -35,6 +35,15 @@ class CpuThreadsSuite extends AnyFunSuite with PerTest {
     assert(CpuThreads.choose(0, None, 0, four, 3).threads === 1)
   }
 
+  test("OMP_NUM_THREADS counts where the user set it, not where Spark gave every executor one") {
+    val plain = new SparkConf(false)
+    assert(CpuThreads.userOmpThreads(Some("1"), plain, "3") === None)
+    assert(CpuThreads.userOmpThreads(Some("2"), plain, "driver") === Some("2"))
+    val set = new SparkConf(false).set("spark.executorEnv.OMP_NUM_THREADS", "2")
+    assert(CpuThreads.userOmpThreads(Some("2"), set, "3") === Some("2"))
+    assert(CpuThreads.userOmpThreads(None, set, "3") === None)
+  }
+
   test("the executor's cores: spark.executor.cores, else the master's, else the JVM's") {
     def of(pairs: (String, String)*): ExecutorCores = {
       val conf = new SparkConf(false)
