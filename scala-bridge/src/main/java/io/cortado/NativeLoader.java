@@ -13,8 +13,9 @@ import java.security.NoSuchAlgorithmException;
 
 /**
  * Loads Cortado's native libraries, libcortado_preload.so, libcortado.so and then
- * libcortado_jni.so, once per class loader. The first only keeps UCX (which libcortado.so links)
- * from taking the JVM's fault signals as it loads (jni/preload.cpp).
+ * libcortado_jni.so, once per class loader. The first sets the environment the others read as
+ * they start: it keeps UCX (which libcortado.so links) from taking the JVM's fault signals, and
+ * makes OpenMP's idle threads passive (cpp/core/preload.cpp).
  *
  * <p>Where from: the directory named by the system property {@value #NATIVE_DIR_PROPERTY} when it
  * is set (a developer's CMake build, or an installation: the directory must hold every library);
