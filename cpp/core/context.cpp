@@ -25,6 +25,7 @@ extern "C" void openblas_set_num_threads(int num_threads);
 extern "C" int openblas_get_num_threads(void);
 extern "C" const char* cortado_openmp_wait();  // core/preload.cpp
 extern "C" int cortado_openmp_wait_restart();  // core/preload.cpp
+extern "C" void cortado_openmp_wait_set();     // core/preload.cpp
 
 namespace cortado {
 
@@ -138,8 +139,7 @@ std::string Context::OpenMpWait() { return cortado_openmp_wait(); }
 
 void RestartForOpenMpWait(char** argv) {
   if (cortado_openmp_wait_restart() == 0) return;
-  ::setenv("OMP_WAIT_POLICY", "passive", /*overwrite=*/1);
-  ::setenv("CORTADO_OPENMP_WAIT", "1", /*overwrite=*/1);
+  cortado_openmp_wait_set();
   ::execv("/proc/self/exe", argv);
   // Not restarted: go on with OpenMP's default.
   ::unsetenv("OMP_WAIT_POLICY");

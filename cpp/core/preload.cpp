@@ -12,8 +12,8 @@
 // loops than with the default spin; bench/RESULTS.md, "CPU training on shared cores"). OpenBLAS and
 // oneDNN (Debian's builds) run on the same OpenMP runtime. Where libgomp started before this
 // library (a program linked with libcortado.so starts every library it links before any constructor
-// runs), setting it here is too late: such a program calls Context::RestartForOpenMpWait first
-// thing (the cortado tool does).
+// runs), setting it here is too late: such a program calls RestartForOpenMpWait
+// (core/openmp_wait.hpp) first thing (the cortado tool does).
 //
 // UCX in a JVM: UCX's libucs installs handlers for SIGSEGV, SIGBUS, SIGILL and SIGFPE as it
 // loads, unless UCX_ERROR_SIGNALS says otherwise; the JVM faults on purpose (null checks,
@@ -24,6 +24,13 @@
 
 #include <cstdio>
 #include <cstdlib>
+
+// Sets Cortado's OpenMP waits in the environment (passive), marked as Cortado's: here before
+// OpenMP starts, or by RestartForOpenMpWait before the program starts again.
+extern "C" __attribute__((visibility("default"))) void cortado_openmp_wait_set() {
+  ::setenv("OMP_WAIT_POLICY", "passive", /*overwrite=*/1);
+  ::setenv("CORTADO_OPENMP_WAIT", "1", /*overwrite=*/1);
+}
 
 namespace {
 
@@ -46,8 +53,7 @@ __attribute__((constructor)) void SetTheEnvironment() {
     std::snprintf(g_openmp_wait, sizeof g_openmp_wait,
                   "OpenMP's default (it started before Cortado could set OMP_WAIT_POLICY)");
   } else {
-    ::setenv("OMP_WAIT_POLICY", "passive", /*overwrite=*/0);
-    ::setenv("CORTADO_OPENMP_WAIT", "1", /*overwrite=*/1);
+    cortado_openmp_wait_set();
     std::snprintf(g_openmp_wait, sizeof g_openmp_wait, "OMP_WAIT_POLICY=passive, set by Cortado");
   }
   if (::dlsym(RTLD_DEFAULT, "JNI_GetCreatedJavaVMs") != nullptr) {
