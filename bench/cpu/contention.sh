@@ -31,22 +31,9 @@ CORES=$(nproc)
   echo "no torch in $PYTHON: apt-get install python3-torch" >&2; exit 1; }
 
 TMP=$(mktemp -d)
-loops=()
-stop_loops() {
-  if ((${#loops[@]})); then
-    kill "${loops[@]}" 2>/dev/null || true
-    wait "${loops[@]}" 2>/dev/null || true  # their status is SIGTERM's
-  fi
-  loops=()
-}
+# shellcheck source=bench/busy_loops.sh
+source "$ROOT/bench/busy_loops.sh"
 trap 'stop_loops; rm -rf "$TMP"' EXIT
-start_loops() {
-  local i
-  for ((i = 0; i < $1; ++i)); do
-    bash -c 'while :; do :; done' &
-    loops+=("$!")
-  done
-}
 
 iters_of() {  # net base name
   local spec

@@ -16,26 +16,16 @@ source bench/spark/common.sh
 prepare_data
 
 work=$(mktemp -d)
-loops=()
-stop_loops() {
-  if ((${#loops[@]})); then
-    kill "${loops[@]}" 2>/dev/null || true
-    wait "${loops[@]}" 2>/dev/null || true  # their status is SIGTERM's
-  fi
-  loops=()
-}
+source bench/busy_loops.sh
 trap 'stop_loops; rm -rf "$work"' EXIT
 sed '0,/batch_size: 64/s//batch_size: 32/' examples/spark-fashion-mnist/lenet_cos_train_test.prototxt \
   >"$work/net.prototxt"
 solver "$work/net.prototxt" >"$work/solver.prototxt"
 
 run() {  # log, busy loops, extra flags...
-  local log=$1 n=$2 i
+  local log=$1 n=$2
   shift 2
-  for ((i = 0; i < n; ++i)); do
-    bash -c 'while :; do :; done' &
-    loops+=("$!")
-  done
+  start_loops "$n"
   "$submit" --master 'local-cluster[2,1,1024]' --driver-memory 1g --executor-memory 1g \
     --executor-cores 1 --driver-java-options "$log4j" --class io.cortado.spark.CortadoOnSpark \
     "$jar" -train -clusterSize 2 -conf "$work/solver.prototxt" \
