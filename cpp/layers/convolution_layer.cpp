@@ -107,22 +107,20 @@ void ConvolutionLayer::BackwardCpu(const std::vector<Tensor*>& top,
   for (size_t i = 0; i < top.size(); ++i) {
     const float* top_diff = top[i]->cpu_diff();
     const bool bias_diff = bias_term_ && param_propagate_down(1);
-    if (param_propagate_down(0) && fast_) {
-      fast_->BackwardWeights(bottom[i]->cpu_data(), top_diff, blobs_[0]->mutable_cpu_diff(),
-                             bias_diff ? blobs_[1]->mutable_cpu_diff() : nullptr);
-    } else {
-      if (bias_diff) BackwardBias(top_diff, blobs_[1]->mutable_cpu_diff(), num_);
-      if (param_propagate_down(0)) {
-        WeightGemm(bottom[i]->cpu_data(), top_diff, blobs_[0]->mutable_cpu_diff(), num_);
-      }
+    if (fast_) {
+      const bool weight_diff = param_propagate_down(0);
+      if (bias_diff && !weight_diff) BackwardBias(top_diff, blobs_[1]->mutable_cpu_diff(), num_);
+      fast_->Backward(bottom[i]->cpu_data(), top_diff, weights,
+                      weight_diff ? blobs_[0]->mutable_cpu_diff() : nullptr,
+                      weight_diff && bias_diff ? blobs_[1]->mutable_cpu_diff() : nullptr,
+                      propagate_down[i] ? bottom[i]->mutable_cpu_diff() : nullptr);
+      continue;
     }
-    if (propagate_down[i]) {
-      if (fast_) {
-        fast_->BackwardData(top_diff, weights, bottom[i]->mutable_cpu_diff());
-      } else {
-        BackwardGemm(top_diff, weights, bottom[i]->mutable_cpu_diff(), num_);
-      }
+    if (bias_diff) BackwardBias(top_diff, blobs_[1]->mutable_cpu_diff(), num_);
+    if (param_propagate_down(0)) {
+      WeightGemm(bottom[i]->cpu_data(), top_diff, blobs_[0]->mutable_cpu_diff(), num_);
     }
+    if (propagate_down[i]) BackwardGemm(top_diff, weights, bottom[i]->mutable_cpu_diff(), num_);
   }
 }
 

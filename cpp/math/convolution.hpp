@@ -45,6 +45,15 @@ class ConvolutionPlan {
   // diff_weights += dL/dweights and diff_bias += dL/dbias (accumulated, as layers do).
   virtual void BackwardWeights(const float* src, const float* diff_dst, float* diff_weights,
                                float* diff_bias) = 0;
+  // Both backward passes of one layer, as BackwardWeights then BackwardData would do them;
+  // either is left out where its output is null (diff_bias alone, without diff_weights, is not
+  // computed here). A plan may share work between the two (the oneDNN plan puts diff_dst in its
+  // blocked layout once for both).
+  virtual void Backward(const float* src, const float* diff_dst, const float* weights,
+                        float* diff_weights, float* diff_bias, float* diff_src) {
+    if (diff_weights != nullptr) BackwardWeights(src, diff_dst, diff_weights, diff_bias);
+    if (diff_src != nullptr) BackwardData(diff_dst, weights, diff_src);
+  }
   // The implementation chosen, for logs ("oneDNN jit:avx2").
   virtual std::string Name() const = 0;
 

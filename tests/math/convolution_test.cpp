@@ -106,6 +106,24 @@ TEST_P(FastConvolutionTest, MatchesDirectConvolution) {
   plan->BackwardWeights(src.data(), diff_dst.data(), diff_wei.data(), diff_bias.data());
   ExpectClose(diff_wei, want_diff_wei, "backward weights");
   if (s.bias) ExpectClose(diff_bias, want_diff_bias, "backward bias");
+
+  // Both passes in one call (diff_dst put in the primitives' layout once): the same gradients,
+  // accumulated onto the weights' again; and each pass alone where the other's output is null.
+  std::vector<float> both_src(src_n, 7.0f), both_wei(diff_wei), both_bias(diff_bias);
+  plan->Backward(src.data(), diff_dst.data(), wei.data(), both_wei.data(), both_bias.data(),
+                 both_src.data());
+  ExpectClose(both_src, want_diff_src, "backward (both passes): data");
+  std::vector<float> twice_wei(wei_n), twice_bias(s.num_output);
+  for (size_t i = 0; i < wei_n; ++i) twice_wei[i] = 2 * want_diff_wei[i] - 0.5f;
+  for (int o = 0; o < s.num_output; ++o) twice_bias[o] = 2 * want_diff_bias[o] - 0.25f;
+  ExpectClose(both_wei, twice_wei, "backward (both passes): weights");
+  if (s.bias) ExpectClose(both_bias, twice_bias, "backward (both passes): bias");
+  std::vector<float> data_only(src_n, 7.0f);
+  plan->Backward(src.data(), diff_dst.data(), wei.data(), nullptr, nullptr, data_only.data());
+  ExpectClose(data_only, want_diff_src, "backward (data alone)");
+  std::vector<float> weights_only(wei_n, 0.5f);
+  plan->Backward(src.data(), diff_dst.data(), wei.data(), weights_only.data(), nullptr, nullptr);
+  ExpectClose(weights_only, want_diff_wei, "backward (weights alone)");
 }
 
 ConvolutionShape Shape(int n, int c, int h, int w, int oc, int k, int pad, int stride, int dilation,

@@ -221,6 +221,34 @@ class OneDnnConvolution final : public ConvolutionPlan {
     }
   }
 
+  void Backward(const float* src, const float* diff_dst, const float* weights, float* diff_weights,
+                float* diff_bias, float* diff_src) override {
+    if (diff_weights == nullptr || diff_src == nullptr ||
+        bwd_weights_pd_.diff_dst_desc() != bwd_data_pd_.diff_dst_desc()) {
+      ConvolutionPlan::Backward(src, diff_dst, weights, diff_weights, diff_bias, diff_src);
+      return;
+    }
+    // One copy of diff_dst in the primitives' layout serves both passes.
+    Operand::Place({&bw_src_, &bw_diff_dst_, &bw_diff_weights_, &bd_weights_, &bd_diff_src_});
+    const memory blocked_diff_dst = bw_diff_dst_.In(diff_dst, stream_);
+    std::unordered_map<int, memory> args = {
+        {DNNL_ARG_SRC, bw_src_.In(src, stream_)},
+        {DNNL_ARG_DIFF_DST, blocked_diff_dst},
+        {DNNL_ARG_DIFF_WEIGHTS, bw_diff_weights_.Target(weight_grad_.data())}};
+    if (shape_.bias) args[DNNL_ARG_DIFF_BIAS] = diff_bias_;
+    backward_weights_.execute(stream_, args);
+    bw_diff_weights_.Out(stream_);
+    backward_data_.execute(stream_, {{DNNL_ARG_DIFF_DST, blocked_diff_dst},
+                                     {DNNL_ARG_WEIGHTS, bd_weights_.In(weights, stream_)},
+                                     {DNNL_ARG_DIFF_SRC, bd_diff_src_.Target(diff_src)}});
+    bd_diff_src_.Out(stream_);
+    stream_.wait();
+    Axpy(weight_count_, 1.0f, weight_grad_.data(), diff_weights);
+    if (shape_.bias && diff_bias != nullptr) {
+      Axpy(shape_.num_output, 1.0f, bias_grad_.data(), diff_bias);
+    }
+  }
+
   std::string Name() const override { return std::string("oneDNN ") + fwd_pd_.impl_info_str(); }
 
  private:
