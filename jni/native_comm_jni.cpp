@@ -91,7 +91,7 @@ JNIEXPORT jbyteArray JNICALL Java_io_cortado_jni_NativeComm_rootRendezvous(JNIEn
 JNIEXPORT jlong JNICALL Java_io_cortado_jni_NativeComm_connect(
     JNIEnv* env, jclass, jlong listener, jstring backend, jint rank, jint world, jobjectArray peers,
     jstring token, jint attempt, jbyteArray rendezvous, jint device, jdouble connect_timeout_s,
-    jdouble timeout_s) {
+    jdouble timeout_s, jint first_port, jint last_port) {
   // The listener is this call's, whatever happens.
   std::unique_ptr<comm::TcpListener> owned(
       reinterpret_cast<comm::TcpListener*>(static_cast<intptr_t>(listener)));
@@ -106,6 +106,8 @@ JNIEXPORT jlong JNICALL Java_io_cortado_jni_NativeComm_connect(
     options.device = device;
     options.connect_timeout_s = connect_timeout_s;
     options.timeout_s = timeout_s;
+    options.first_port = first_port;
+    options.last_port = last_port;
     // Null: nothing from rank 0.
     comm::SetRootRendezvous(
         rendezvous == nullptr ? std::string() : jni::ToBytes(env, rendezvous, "rendezvous"),

@@ -58,9 +58,10 @@ struct Flags {
 };
 
 Flags ParseFlags(int argc, char** argv) {
-  static const char* const kKnown[] = {
-      "backend",     "rank",    "world", "peers",   "min-bytes",  "max-bytes", "iters", "warmup",
-      "chunk-bytes", "timeout", "token", "threads", "mpi-native", "help",      "wire"};
+  static const char* const kKnown[] = {"backend",     "rank",      "world", "peers",
+                                       "min-bytes",   "max-bytes", "iters", "warmup",
+                                       "chunk-bytes", "timeout",   "token", "threads",
+                                       "mpi-native",  "help",      "wire",  "algorithm"};
   Flags flags;
   for (int i = 1; i < argc; ++i) {
     std::string arg = argv[i];
@@ -244,6 +245,8 @@ comm::CommOptions BaseOptions(const Flags& flags, const Settings& s) {
   options.timeout_s = timeout;
   options.connect_timeout_s = timeout;
   if (s.chunk_bytes > 0) options.chunk_bytes = s.chunk_bytes;
+  options.allreduce_algorithm = flags.Get("algorithm", "auto");
+  options.hierarchical = flags.Get("hierarchical", "true") != "false";
   return options;
 }
 
@@ -378,6 +381,8 @@ int Main(int argc, char** argv) {
         "  --threads=N [--backend=tcp|ucx] | --backend=mpi | --mpi-native\n"
         "  [--min-bytes=4K] [--max-bytes=256M] [--iters=auto|N] [--warmup=N]\n"
         "  [--chunk-bytes=1M] [--timeout=120] [--token=T] [--wire=float32|bfloat16|float16]\n"
+        "  [--algorithm=auto|ring|doubling] (tcp: how AllReduce moves each size)\n"
+        "  [--hierarchical=true|false] (tcp: within each host first, where ranks share hosts)\n"
         "%s\n",
         argv[0],
         CORTADO_WITH_UCX ? "ucx: UCX_TLS picks its transports (e.g. tcp; sm,self)"

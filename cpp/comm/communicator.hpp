@@ -8,7 +8,9 @@
 // Backends register by name in core/registry.hpp's way; CreateCommunicator picks one.
 //
 // Every rank calls the same operations in the same order. An operation either completes on every
-// rank or throws on every rank that reaches it: a peer that is gone, or that moves nothing for
+// rank or throws on every rank that reaches it (one exception: in tcp's recursive doubling a
+// rank may still receive what a partner sent before that partner failed, complete the call, and
+// fail at the next one): a peer that is gone, or that moves nothing for
 // CommOptions::timeout_s, ends the call with kComm or kTimeout naming that peer's rank and host;
 // Abort (from any thread) ends blocked and later calls with kAborted at once. After a failure the
 // communicator is broken: every later call throws the first error again.
@@ -48,6 +50,33 @@ struct CommOptions {
   // tcp: the pipelining unit of the ring (bytes received are summed in pieces of this size while
   // the next ones arrive).
   size_t chunk_bytes = size_t{1} << 20;
+  // tcp: how AllReduce moves a buffer. "ring": always the ring. "doubling": always recursive
+  // doubling, log2 N steps that each swap the whole buffer with one partner over connections of
+  // its own (made while the communicator is built; a world that is not a power of two first
+  // folds its last ranks into the first). "auto": doubling where its modelled time is below the
+  // ring's, each step costing latency_bytes plus the bytes it moves (ring: 2 (N - 1) steps of
+  // 1/N of the buffer; doubling: log2 N steps of all of it, two more when folding), and never
+  // above doubling_max_bytes. latency_bytes is a step's fixed cost in bytes of the link's rate
+  // (its latency times its rate): the default, 32 KiB, is 25 us at 10 Gbit/s; measured between
+  // network namespaces, 18-24 us at 10 Gbit/s and 12-40 us at 1 Gbit/s (bench/RESULTS.md,
+  // "Recursive doubling"), so on 1 Gbit/s links about 3 KiB fits better.
+  std::string allreduce_algorithm = "auto";
+  size_t latency_bytes = size_t{32} << 10;
+  size_t doubling_max_bytes = size_t{1} << 20;
+  // tcp: when ranks share hosts (the same host in their peers entries) and there are two hosts
+  // or more, AllReduce goes in three stages: the ranks of each host sum among themselves (a
+  // ring over the host's own address), the first rank of each host sums with the other hosts'
+  // (a ring, or doubling as above, of one rank per host), and hands the sum back to its host's
+  // ranks. false: one ring of every rank.
+  bool hierarchical = true;
+  // tcp: the ports recursive doubling and the hierarchy's rings listen on (one per partner or
+  // ring, on this rank's peers host):
+  // the first free ones of first_port..last_port, as the peers' own for hosts whose firewalls
+  // open a range; 0..0 for any free ephemeral port.
+  int first_port = 0;
+  int last_port = 0;
+  // tcp: how messages name each rank, in rank order ("rank 3 (10.0.0.4:4000)" when empty).
+  std::vector<std::string> rank_names;
   // mpi outside mpirun: the name of rank 0's port (MPI_Open_port), handed to the other ranks by
   // the caller's rendezvous; empty: the ranks meet through ompi-server's name service
   // (MPI_Publish_name under a service named after the token).

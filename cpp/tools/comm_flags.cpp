@@ -56,6 +56,15 @@ std::vector<FlagSpec> CommFlagSpecs() {
       {"token", "", "the job's token: ranks with another are refused (default: from --peers)"},
       {"comm_timeout", "120", "seconds a collective may wait for a silent peer"},
       {"connect_timeout", "60", "seconds to wait for every rank to join"},
+      {"allreduce", "auto",
+       "tcp: how a buffer is summed: ring, doubling (recursive doubling: log2 N steps of the "
+       "whole buffer) or auto (doubling where it is modelled faster: small buffers)"},
+      {"hierarchical", "true",
+       "tcp: where ranks share hosts (their --peers hosts), sum within each host first, then "
+       "between one rank per host"},
+      {"latency_kb", "32",
+       "tcp, with --allreduce=auto: a step's fixed cost in KB of the link's rate (its latency "
+       "times its rate; about 3 on 1 Gbit/s, 32 on 10 Gbit/s)"},
       {"bucket_mb", "25", "the size of a gradient bucket, in MB"},
       {"overlap", "true", "exchange gradient buckets while backward runs"},
       {"exchange_precision", "auto",
@@ -115,6 +124,15 @@ comm::CommOptions CommOptionsFromFlags(const Flags& flags,
                   options.peers.size(), options.peers.size() == 1 ? "" : "es", options.world_size);
   }
   options.token = flags.IsSet("token") ? flags.Get("token") : "cortado:" + flags.Get("peers");
+  options.allreduce_algorithm = flags.Get("allreduce");
+  if (options.allreduce_algorithm != "auto" && options.allreduce_algorithm != "ring" &&
+      options.allreduce_algorithm != "doubling") {
+    CORTADO_THROW(kInvalidArgument, "--allreduce must be auto, ring or doubling, got '{}'",
+                  options.allreduce_algorithm);
+  }
+  options.hierarchical = flags.GetBool("hierarchical");
+  const double latency_kb = ParsePositive(flags, "latency_kb", "a positive number of KB");
+  options.latency_bytes = static_cast<size_t>(latency_kb * 1024);
   return options;
 }
 

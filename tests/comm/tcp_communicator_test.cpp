@@ -136,7 +136,9 @@ TEST(TcpCommunicatorTest, AllReduceOnASixteenBitWireSumsInTheRingsOrder) {
       SCOPED_TRACE(std::string(WireTypeName(wire)) + ", " + std::to_string(n) + " ranks");
       LoopbackRing ring(n);
       const auto outcomes = testing::RunRanksAsThreads(n, [&](int rank) {
-        auto comm = ring.Join(rank);
+        CommOptions options = ring.Options(rank);
+        options.allreduce_algorithm = "ring";  // recursive doubling: tcp_doubling_test.cpp
+        auto comm = ring.Join(options);
         Expect(comm->SupportsWire(wire), "tcp carries a 16-bit wire");
         Digest digest;
         for (size_t count : {size_t{0}, size_t{1}, size_t{7}, size_t{1001}, size_t{300000}}) {

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -90,6 +91,40 @@ TEST(TrainDistributedTest, TwoProcessesTrainOverTcpAndOnlyRankZeroSpeaksAndSnaps
   EXPECT_TRUE(std::filesystem::exists(dir / "snap_iter_6.solverstate"));
 }
 
+// The losses of "Iteration k (...), loss = X" lines, in order.
+std::vector<double> Losses(const std::string& output) {
+  std::vector<double> losses;
+  const std::string key = "), loss = ";
+  for (size_t at = output.find(key); at != std::string::npos; at = output.find(key, at + 1)) {
+    losses.push_back(std::stod(output.substr(at + key.size())));
+  }
+  return losses;
+}
+
+// --allreduce=doubling (every exchange by recursive doubling, three ranks folding one in) trains
+// as the ring does: the same losses to float rounding (the sums are added in another order).
+TEST(TrainDistributedTest, RecursiveDoublingTrainsAsTheRingDoes) {
+  std::vector<std::vector<double>> losses;
+  for (const char* algorithm : {"--allreduce=ring", "--allreduce=doubling"}) {
+    TempDir dir;
+    const std::vector<CliResult> r = RunRanks(WriteSolver(dir, 8, 0), 3, {algorithm});
+    for (int k = 0; k < 3; ++k) ASSERT_EQ(r[k].exit_code, 0) << algorithm << r[k].output;
+    losses.push_back(Losses(r[0].output));
+    if (std::string(algorithm) == "--allreduce=doubling") {
+      EXPECT_TRUE(
+          r[0].Contains("rank 0 swaps with ranks 1, 2 in allreduces by recursive "
+                        "doubling (always: every allreduce)"))
+          << r[0].output;
+    }
+  }
+  ASSERT_EQ(losses[0].size(), 8u);
+  ASSERT_EQ(losses[1].size(), losses[0].size());
+  for (size_t i = 0; i < losses[0].size(); ++i) {
+    EXPECT_NEAR(losses[1][i], losses[0][i], 1e-5 * std::max(1.0, std::fabs(losses[0][i])))
+        << "iteration " << i + 1;
+  }
+}
+
 // --exchange_precision=bfloat16: the ranks say what the gradients travel as, and train.
 TEST(TrainDistributedTest, GradientsTravelAsBFloat16WhenAsked) {
   TempDir dir;
@@ -158,6 +193,10 @@ TEST(TrainDistributedTest, FlagsThatDoNotMakeAWorldAreErrors) {
       {{"--world=2", "--rank=0", "--comm_timeout=-1"}, "--comm_timeout must be"},
       {{"--world=2", "--rank=0", "--peers=127.0.0.1:1,127.0.0.1:2", "--exchange_precision=fp8"},
        "--exchange_precision must be auto, float32, bfloat16 or float16, got 'fp8'"},
+      {{"--world=2", "--rank=0", "--peers=127.0.0.1:1,127.0.0.1:2", "--allreduce=tree"},
+       "--allreduce must be auto, ring or doubling, got 'tree'"},
+      {{"--world=2", "--rank=0", "--peers=127.0.0.1:1,127.0.0.1:2", "--latency_kb=0"},
+       "--latency_kb must be"},
   };
   for (const Case& c : cases) {
     std::vector<std::string> args = {"train", solver};

@@ -30,6 +30,7 @@ class NcclCommunicator final : public Communicator {
       : Communicator(options.rank, options.world_size), options_(options) {
     CommOptions boot = options;
     boot.backend = "tcp";
+    boot.allreduce_algorithm = "ring";  // set-up only: no connections for recursive doubling
     bootstrap_ = CreateCommunicator(boot);
     ncclUniqueId id;
     if (!options.nccl_id.empty()) {

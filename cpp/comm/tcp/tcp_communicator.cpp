@@ -44,6 +44,23 @@
 //     element is summed once, in the order of the ring starting at its segment's first rank,
 //     by the rank that then owns it; the all-gather copies those bits to everyone, so the
 //     ranks end bit-identical.
+//   AllReduce by recursive doubling (CommOptions::allreduce_algorithm; small buffers): with p the
+//     largest power of two not above N, rank r >= p first hands its buffer to rank r - p, which
+//     adds it; then at level k = 0, 1, ... each rank r < p swaps its whole buffer with rank
+//     r ^ 2^k and adds the partner's to its own; finally rank r - p sends the sum back. Each
+//     pair has a two-rank tcp communicator of its own (its own listener, port sent round the
+//     ring once, token "<token>/doubling"), made with the ring; a swap is that pair's AllGather.
+//     Float addition is commutative, so both ends of a swap hold the same bits after it, and
+//     every rank ends bit-identical; the order of the additions is not the ring's, so the two
+//     algorithms agree to float rounding, not bit for bit.
+//   AllReduce across hosts (CommOptions::hierarchical, where ranks share hosts and there are
+//     two hosts or more): the ranks of each host (by the host of their peers entries) form a
+//     ring of their own, and the first rank of each host a ring of the hosts (with recursive
+//     doubling as above for small buffers); a call sums within each host, then across the
+//     hosts, then each host's first rank broadcasts the sum to its host. Made, like the pairs,
+//     while the communicator is built (ports sent round the ring once; tokens "<token>/host"
+//     and "<token>/hosts"). Every rank ends with its host's first rank's bits, which are the
+//     same on every host.
 //   Broadcast: root sends, every other rank forwards what arrives, except root's prev.
 //   AllGather: N - 1 steps; each block travels as a u64 big-endian length and its bytes.
 //   Barrier: an AllGather of empty blocks.
@@ -61,6 +78,7 @@
 #include <array>
 #include <cerrno>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <mutex>
 #include <new>
@@ -298,10 +316,43 @@ void AddAllReducePieces(RingTransfer* transfer, int n, int r, const At& at, cons
   }
 }
 
+enum class Algorithm { kRing, kDoubling, kAuto };
+
+Algorithm ParseAlgorithm(const std::string& name) {
+  if (name == "ring") return Algorithm::kRing;
+  if (name == "doubling") return Algorithm::kDoubling;
+  if (name == "auto") return Algorithm::kAuto;
+  CORTADO_THROW(kInvalidArgument,
+                "tcp: allreduce_algorithm must be ring, doubling or auto, not '{}'", name);
+}
+
+// Whether recursive doubling moves an allreduce of n ranks faster than the ring, by the cost
+// model of CommOptions::allreduce_algorithm: the ring's 2 (n - 1) steps of ring_bytes / n,
+// against log2 p steps of doubling_bytes (p the largest power of two not above n; two steps
+// more when the ranks past p fold in), each step costing latency_bytes more.
+bool DoublingPays(Algorithm algorithm, int n, size_t ring_bytes, size_t doubling_bytes,
+                  size_t latency_bytes, size_t doubling_max_bytes) {
+  if (n <= 1 || algorithm == Algorithm::kRing) return false;
+  if (algorithm == Algorithm::kDoubling) return true;
+  if (doubling_bytes > doubling_max_bytes) return false;
+  int steps = 0, power = 1;
+  while (power * 2 <= n) {
+    power *= 2;
+    ++steps;
+  }
+  if (power < n) steps += 2;
+  const double l = static_cast<double>(latency_bytes);
+  const double ring = 2.0 * (n - 1) * (l + static_cast<double>(ring_bytes) / n);
+  const double doubling = steps * (l + static_cast<double>(doubling_bytes));
+  return doubling < ring;
+}
+
 class TcpCommunicator final : public Communicator {
  public:
+  // `part`: part of another communicator (a pair of MakeDoublingLinks, a ring of
+  // MakeHierarchy), which speaks for it: it logs nothing when built.
   TcpCommunicator(const CommOptions& options, std::vector<HostPort> peers,
-                  std::unique_ptr<TcpListener> listener);
+                  std::unique_ptr<TcpListener> listener, bool part = false);
 
   const char* backend() const override { return "tcp"; }
   std::string Describe() const override {
@@ -316,6 +367,14 @@ class TcpCommunicator final : public Communicator {
   void Abort(const std::string& reason) noexcept override;
   NeighbourSockets Sockets() const { return {links_.send_fd, links_.recv_fd}; }
   std::string WaitingOn(double min_seconds) const override {
+    // A swap of recursive doubling waits on a pair's connections.
+    for (const auto& level : levels_) {
+      if (std::string waiting = level->WaitingOn(min_seconds); !waiting.empty()) return waiting;
+    }
+    for (const TcpCommunicator* sub : {fold_.get(), host_.get(), hosts_.get()}) {
+      if (sub == nullptr) continue;
+      if (std::string waiting = sub->WaitingOn(min_seconds); !waiting.empty()) return waiting;
+    }
     const int64_t since = wait_.since_ns.load();
     if (since == 0) return {};
     const int64_t now =
@@ -369,7 +428,39 @@ class TcpCommunicator final : public Communicator {
   // "rank 2 (10.0.0.3:4000)".
   std::string Name(int rank) const;
 
+  // Recursive doubling: the pair communicators (file comment), made by the constructor.
+  void MakeDoublingLinks(const CommOptions& options);
+  // Whether an allreduce that moves ring_bytes by the ring (its wire values) and doubling_bytes
+  // by doubling (float32 values) takes doubling.
+  bool UseDoubling(size_t ring_bytes, size_t doubling_bytes) const;
+  // AllReduce by recursive doubling, float32 values.
+  void Doubling(float* data, size_t count);
+  // The partners of `q` in the order every rank makes its pair communicators: the levels, then
+  // the fold (rank q + p or q - p).
+  std::vector<int> DoublingPartners(int q) const;
+  // One transfer with this communicator's other rank (a communicator of two ranks): sends
+  // `bytes` from `send` and receives as many into `recv`, either null for none; errors say
+  // "during allreduce".
+  void Exchange(const void* send, void* recv, size_t bytes);
+
+  // The hierarchy of hosts (CommOptions::hierarchical): false when the ranks do not share hosts
+  // or all share one (then nothing is made).
+  bool MakeHierarchy(const CommOptions& options);
+  // AllReduceAs through it: within the host, between the hosts (on `wire`), back to the host.
+  void Hierarchical(float* data, size_t count, WireType wire);
+
+  bool part_ = false;  // part of another communicator (the constructor's `part`)
+  std::unique_ptr<TcpCommunicator> host_;   // this host's ranks (null when it is alone)
+  std::unique_ptr<TcpCommunicator> hosts_;  // every host's first rank (null elsewhere)
+  Algorithm algorithm_ = Algorithm::kRing;
+  size_t latency_bytes_ = 0;
+  size_t doubling_max_bytes_ = 0;
+  int power_ = 1;  // the largest power of two not above size()
+  std::vector<std::unique_ptr<TcpCommunicator>> levels_;  // below power_: level k's pair
+  std::unique_ptr<TcpCommunicator> fold_;                 // with rank r + power_ or r - power_
+  std::vector<float> theirs_;                             // a partner's buffer
   std::vector<HostPort> peers_;
+  std::vector<std::string> rank_names_;
   std::string token_;
   int attempt_;
   double connect_timeout_s_;
@@ -393,15 +484,20 @@ class TcpCommunicator final : public Communicator {
 };
 
 TcpCommunicator::TcpCommunicator(const CommOptions& options, std::vector<HostPort> peers,
-                                 std::unique_ptr<TcpListener> listener)
+                                 std::unique_ptr<TcpListener> listener, bool part)
     : Communicator(options.rank, options.world_size),
       peers_(std::move(peers)),
+      rank_names_(options.rank_names),
       token_(options.token),
       attempt_(options.attempt),
       connect_timeout_s_(options.connect_timeout_s),
       next_((options.rank + 1) % options.world_size),
       prev_((options.rank - 1 + options.world_size) % options.world_size),
       transfer_(options.chunk_bytes) {
+  algorithm_ = ParseAlgorithm(options.allreduce_algorithm);
+  latency_bytes_ = options.latency_bytes;
+  doubling_max_bytes_ = options.doubling_max_bytes;
+  while (power_ * 2 <= size()) power_ *= 2;
   wake_ = UniqueFd(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
   if (!wake_.valid()) CORTADO_THROW(kComm, "eventfd failed: {}", ErrnoText(errno));
   links_.wake_fd = wake_.get();
@@ -428,12 +524,222 @@ TcpCommunicator::TcpCommunicator(const CommOptions& options, std::vector<HostPor
       links_.send_fd = recv_.get();
     }
   }
+  part_ = part;
+  if (part) return;
   CORTADO_LOG_INFO("tcp communicator: rank {} of {}, next {}, prev {}{}", rank(), size(),
                    peers_[next_].ToString(), peers_[prev_].ToString(),
                    shared_connection_ ? ", one connection both ways" : "");
+  // Two ranks swap over the ring's own connections (its AllGather); more need links of their own.
+  if (options.hierarchical && MakeHierarchy(options)) return;
+  if (algorithm_ != Algorithm::kRing && size() > 2) MakeDoublingLinks(options);
+}
+
+bool TcpCommunicator::MakeHierarchy(const CommOptions& options) {
+  const int n = size(), r = rank();
+  std::vector<std::string> hosts;  // in the order of their first rank
+  std::vector<int> host_of(n);
+  for (int q = 0; q < n; ++q) {
+    const auto at = std::find(hosts.begin(), hosts.end(), peers_[q].host);
+    host_of[q] = static_cast<int>(at - hosts.begin());
+    if (at == hosts.end()) hosts.push_back(peers_[q].host);
+  }
+  const int host_count = static_cast<int>(hosts.size());
+  if (host_count < 2 || host_count == n) return false;
+  std::vector<int> mine, firsts;  // this host's ranks; every host's first rank
+  for (int q = 0; q < n; ++q) {
+    if (host_of[q] == host_of[r]) mine.push_back(q);
+  }
+  for (int h = 0; h < host_count; ++h) {
+    firsts.push_back(
+        static_cast<int>(std::find(host_of.begin(), host_of.end(), h) - host_of.begin()));
+  }
+  const bool first = mine.front() == r;
+  const std::string context = fmt::format("rank {}: the hierarchy of hosts", r);
+  auto open = [&] {
+    return WithContext(context, [&] {
+      return TcpListener::OpenInRange(peers_[r].host, options.first_port, options.last_port);
+    });
+  };
+  std::unique_ptr<TcpListener> host_listener = mine.size() > 1 ? open() : nullptr;
+  std::unique_ptr<TcpListener> hosts_listener = first ? open() : nullptr;
+  const std::vector<std::string> ports =
+      AllGather(fmt::format("{},{}", host_listener ? host_listener->port() : 0,
+                            hosts_listener ? hosts_listener->port() : 0));
+  auto port_of = [&](int q, int which) {
+    const std::string& both = ports[q];
+    const size_t comma = both.find(',');
+    const std::string text = which == 0 ? both.substr(0, comma) : both.substr(comma + 1);
+    if (comma == std::string::npos || text.empty() || text.size() > 5 ||
+        text.find_first_not_of("0123456789") != std::string::npos || std::stoi(text) == 0) {
+      CORTADO_THROW(kComm, "{} announced no port for the hierarchy of hosts (protocol error)",
+                    Name(q));
+    }
+    return std::stoi(text);
+  };
+  auto ring_of = [&](const std::vector<int>& members, int which, const std::string& token,
+                     const std::string& algorithm, std::unique_ptr<TcpListener> listener) {
+    CommOptions sub = options;
+    sub.world_size = static_cast<int>(members.size());
+    sub.rank = static_cast<int>(std::find(members.begin(), members.end(), r) - members.begin());
+    sub.token = options.token + token;
+    sub.allreduce_algorithm = algorithm;
+    sub.hierarchical = false;
+    sub.rank_names.clear();
+    std::vector<HostPort> ends;
+    for (int q : members) {
+      sub.rank_names.push_back(Name(q));
+      ends.push_back({peers_[q].host, port_of(q, which)});
+    }
+    return WithContext(context, [&] {
+      auto comm =
+          std::make_unique<TcpCommunicator>(sub, std::move(ends), std::move(listener), true);
+      // Its own pairs of recursive doubling, for small buffers between the hosts.
+      if (comm->algorithm_ != Algorithm::kRing && comm->size() > 2) comm->MakeDoublingLinks(sub);
+      return comm;
+    });
+  };
+  if (mine.size() > 1) host_ = ring_of(mine, 0, "/host", "ring", std::move(host_listener));
+  if (first) {
+    hosts_ = ring_of(firsts, 1, "/hosts", options.allreduce_algorithm, std::move(hosts_listener));
+  }
+  CORTADO_LOG_INFO(
+      "tcp communicator: rank {} sums across {} hosts in three stages: within its host ({} "
+      "rank{}: {}), {}, then back to its host",
+      r, host_count, mine.size(), mine.size() == 1 ? "" : "s", fmt::join(mine, ", "),
+      first ? fmt::format("between the hosts' first ranks ({}{})", fmt::join(firsts, ", "),
+                          hosts_->levels_.empty() && hosts_->fold_ == nullptr
+                              ? ""
+                              : "; small buffers by recursive doubling")
+            : fmt::format("rank {} between the hosts", mine.front()));
+  return true;
+}
+
+void TcpCommunicator::Hierarchical(float* data, size_t count, WireType wire) {
+  const size_t bytes = count * sizeof(float);
+  if (host_ != nullptr) host_->AllReduce(data, count);
+  if (hosts_ != nullptr) hosts_->AllReduceAs(data, count, wire);
+  if (host_ != nullptr) host_->Broadcast(data, bytes, 0);
+}
+
+std::vector<int> TcpCommunicator::DoublingPartners(int q) const {
+  std::vector<int> partners;
+  if (q >= power_) return {q - power_};
+  for (int bit = 1; bit < power_; bit <<= 1) partners.push_back(q ^ bit);
+  if (q + power_ < size()) partners.push_back(q + power_);
+  return partners;
+}
+
+void TcpCommunicator::MakeDoublingLinks(const CommOptions& options) {
+  const int r = rank();
+  const std::vector<int> mine = DoublingPartners(r);
+  std::vector<std::unique_ptr<TcpListener>> listeners;
+  std::string ports;
+  for (size_t i = 0; i < mine.size(); ++i) {
+    listeners.push_back(WithContext(fmt::format("rank {}: recursive doubling", r), [&] {
+      return TcpListener::OpenInRange(peers_[r].host, options.first_port, options.last_port);
+    }));
+    ports += (i > 0 ? "," : "") + std::to_string(listeners.back()->port());
+  }
+  const std::vector<std::string> announced = AllGather(ports);
+  // The port rank q listens on for its pair with `partner`.
+  auto port_of = [&](int q, int partner) {
+    const std::vector<int> order = DoublingPartners(q);
+    const auto at = std::find(order.begin(), order.end(), partner) - order.begin();
+    std::string_view list = announced[q];
+    for (auto i = at; i > 0; --i) {
+      const size_t comma = list.find(',');
+      if (comma == std::string_view::npos) break;
+      list.remove_prefix(comma + 1);
+    }
+    const std::string port(list.substr(0, list.find(',')));
+    if (port.empty() || port.size() > 5 ||
+        port.find_first_not_of("0123456789") != std::string::npos) {
+      CORTADO_THROW(kComm, "{} announced no port for its pair with rank {} (protocol error)",
+                    Name(q), partner);
+    }
+    return std::stoi(port);
+  };
+  for (size_t i = 0; i < mine.size(); ++i) {
+    const int partner = mine[i];
+    const int low = std::min(r, partner), high = std::max(r, partner);
+    CommOptions pair = options;
+    pair.world_size = 2;
+    pair.rank = r == low ? 0 : 1;
+    pair.token = options.token + "/doubling";
+    pair.allreduce_algorithm = "ring";
+    pair.rank_names = {Name(low), Name(high)};
+    std::vector<HostPort> ends = {{peers_[low].host, port_of(low, high)},
+                                  {peers_[high].host, port_of(high, low)}};
+    auto comm =
+        WithContext(fmt::format("rank {}: recursive doubling with {}", r, Name(partner)), [&] {
+          return std::make_unique<TcpCommunicator>(pair, std::move(ends), std::move(listeners[i]),
+                                                   true);
+        });
+    if (std::abs(partner - r) == power_) {
+      fold_ = std::move(comm);
+    } else {
+      levels_.push_back(std::move(comm));
+    }
+  }
+  if (part_) return;  // the hierarchy's log line speaks for it
+  CORTADO_LOG_INFO(
+      "tcp communicator: rank {} swaps with rank{} {} in allreduces by recursive "
+      "doubling ({}: {})",
+      r, mine.size() == 1 ? "" : "s", fmt::join(mine, ", "),
+      algorithm_ == Algorithm::kAuto ? "auto" : "always",
+      algorithm_ == Algorithm::kAuto ? "where the cost model says it is faster"
+                                     : "every allreduce");
+}
+
+bool TcpCommunicator::UseDoubling(size_t ring_bytes, size_t doubling_bytes) const {
+  return DoublingPays(algorithm_, size(), ring_bytes, doubling_bytes, latency_bytes_,
+                      doubling_max_bytes_);
+}
+
+void TcpCommunicator::Exchange(const void* send, void* recv, size_t bytes) {
+  Guarded([&] {
+    transfer_.Reset();
+    transfer_.set_wire(WireType::kFloat32);
+    if (send != nullptr) transfer_.sends().push_back({static_cast<const char*>(send), bytes, -1});
+    if (recv != nullptr) {
+      transfer_.recvs().push_back({static_cast<char*>(recv), bytes, /*sum=*/false});
+    }
+    transfer_.Run(links_, "allreduce");
+  });
+}
+
+void TcpCommunicator::Doubling(float* data, size_t count) {
+  const int r = rank();
+  const size_t bytes = count * sizeof(float);
+  theirs_.resize(count);
+  // data += what a partner sent (two buffers: the bytes sent are read while others arrive).
+  auto add = [&] {
+    for (size_t i = 0; i < count; ++i) data[i] += theirs_[i];
+  };
+  if (size() == 2) {  // one swap over the ring's own connections
+    Exchange(data, theirs_.data(), bytes);
+    add();
+    return;
+  }
+  if (r >= power_) {  // folded: hand the buffer over, take the sum back
+    fold_->Exchange(data, nullptr, bytes);
+    fold_->Exchange(nullptr, data, bytes);
+    return;
+  }
+  if (fold_ != nullptr) {
+    fold_->Exchange(nullptr, theirs_.data(), bytes);
+    add();
+  }
+  // Both ends of a swap add the other's buffer to their own: the same sum, bit for bit.
+  for (const auto& level : levels_) {
+    level->Exchange(data, theirs_.data(), bytes);
+    add();
+  }
+  if (fold_ != nullptr) fold_->Exchange(data, nullptr, bytes);
 }
 
 std::string TcpCommunicator::Name(int rank) const {
+  if (static_cast<size_t>(rank) < rank_names_.size()) return rank_names_[rank];
   return fmt::format("rank {} ({})", rank, peers_[rank].ToString());
 }
 
@@ -760,7 +1066,9 @@ void TcpCommunicator::Fail(const Error& error) {
   }
   ShutdownSockets();
   if (!was_broken) {
-    CORTADO_LOG_WARN("tcp communicator rank {} is broken: {}", rank(), error.what());
+    CORTADO_LOG_WARN("tcp communicator of {} is broken: {}",
+                     rank_names_.empty() ? fmt::format("rank {}", rank()) : Name(rank()),
+                     error.what());
   }
   throw *first;
 }
@@ -770,6 +1078,11 @@ void TcpCommunicator::ShutdownSockets() noexcept {
   // must not be reused under it. The peers see the connections end at once.
   if (send_.valid()) ::shutdown(send_.get(), SHUT_RDWR);
   if (recv_.valid()) ::shutdown(recv_.get(), SHUT_RDWR);
+  // The pairs of recursive doubling (fixed once built) go down with the ring.
+  for (const auto& pair : levels_) pair->Abort("the ring's communicator failed");
+  if (fold_ != nullptr) fold_->Abort("the ring's communicator failed");
+  if (host_ != nullptr) host_->Abort("the ring's communicator failed");
+  if (hosts_ != nullptr) hosts_->Abort("the ring's communicator failed");
 }
 
 void TcpCommunicator::Abort(const std::string& reason) noexcept {
@@ -790,6 +1103,8 @@ void TcpCommunicator::AllReduce(float* data, size_t count) {
   Guarded([&] {
     const int n = size();
     if (n == 1 || count == 0) return;
+    if (host_ != nullptr || hosts_ != nullptr) return Hierarchical(data, count, WireType::kFloat32);
+    if (UseDoubling(count * sizeof(float), count * sizeof(float))) return Doubling(data, count);
     const RingSegments segments(count, n);
     auto at = [&](int i) { return reinterpret_cast<char*>(data + segments.begin(i)); };
     auto bytes = [&](int i) { return segments.size(i) * sizeof(float); };
@@ -810,6 +1125,22 @@ void TcpCommunicator::AllReduceAs(float* data, size_t count, WireType wire) {
     if (n == 1 || count == 0) return;
     const int r = rank();
     const bool bf16 = wire == WireType::kBFloat16;
+    if (host_ != nullptr || hosts_ != nullptr) return Hierarchical(data, count, wire);
+    if (UseDoubling(count * sizeof(uint16_t), count * sizeof(float))) {
+      // Few bytes: the float32 sum, rounded to the wire type once at the end (one rounding
+      // where the ring has one per step).
+      Doubling(data, count);
+      if (bf16) {
+        for (size_t i = 0; i < count; ++i) {
+          data[i] = math::BFloat16ToFloat(math::FloatToBFloat16(data[i]));
+        }
+      } else {
+        wire_values_.resize(count);
+        math::FloatsToFloat16(data, count, wire_values_.data());
+        math::Float16sToFloats(wire_values_.data(), count, data);
+      }
+      return;
+    }
     // The ring of AllReduce over a copy of the buffer in the wire type: what is sent and
     // received. A summed segment adds the received values to this rank's own float32 ones
     // (`data`) and keeps the rounded sum in the copy, which is what goes on. Only this rank's
@@ -946,6 +1277,15 @@ std::unique_ptr<Communicator> CreateFromOptions(const CommOptions& options) {
 }
 
 }  // namespace
+
+const char* TcpAllReduceAlgorithm(const CommOptions& options, size_t count, WireType wire) {
+  const size_t wire_bytes = wire == WireType::kFloat32 ? sizeof(float) : sizeof(uint16_t);
+  return DoublingPays(ParseAlgorithm(options.allreduce_algorithm), options.world_size,
+                      count * wire_bytes, count * sizeof(float), options.latency_bytes,
+                      options.doubling_max_bytes)
+             ? "doubling"
+             : "ring";
+}
 
 std::optional<NeighbourSockets> TcpNeighbourSockets(const Communicator& comm) {
   const auto* tcp = dynamic_cast<const TcpCommunicator*>(&comm);

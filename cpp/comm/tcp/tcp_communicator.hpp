@@ -76,6 +76,11 @@ class TcpListener {
 std::unique_ptr<Communicator> CreateTcpCommunicator(const CommOptions& options,
                                                     std::unique_ptr<TcpListener> listener);
 
+// "ring" or "doubling": how a tcp communicator built with `options` moves an AllReduceAs of
+// `count` values on `wire` (AllReduce: kFloat32), by CommOptions::allreduce_algorithm and its
+// cost model. kInvalidArgument for an unknown allreduce_algorithm.
+const char* TcpAllReduceAlgorithm(const CommOptions& options, size_t count, WireType wire);
+
 // The sockets of a tcp communicator's connections: to its next rank and from its prev (one
 // socket where a single connection carries both ways; -1 with one rank). A rank whose process
 // ends, or whose communicator is aborted or destroyed, closes its ends, so a transport that

@@ -345,6 +345,7 @@ void UcxCommunicator::SetUp(const CommOptions& options, std::unique_ptr<TcpListe
   const std::string self = fmt::format("ucx rank {}", rank());
   CommOptions boot = options;
   boot.backend = "tcp";
+  boot.allreduce_algorithm = "ring";  // set-up only: no connections for recursive doubling
   bootstrap_ = listener != nullptr ? CreateTcpCommunicator(boot, std::move(listener))
                                    : CreateCommunicator(boot);
 

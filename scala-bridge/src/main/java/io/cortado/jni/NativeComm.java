@@ -70,6 +70,8 @@ public final class NativeComm {
    * @param device the CUDA device of this rank (nccl), or -1
    * @param connectTimeoutSeconds set-up retries until this deadline
    * @param timeoutSeconds a collective fails when no byte moved for this long
+   * @param firstPort with {@code lastPort}: the ports tcp's recursive doubling listens on (the
+   *     first free ones of the range; 0 and 0 for any free port)
    */
   public static native long connect(
       long listener,
@@ -82,7 +84,9 @@ public final class NativeComm {
       byte[] rendezvous,
       int device,
       double connectTimeoutSeconds,
-      double timeoutSeconds);
+      double timeoutSeconds,
+      int firstPort,
+      int lastPort);
 
   /**
    * What the gradients of a trainer built with this communicator travel as between the ranks:

@@ -107,7 +107,8 @@ private[spark] object Rendezvous {
         if (plan.backend == "mpi") Array.empty[String] else peers.map(_.address).toArray
       val comm = NativeComm.connect(taken, plan.backend, rank, plan.count, addresses, plan.token,
         context.stageAttemptNumber(), peers.head.rendezvous, gpus.headOption.getOrElse(-1),
-        plan.connectTimeoutSeconds, plan.timeoutSeconds)
+        plan.connectTimeoutSeconds, plan.timeoutSeconds, plan.network.firstPort,
+        plan.network.lastPort)
       val wire =
         try NativeComm.setExchangePrecision(comm, plan.exchangePrecision)
         catch {

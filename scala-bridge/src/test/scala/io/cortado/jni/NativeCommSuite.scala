@@ -25,7 +25,7 @@ class NativeCommSuite extends AnyFunSuite {
           override def call(): Either[Throwable, T] =
             try {
               val comm = NativeComm.connect(listeners(rank), "tcp", rank, world, peers,
-                tokens(rank), 0, Array.emptyByteArray, -1, 5, 5)
+                tokens(rank), 0, Array.emptyByteArray, -1, 5, 5, 0, 0)
               try Right(body(rank, comm))
               finally NativeComm.dispose(comm)
             } catch {
@@ -101,7 +101,7 @@ class NativeCommSuite extends AnyFunSuite {
     assert(NativeComm.port(listener) > 0)
     NativeComm.closeListener(listener)
     val one = NativeComm.connect(0L, "tcp", 0, 1, Array("127.0.0.1:1"), "t", 0,
-      Array.emptyByteArray, -1, 1, 1)
+      Array.emptyByteArray, -1, 1, 1, 0, 0)
     try {
       val data = Array(2f, 3f)
       NativeComm.allReduce(one, data)

@@ -1,0 +1,307 @@
+// SPDX-License-Identifier: Apache-2.0
+// The tcp backend's AllReduce by recursive doubling (CommOptions::allreduce_algorithm): on 2 to 8
+// ranks, uneven sizes, float32 and 16-bit wires, every element exactly the sum in the order the
+// algorithm adds (folded ranks first, then one partner per level), every rank bit-identical, and
+// within float rounding of the ring's; the model's choice between the two; a killed rank ends
+// every other rank within the timeout.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <regex>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "comm/communicator.hpp"
+#include "comm/tcp/tcp_communicator.hpp"
+#include "comm_test_ops.hpp"
+#include "core/error.hpp"
+#include "math/half_host.hpp"
+#include "support/spawn_ranks.hpp"
+#include "tcp_test_util.hpp"
+
+namespace cortado::comm {
+namespace {
+
+using testing::AllOk;
+using testing::Describe;
+using testing::Digest;
+using testing::Expect;
+using testing::LoopbackRing;
+
+// Element i after recursive doubling over `inputs` (one vector per rank), written from the
+// algorithm's definition: ranks past the largest power of two p add into rank r - p, then at
+// each level every rank adds its partner's partial sum.
+float DoublingSum(const std::vector<std::vector<float>>& inputs, size_t i) {
+  const int n = static_cast<int>(inputs.size());
+  int p = 1;
+  while (p * 2 <= n) p *= 2;
+  std::vector<float> v(p);
+  for (int q = 0; q < p; ++q) v[q] = inputs[q][i];
+  for (int q = p; q < n; ++q) v[q - p] += inputs[q][i];
+  for (int bit = 1; bit < p; bit <<= 1) {
+    std::vector<float> next(p);
+    for (int q = 0; q < p; ++q) next[q] = v[q] + v[q ^ bit];
+    v = next;
+  }
+  return v[0];
+}
+
+std::vector<std::vector<float>> Inputs(int n, size_t count, uint32_t seed) {
+  std::vector<std::vector<float>> inputs;
+  for (int r = 0; r < n; ++r) inputs.push_back(testing::Input(r, count, seed));
+  return inputs;
+}
+
+CommOptions WithAlgorithm(const LoopbackRing& ring, int rank, const std::string& algorithm) {
+  CommOptions options = ring.Options(rank);
+  options.allreduce_algorithm = algorithm;
+  return options;
+}
+
+TEST(TcpDoublingTest, SumsInTheAlgorithmsOrderOnTwoToEightRanks) {
+  const std::vector<size_t> counts = {1, 7, 1001, 30000};
+  for (int n = 2; n <= 8; ++n) {
+    SCOPED_TRACE(std::to_string(n) + " ranks");
+    LoopbackRing ring(n);
+    const auto outcomes = testing::RunRanksAsThreads(n, [&](int rank) {
+      auto comm = ring.Join(WithAlgorithm(ring, rank, "doubling"));
+      Digest digest;
+      for (size_t count : counts) {
+        const auto seed = static_cast<uint32_t>(count + 3);
+        std::vector<float> data = testing::Input(rank, count, seed);
+        comm->AllReduce(data.data(), count);
+        const auto inputs = Inputs(n, count, seed);
+        for (size_t i = 0; i < count; ++i) {
+          const float want = DoublingSum(inputs, i);
+          if (data[i] != want) {
+            throw std::runtime_error("count " + std::to_string(count) + ", element " +
+                                     std::to_string(i) + ": " + std::to_string(data[i]) +
+                                     ", expected " + std::to_string(want));
+          }
+        }
+        digest.Add(data.data(), count * sizeof(float));
+        // Interleaved with the ring's operations on the same communicator.
+        testing::CheckBroadcast(comm.get(), 1000, n - 1, seed, &digest);
+      }
+      return digest.Hex();
+    });
+    ASSERT_TRUE(AllOk(outcomes)) << Describe(outcomes);
+    for (int r = 1; r < n; ++r) EXPECT_EQ(outcomes[r].result, outcomes[0].result) << "rank " << r;
+  }
+}
+
+TEST(TcpDoublingTest, AgreesWithTheRingWithinFloatRounding) {
+  constexpr int kRanks = 6;
+  constexpr size_t kCount = 5003;
+  std::vector<std::vector<float>> results(2);
+  for (int a = 0; a < 2; ++a) {
+    const std::string algorithm = a == 0 ? "ring" : "doubling";
+    LoopbackRing ring(kRanks);
+    const auto outcomes = testing::RunRanksAsThreads(kRanks, [&](int rank) {
+      auto comm = ring.Join(WithAlgorithm(ring, rank, algorithm));
+      std::vector<float> data = testing::Input(rank, kCount, 11);
+      comm->AllReduce(data.data(), kCount);
+      if (rank == 0) results[a] = data;
+      return std::string();
+    });
+    ASSERT_TRUE(AllOk(outcomes)) << algorithm << ": " << Describe(outcomes);
+  }
+  const auto inputs = Inputs(kRanks, kCount, 11);
+  int differ = 0;
+  for (size_t i = 0; i < kCount; ++i) {
+    double exact = 0;
+    for (const auto& in : inputs) exact += in[i];
+    // Each of the 5 additions rounds once: a relative 2^-24 of the partial sums, which are at most
+    // the sum of the magnitudes.
+    double magnitude = 0;
+    for (const auto& in : inputs) magnitude += std::fabs(in[i]);
+    const double bound = 5 * magnitude * std::ldexp(1.0, -24);
+    EXPECT_LE(std::fabs(results[0][i] - exact), bound) << "ring, element " << i;
+    EXPECT_LE(std::fabs(results[1][i] - exact), bound) << "doubling, element " << i;
+    differ += results[0][i] != results[1][i];
+  }
+  // The orders differ, so some sums differ in their last bits (a check that both ran).
+  EXPECT_GT(differ, 0);
+}
+
+TEST(TcpDoublingTest, SixteenBitWiresRoundTheFloat32SumOnce) {
+  for (WireType wire : {WireType::kBFloat16, WireType::kFloat16}) {
+    for (int n : {3, 4, 5}) {
+      SCOPED_TRACE(std::string(WireTypeName(wire)) + ", " + std::to_string(n) + " ranks");
+      LoopbackRing ring(n);
+      const auto outcomes = testing::RunRanksAsThreads(n, [&](int rank) {
+        auto comm = ring.Join(WithAlgorithm(ring, rank, "doubling"));
+        Digest digest;
+        for (size_t count : {size_t{1}, size_t{9}, size_t{4001}}) {
+          const auto seed = static_cast<uint32_t>(count);
+          std::vector<float> data = testing::Input(rank, count, seed);
+          comm->AllReduceAs(data.data(), count, wire);
+          const auto inputs = Inputs(n, count, seed);
+          for (size_t i = 0; i < count; ++i) {
+            const float sum = DoublingSum(inputs, i);
+            const float want = wire == WireType::kBFloat16
+                                   ? math::BFloat16ToFloat(math::FloatToBFloat16(sum))
+                                   : math::Float16ToFloat(math::FloatToFloat16(sum));
+            if (data[i] != want) {
+              throw std::runtime_error("element " + std::to_string(i) + ": " +
+                                       std::to_string(data[i]) + ", expected " +
+                                       std::to_string(want));
+            }
+          }
+          digest.Add(data.data(), count * sizeof(float));
+        }
+        return digest.Hex();
+      });
+      ASSERT_TRUE(AllOk(outcomes)) << Describe(outcomes);
+      for (int r = 1; r < n; ++r) EXPECT_EQ(outcomes[r].result, outcomes[0].result);
+    }
+  }
+}
+
+TEST(TcpDoublingTest, AutoTakesDoublingWhereTheModelSaysItIsFaster) {
+  CommOptions options;
+  options.latency_bytes = 64 << 10;
+  options.doubling_max_bytes = 1 << 20;
+  auto algorithm = [&](int n, size_t count, WireType wire = WireType::kFloat32) {
+    options.world_size = n;
+    return std::string(TcpAllReduceAlgorithm(options, count, wire));
+  };
+  EXPECT_EQ(algorithm(1, 10), "ring");  // nothing moves
+  // Two ranks: one step of the whole buffer against the ring's two of half of it.
+  EXPECT_EQ(algorithm(2, 1000), "doubling");
+  // Eight ranks: 3 steps of the buffer against 14 of an eighth: doubling below
+  // 11 L / (3 - 14 / 8) = 8.8 L = 576,716.8 bytes (144,179 floats).
+  EXPECT_EQ(algorithm(8, 144000), "doubling");
+  EXPECT_EQ(algorithm(8, 145000), "ring");
+  // Five ranks fold one in: 2 + 2 steps against 8 of a fifth: below 4 L / 2.4 = 109,226.7 bytes.
+  EXPECT_EQ(algorithm(5, 27000), "doubling");
+  EXPECT_EQ(algorithm(5, 28000), "ring");
+  // A 16-bit wire halves the ring's bytes only (doubling sends float32).
+  EXPECT_EQ(algorithm(8, 100000, WireType::kFloat16), "ring");
+  EXPECT_EQ(algorithm(8, 100000), "doubling");
+  // Never above doubling_max_bytes; latency_bytes 0 leaves only the bytes, where the ring wins.
+  options.doubling_max_bytes = 4000;
+  EXPECT_EQ(algorithm(64, 1001), "ring");
+  EXPECT_EQ(algorithm(64, 1000), "doubling");
+  options.latency_bytes = 0;
+  EXPECT_EQ(algorithm(64, 10), "ring");
+  options.allreduce_algorithm = "ring";
+  options.latency_bytes = 1 << 30;
+  EXPECT_EQ(algorithm(64, 1), "ring");
+  options.allreduce_algorithm = "doubling";
+  EXPECT_EQ(algorithm(3, size_t{1} << 28), "doubling");
+  options.allreduce_algorithm = "tree";
+  try {
+    algorithm(4, 1);
+    ADD_FAILURE() << "an unknown algorithm was accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
+    EXPECT_NE(std::string(e.what()).find("must be ring, doubling or auto, not 'tree'"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
+TEST(TcpDoublingTest, UnknownAlgorithmIsRefusedWhenBuilt) {
+  LoopbackRing ring(3);
+  CommOptions options = WithAlgorithm(ring, 0, "butterfly");
+  try {
+    ring.Join(options);
+    ADD_FAILURE() << "built";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
+    EXPECT_NE(std::string(e.what()).find("'butterfly'"), std::string::npos) << e.what();
+  }
+}
+
+// The pairs listen in CommOptions' port range (a firewall's): a range whose only port is taken
+// fails every rank's set-up, naming the range.
+TEST(TcpDoublingTest, PairsListenInTheGivenPortRange) {
+  auto taken = TcpListener::Open("127.0.0.1", 0);
+  LoopbackRing ring(3);
+  const auto outcomes = testing::RunRanksAsThreads(3, [&](int rank) {
+    CommOptions options = WithAlgorithm(ring, rank, "auto");
+    options.first_port = options.last_port = taken->port();
+    try {
+      ring.Join(options);
+    } catch (const Error& e) {
+      Expect(e.code() == ErrorCode::kComm, std::string("kComm, not ") + e.what());
+      return std::string(e.what());
+    }
+    return std::string("built");
+  });
+  ASSERT_TRUE(AllOk(outcomes)) << Describe(outcomes);
+  const std::string range = std::to_string(taken->port()) + "-" + std::to_string(taken->port());
+  for (int r = 0; r < 3; ++r) {
+    EXPECT_NE(outcomes[r].result.find("recursive doubling"), std::string::npos)
+        << outcomes[r].result;
+    EXPECT_NE(outcomes[r].result.find(range), std::string::npos) << outcomes[r].result;
+  }
+}
+
+// Rank 0 waits in a swap for rank 2 (folded into it): WaitingOn names rank 2 by its world rank
+// and address, as for the ring.
+TEST(TcpDoublingTest, ASwapWaitingOnAPartnerSaysWhich) {
+  LoopbackRing ring(3);
+  std::atomic<Communicator*> first{nullptr};
+  std::string seen;
+  const auto outcomes = testing::RunRanksAsThreads(3, [&](int rank) {
+    auto comm = ring.Join(WithAlgorithm(ring, rank, "doubling"));
+    std::vector<float> data(1000, 1.0f);
+    comm->Barrier();
+    if (rank == 0) first.store(comm.get());
+    if (rank == 2) {
+      while (first.load() == nullptr) std::this_thread::yield();
+      std::this_thread::sleep_for(std::chrono::milliseconds(1300));
+      seen = first.load()->WaitingOn(1.0);
+    }
+    comm->AllReduce(data.data(), data.size());
+    Expect(data[0] == 3.0f, "the sum of three ones");
+    return std::string();
+  });
+  ASSERT_TRUE(AllOk(outcomes)) << Describe(outcomes);
+  EXPECT_TRUE(std::regex_match(
+      seen, std::regex("1 s for data from rank 2 \\(" + ring.peers()[2] + "\\) during allreduce")))
+      << seen;
+}
+
+// A rank killed during allreduces by doubling (a partner at level 0 and 1, and a folded rank):
+// every other rank fails within the timeout, and the rank that swaps with it names it.
+TEST(TcpDoublingTest, KilledRankFailsEveryOtherRankWithinTheTimeout) {
+  constexpr double kTimeoutS = 5;
+  for (int killed : {1, 4}) {
+    SCOPED_TRACE("rank " + std::to_string(killed) + " killed");
+    LoopbackRing ring(5);
+    const auto outcomes = testing::RunRanksAsProcesses(
+        5,
+        [&](int rank) {
+          ring.CloseOthers(rank);
+          CommOptions options = WithAlgorithm(ring, rank, "doubling");
+          options.timeout_s = kTimeoutS;
+          auto comm = ring.Join(options);
+          return testing::AllReduceUntilFailure(comm.get(), killed, 1000);
+        },
+        /*timeout_s=*/40);
+    EXPECT_FALSE(outcomes[killed].ok);
+    EXPECT_EQ(outcomes[killed].error, "killed by signal 9");
+    const std::string name = "rank " + std::to_string(killed) + " (" + ring.peers()[killed] + ")";
+    bool named = false;
+    for (int r = 0; r < 5; ++r) {
+      if (r == killed) continue;
+      ASSERT_TRUE(outcomes[r].ok) << Describe(outcomes);
+      const testing::Failure failure = testing::ParseFailure(outcomes[r].result);
+      EXPECT_EQ(failure.code, static_cast<int>(ErrorCode::kComm)) << outcomes[r].result;
+      EXPECT_LT(failure.seconds, kTimeoutS + 1) << outcomes[r].result;
+      named |= failure.message.find(name) != std::string::npos;
+    }
+    EXPECT_TRUE(named) << Describe(outcomes);
+  }
+}
+
+}  // namespace
+}  // namespace cortado::comm
