@@ -58,10 +58,10 @@ struct Flags {
 };
 
 Flags ParseFlags(int argc, char** argv) {
-  static const char* const kKnown[] = {"backend",     "rank",      "world", "peers",
-                                       "min-bytes",   "max-bytes", "iters", "warmup",
-                                       "chunk-bytes", "timeout",   "token", "threads",
-                                       "mpi-native",  "help",      "wire",  "algorithm"};
+  static const char* const kKnown[] = {
+      "backend",    "rank",   "world",       "peers",     "min-bytes",   "max-bytes",
+      "iters",      "warmup", "chunk-bytes", "timeout",   "token",       "threads",
+      "mpi-native", "help",   "wire",        "algorithm", "hierarchical"};
   Flags flags;
   for (int i = 1; i < argc; ++i) {
     std::string arg = argv[i];

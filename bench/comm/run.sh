@@ -26,6 +26,10 @@
 #   BIN=...                  the benchmark itself (default $BUILD_DIR/bench/comm/cortado_comm_bench)
 #   SIZES=4K:256M            buffer sizes, doubling, MIN:MAX (K, M, G: powers of 1024)
 #   RANKS="2 4"              rank counts
+#   RANKS_PER_HOST=1         part 2: ranks per namespace, in blocks (rank r in cbench(r / K)), as
+#                            executors sharing hosts; our tcp and ucx only (SKIP_MPI=1)
+#   PLACEMENT=blocks         with RANKS_PER_HOST > 1: "interleaved" puts rank r in cbench(r mod H)
+#                            of H namespaces (as Spark may place a barrier stage's tasks)
 #   RATES="1gbit 10gbit"     link rates of part 2 (tc units; "none" for an unshaped run)
 #   ITERS=                   calls per size (default: the benchmark's own, about 1 GiB per size)
 #   SKIP_LOOPBACK=1 SKIP_NETNS=1 SKIP_MPI=1   leave out part 1, part 2, every mpirun
@@ -57,6 +61,8 @@ SIZES=${SIZES:-4K:256M}
 MIN_BYTES=${SIZES%%:*}
 MAX_BYTES=${SIZES##*:}
 RANKS=${RANKS:-2 4}
+RANKS_PER_HOST=${RANKS_PER_HOST:-1}
+PLACEMENT=${PLACEMENT:-blocks}
 RATES=${RATES:-1gbit 10gbit}
 ITERS=${ITERS:-}
 SKIP_LOOPBACK=${SKIP_LOOPBACK:-0}
@@ -345,13 +351,23 @@ run_shown() {  # key tag command...
 # Our tcp or ucx backend, one process per rank, on 127.0.0.1 (netns 0) or one per namespace.
 # ucx: UCX_TLS=tls, on lo (loopback) or on the rank's own veth cbench-nK (namespaces); its set-up
 # ring is a tcp ring on the same peers.
+# The namespace (0..) of rank r of a world: blocks of RANKS_PER_HOST, or interleaved.
+ns_of() {  # r world
+  if [[ $PLACEMENT == interleaved ]]; then
+    echo $(($1 % (($2 + RANKS_PER_HOST - 1) / RANKS_PER_HOST)))
+  else
+    echo $(($1 / RANKS_PER_HOST))
+  fi
+}
+
 run_ours() {  # key world netns(0|1) backend(tcp|ucx) [tls]
   local key=$1 world=$2 netns=$3 backend=$4 tls=${5:-} r peers="" host port
   local -a ports=() pids=() wrap
   for ((r = 0; r < world; r++)); do
     if [[ $netns == 1 ]]; then
-      host=$NET.$((r + 1))
-      port=$PORT_BASE
+      host=$NET.$(($(ns_of "$r" "$world") + 1))
+      port=$((PORT_BASE + r % RANKS_PER_HOST))
+      [[ $PLACEMENT != interleaved ]] || port=$((PORT_BASE + r / ((world + RANKS_PER_HOST - 1) / RANKS_PER_HOST)))
     else
       host=127.0.0.1
       next_free_port
@@ -361,10 +377,10 @@ run_ours() {  # key world netns(0|1) backend(tcp|ucx) [tls]
   done
   for ((r = world - 1; r >= 0; r--)); do
     wrap=(timeout -k 10 "$TIMEOUT")
-    [[ $netns != 1 ]] || wrap+=(ip netns exec "cbench$r")
+    [[ $netns != 1 ]] || wrap+=(ip netns exec "cbench$(ns_of "$r" "$world")")
     if [[ $backend == ucx ]]; then
       if [[ $netns == 1 ]]; then
-        wrap+=(env "UCX_TLS=$tls" "UCX_NET_DEVICES=cbench-n$r")
+        wrap+=(env "UCX_TLS=$tls" "UCX_NET_DEVICES=cbench-n$(ns_of "$r" "$world")")
       elif [[ $tls == any ]]; then
         wrap+=(env -u UCX_TLS UCX_NET_DEVICES=lo)
       else
@@ -803,6 +819,12 @@ main() {
     ((n > max_ranks)) && max_ranks=$n
   done
   ((max_ranks < 250)) || die "RANKS: at most 249 ranks in $NET.0/24"
+  [[ $RANKS_PER_HOST =~ ^[1-9][0-9]*$ ]] || die "RANKS_PER_HOST: '$RANKS_PER_HOST' is not a count >= 1"
+  [[ $PLACEMENT == blocks || $PLACEMENT == interleaved ]] || die "PLACEMENT: blocks or interleaved, not '$PLACEMENT'"
+  ((RANKS_PER_HOST == 1)) || flag_on "$SKIP_MPI" || flag_on "$SKIP_NETNS" ||
+    die "RANKS_PER_HOST=$RANKS_PER_HOST: the mpirun runs place one rank per namespace; set SKIP_MPI=1"
+  local hosts=$(((max_ranks + RANKS_PER_HOST - 1) / RANKS_PER_HOST))
+  ((hosts >= 2)) || flag_on "$SKIP_NETNS" || die "RANKS_PER_HOST=$RANKS_PER_HOST leaves one namespace: nothing crosses a link"
   [[ -x $BIN ]] || die "no benchmark at $BIN: configure with -DBUILD_BENCH=ON (and -DWITH_MPI=ON for \
 the mpi runs), build the target cortado_comm_bench, and give BUILD_DIR= (or BIN=)"
   command -v timeout >/dev/null 2>&1 || die "needs coreutils' timeout"
@@ -912,19 +934,21 @@ the mpi runs), build the target cortado_comm_bench, and give BUILD_DIR= (or BIN=
       note "network namespaces left out: $why"
     else
       write_tput_script
-      note "namespaces cbench0..$((max_ranks - 1)) ($NET.1..$max_ranks), veths" \
-        "cbench-hK <-> cbench-nK, bridge $BRIDGE ($NET.254), MTU $MTU"
-      setup_network "$max_ranks" || die "cannot build the namespaces' network"
+      note "namespaces cbench0..$((hosts - 1)) ($NET.1..$hosts), veths" \
+        "cbench-hK <-> cbench-nK, bridge $BRIDGE ($NET.254), MTU $MTU" \
+        "$( ((RANKS_PER_HOST == 1)) || echo "; $RANKS_PER_HOST ranks per namespace")"
+      setup_network "$hosts" || die "cannot build the namespaces' network"
       netns_done=1
       for rate in $RATES; do
-        shape_links "$rate" "$max_ranks" || die "cannot set tbf rate $rate"
+        shape_links "$rate" "$hosts" || die "cannot set tbf rate $rate"
         check_rate "$rate" "netns-$rate"
         for n in $RANKS; do
-          check_ring "$rate" "$n" "netns-$rate.$n"
-          banner "namespaces, link $rate, our tcp, $n ranks (cbench0..$((n - 1)))"
+          local spread=$(((n + RANKS_PER_HOST - 1) / RANKS_PER_HOST))
+          ((spread < 2)) || check_ring "$rate" "$spread" "netns-$rate.$n"
+          banner "namespaces, link $rate, our tcp, $n ranks (cbench0..$((spread - 1)))"
           run_ours "netns-$rate.tcp.$n" "$n" 1 tcp
           if [[ $ucx_ours == 1 ]]; then
-            banner "namespaces, link $rate, our ucx (UCX_TLS=tcp), $n ranks (cbench0..$((n - 1)))"
+            banner "namespaces, link $rate, our ucx (UCX_TLS=tcp), $n ranks (cbench0..$((spread - 1)))"
             run_ours "netns-$rate.ucx.$n" "$n" 1 ucx tcp
           fi
           if [[ $mpi_ours == 1 ]]; then

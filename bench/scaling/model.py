@@ -1,0 +1,871 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
+"""A performance model of one data-parallel training iteration of Cortado over N ranks.
+
+    python3 bench/scaling/model.py                     # the tables of docs/scaling.md
+    python3 bench/scaling/model.py --self-test         # hand-computed checks; exit 1 on a mismatch
+    python3 bench/scaling/model.py --plot out.png      # efficiency against ranks (needs matplotlib)
+    python3 bench/scaling/model.py --validate FILE     # model against measured iterations (CSV)
+    python3 bench/scaling/model.py --compare-allreduce # model against the measured allreduce times
+
+The model (docs/scaling.md explains it):
+  * one allreduce of n bytes over N ranks, link rate R, achieved fraction e, step cost alpha:
+        ring      2 (N - 1) alpha + 2 (N - 1) / N * n / (e R)
+        doubling  s (alpha + n32 / (e R)),  s = log2 p (+ 2 when N is not a power of two),
+                  p the largest power of two <= N, n32 the float32 bytes (doubling always sends
+                  float32, even on a 16-bit wire)
+    and the communicator takes doubling where s (L + n32) < 2 (N - 1) (L + n / N) and n32 <= 1 MiB,
+    with L = --latency_kb (here alpha * R: what the option should be set to for that link);
+  * the gradients go in buckets of 25 MiB of float32 values (--bucket_mb), cut at parameter
+    boundaries from the last layer to the first, exactly as cpp/parallel/gradient_exchange.cpp
+    cuts them; each bucket is one allreduce, one after another on one thread;
+  * overlap: iteration = compute + max(exchange - f * backward, last bucket) + statistics,
+    backward = 2/3 of compute, f the overlappable fraction measured with bench/comm/overlap.sh;
+  * weak-scaling efficiency = compute time (1 rank) / iteration time (N ranks), batch per rank
+    fixed.
+
+Only the standard library is needed; matplotlib only for --plot (imported when asked for).
+"""
+import argparse
+import csv
+import math
+import os
+import re
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+MODELS = os.path.join(HERE, "..", "models")
+
+# =================================================================================================
+# PARAMETERS: every number the model uses, with where it comes from. "RESULTS.md" is
+# bench/RESULTS.md; the section names are its headings.
+# =================================================================================================
+
+GBIT = 1e9 / 8  # bytes per second in one Gbit/s (tc's "1gbit" is 10^9 bit/s)
+
+
+class Link:
+    def __init__(self, name, gbit, alpha, efficiency, backend, source):
+        self.name = name
+        self.gbit = gbit
+        self.rate = gbit * GBIT  # bytes/s on the wire
+        self.alpha = alpha  # seconds: the fixed cost of one step of an allreduce
+        self.efficiency = efficiency  # fraction of the rate the ring reaches on large buffers
+        self.backend = backend  # "tcp" (16-bit wire, ring or doubling) or "ucx" (float32, ring)
+        self.source = source
+
+    @property
+    def bandwidth(self):  # bytes/s the ring moves per link and direction on large buffers
+        return self.rate * self.efficiency
+
+    @property
+    def latency_bytes(self):  # L = alpha * rate: what --latency_kb should be for this link
+        return self.alpha * self.rate
+
+
+LINKS = [
+    # Measured: RESULTS.md "Recursive doubling for small allreduces (scaling, in part)": the
+    # crossovers of ring and doubling give a step cost of 12-40 us at 1 Gbit/s and 18-24 us at
+    # 10 Gbit/s ("about 20 us here whatever the rate"). Efficiency: "Two ranks share one
+    # connection; what this machine's sockets can carry": our tcp 94.4-95.2% of 1 Gbit/s and
+    # 92.3-93.0% of 10 Gbit/s with 2 ranks, 16-64 MiB; 92.8-93.6% of 1 Gbit/s with 4 ranks
+    # ("The tcp ring retries before it sleeps"). TCP's payload ceiling at MTU 1500 is 95.6%.
+    Link("1GbE", 1, 20e-6, 0.94, "tcp", "measured (namespaces, tbf)"),
+    Link("10GbE", 10, 20e-6, 0.93, "tcp", "measured (namespaces, tbf, 2 ranks)"),
+    # Assumed: nothing faster than 10 Gbit/s was measured. The step cost is the kernel's TCP path
+    # and a thread's wake-up, not the wire, so the measured 20 us is kept; the efficiency is the
+    # one measured at 10 Gbit/s with cores to spare. See HOST_CEILING for what a rank's one
+    # communication thread may limit it to.
+    Link("25GbE", 25, 20e-6, 0.93, "tcp", "assumed (alpha and efficiency of 10GbE)"),
+    Link("100GbE", 100, 20e-6, 0.93, "tcp", "assumed (alpha and efficiency of 10GbE)"),
+    # InfiniBand HDR (200 Gbit/s, 25 GB/s) through the ucx backend, which carries the tcp
+    # backend's ring in float32 only (docs/distributed.md, "Backends"). Achievable bandwidth:
+    # 21.1-21.3 GB/s, osu_bw over UCX 1.15 between two ConnectX-6 HDR hosts on PCIe Gen4 x16,
+    # https://github.com/openucx/ucx/issues/8852 -> efficiency 21.3 / 25 = 0.85.
+    # Step cost: assumed 3 us. UCX's own estimate of an HCA's latency is 1.36 us
+    # (`ucx_info` output in https://github.com/openucx/ucx/issues/7946); a ring step also pays
+    # for UCX's progress and our thread, which nobody has measured here (no RDMA device: RESULTS.md
+    # "RDMA devices and network namespaces ...").
+    Link("HDR-IB", 200, 3e-6, 0.85, "ucx", "published bandwidth; alpha assumed"),
+]
+LINK_BY_NAME = {link.name: link for link in LINKS}
+LINK_BY_GBIT = {link.gbit: link for link in LINKS}
+
+# What one rank's single communication thread can move, in bytes of float32 gradients per second
+# of busbw, when the link is not the limit. Measured on loopback (two ranks on the 2-core machine,
+# 16-64 MiB; RESULTS.md "Two ranks share one connection" and "Gradients in 16 bits on the wire"):
+# float32 2.7-3.4 GB/s, float16 wire 3.3-4.0 GB/s of float32 (the conversions cost about as much
+# as the bytes saved). Used only where asked for (--host-ceiling, and the "ceiling" column of the
+# deployment table), and to the tcp backend only (the kernel's copies are what it measures; UCX over
+# RDMA does not make them). Hosts with faster cores may do better; nobody has measured one.
+HOST_CEILING = {"float32": 3.0e9, "float16": 3.3e9}
+
+# Loopback between ranks of one host (the hierarchical allreduce's first and last stages):
+# the same 3 GB/s (float32, 2 ranks, RESULTS.md as above) and the 20 us step cost (assumed).
+LOOPBACK_BANDWIDTH = 3.0e9
+LOOPBACK_ALPHA = 20e-6
+
+# Gradients to and from host memory on a GPU (the tcp backend exchanges host memory): float32
+# bytes each way through pinned memory. Assumed 40 GB/s (PCIe Gen5 x16 is 64 GB/s each way); not
+# measured here.
+PCIE_BANDWIDTH = 40e9
+# Replicas of one process (--gpu=0,...,7) sum their gradients through NCCL first (docs/
+# distributed.md). Assumed 300 GB/s of busbw over NVLink among 8 H200s; not measured here.
+NVLINK_BANDWIDTH = 300e9
+
+BUCKET_BYTES = 25 << 20  # --bucket_mb=25: bucket_bytes = 25 << 20, counted in float32 values
+DOUBLING_MAX_BYTES = 1 << 20  # CommOptions::doubling_max_bytes (float32 bytes)
+DEFAULT_LATENCY_BYTES = 32 << 10  # --latency_kb=32, the communicator's default
+# The --latency_kb the model's communicator decides with: None = alpha * rate of each link (what
+# the option should be set to there); --latency-kb sets one value for every link, e.g. 32.
+LATENCY_BYTES = None
+
+# Overlap with backward (RESULTS.md "Overlap of the gradient exchange with backward", 2026-11-25,
+# two ranks on 1 Gbit/s, CaffeNet batch 32): compute 0.773 s, allreduce alone 2.083 s, overlap on
+# 2.498 s. Hidden: 0.773 + 2.083 - 2.498 = 0.358 s of a backward of 2/3 * 0.773 = 0.515 s, so
+# f = 0.70. (CaffeNet at batch 8 hid 0.058 s of 0.182 s: f = 0.32. Both runs shared two cores
+# between backward and the ring's copies.)
+OVERLAP_FRACTION = 0.70
+BACKWARD_SHARE = 2.0 / 3.0  # assumed; ResNet-50 float16 on the H200 measured 0.62 (RESULTS.md
+# "Where ResNet-50's float16 time goes": 19.8 ms forward, 32.0 ms backward per layer sums)
+
+# Compute per iteration (forward + backward + update), one rank, ms, and the batch per rank.
+# GPU: one NVIDIA H200 (RESULTS.md):
+#   LeNet 64, float32: 104,225 images/s -> 0.614 ms ("GPU: TF32, the cuDNN search's scratch ...",
+#     "On the H200, the same bench script's float32 table"); float16 not measured: the float32
+#     time is used for both.
+#   CaffeNet 256, float32: 10,336 images/s -> 24.8 ms (same section, first table); float16 with
+#     16-bit blobs: 21,727.3 images/s -> 11.8 ms ("16-bit InnerProduct, LRN and Dropout", call 2).
+#   ResNet-50 128, float32: 1,019.8 images/s -> 125.5 ms (same section, the PyTorch AMP table);
+#     float16: 5,368.2 images/s -> 23.8 ms (23.87 / 23.90 ms per iteration; "ResNet-50 float16 on
+#     an H200: the sums folded by default ...", call 3).
+# CPU: the 2-core development machine, 2 threads, `cortado time` (forward + backward):
+#   LeNet 64: 10.26 ms and ResNet-50 8: 922.6 ms ("CPU training on shared cores", no busy loop,
+#     2026-12-02). CaffeNet 32: 773 ms, one thread per rank with a second process on the other
+#     core ("Overlap of the gradient exchange with backward", compute alone, 2026-11-25): no
+#     2-thread CaffeNet figure exists.
+COMPUTE_MS = {
+    ("gpu", "LeNet", "float32"): 64 / 104225 * 1e3,
+    ("gpu", "LeNet", "float16"): 64 / 104225 * 1e3,
+    ("gpu", "CaffeNet", "float32"): 256 / 10336 * 1e3,
+    ("gpu", "CaffeNet", "float16"): 256 / 21727.3 * 1e3,
+    ("gpu", "ResNet-50", "float32"): 128 / 1019.8 * 1e3,
+    ("gpu", "ResNet-50", "float16"): 128 / 5368.2 * 1e3,
+    ("cpu", "LeNet", "float32"): 10.26,
+    ("cpu", "CaffeNet", "float32"): 773.0,
+    ("cpu", "ResNet-50", "float32"): 922.6,
+}
+BATCH = {
+    ("gpu", "LeNet"): 64, ("gpu", "CaffeNet"): 256, ("gpu", "ResNet-50"): 128,
+    ("cpu", "LeNet"): 64, ("cpu", "CaffeNet"): 32, ("cpu", "ResNet-50"): 8,
+}
+NET_FILES = {"LeNet": "lenet_train.prototxt", "CaffeNet": "caffenet_train.prototxt",
+             "ResNet-50": "resnet50_train.prototxt",
+             "CIFAR-10 quick": "cifar10_quick_train.prototxt"}  # the last for --validate only
+# The learnable blobs of each net, as the Net counts them (BatchNorm's mean, variance and factor
+# included: they sit in the flat gradient buffer too), if the prototxt cannot be read.
+FALLBACK_PARAMS = {"LeNet": 431080, "CaffeNet": 60965224, "ResNet-50": 25610205,
+                   "CIFAR-10 quick": 145578}
+
+RANKS = [2, 4, 8, 16, 32, 64, 128, 256, 512]
+GOAL = 0.90  # the project's goal at 512 ranks (Horovod publishes 90% for 512 GPUs)
+
+# =================================================================================================
+# The nets' parameters, read from bench/models (a small reader of Caffe's text format).
+# =================================================================================================
+
+
+def parse_prototxt(text):
+    tokens = re.findall(r'"(?:[^"\\]|\\.)*"|[{}:]|[^\s{}:"#]+|#[^\n]*', text)
+    tokens = [t for t in tokens if not t.startswith("#")]
+    pos = 0
+
+    def block():
+        nonlocal pos
+        out = {}
+        while pos < len(tokens) and tokens[pos] != "}":
+            name = tokens[pos]
+            pos += 1
+            if tokens[pos] == ":":
+                pos += 1
+            if tokens[pos] == "{":
+                pos += 1
+                value = block()
+                pos += 1  # the "}"
+            else:
+                value = tokens[pos].strip('"')
+                pos += 1
+            out.setdefault(name, []).append(value)
+        return out
+
+    return block()
+
+
+def first(d, key, default=None):
+    return d[key][0] if key in d else default
+
+
+def net_params(path):
+    """The learnable blobs in net order: [(count, layer index)], and BatchNorm's channels."""
+    net = parse_prototxt(open(path).read())
+    shapes = {}
+    params = []
+    bn_channels = 0
+    for index, layer in enumerate(net.get("layer", [])):
+        kind = first(layer, "type")
+        bottoms = layer.get("bottom", [])
+        tops = layer.get("top", [])
+        shape = shapes.get(bottoms[0]) if bottoms else None
+        if kind == "Input":
+            for top, s in zip(tops, first(layer, "input_param")["shape"]):
+                dims = [int(v) for v in s["dim"]] + [1, 1, 1]
+                shapes[top] = tuple(dims[1:4])
+            continue
+        if kind == "Convolution":
+            p = first(layer, "convolution_param")
+            c, h, w = shape
+            k = int(first(p, "kernel_size"))
+            stride = int(first(p, "stride", 1))
+            pad = int(first(p, "pad", 0))
+            group = int(first(p, "group", 1))
+            out = int(first(p, "num_output"))
+            params.append((out * (c // group) * k * k, index))
+            if first(p, "bias_term", "true") != "false":
+                params.append((out, index))
+            shapes[tops[0]] = (out, (h + 2 * pad - k) // stride + 1, (w + 2 * pad - k) // stride + 1)
+        elif kind == "Pooling":
+            p = first(layer, "pooling_param")
+            c, h, w = shape
+            if first(p, "global_pooling") == "true":
+                shapes[tops[0]] = (c, 1, 1)
+            else:
+                k = int(first(p, "kernel_size"))
+                stride = int(first(p, "stride", 1))
+                pad = int(first(p, "pad", 0))
+                size = []
+                for x in (h, w):  # Caffe rounds pooled sizes up
+                    o = int(math.ceil((x + 2 * pad - k) / stride)) + 1
+                    if pad > 0 and (o - 1) * stride >= x + pad:
+                        o -= 1
+                    size.append(o)
+                shapes[tops[0]] = (c, size[0], size[1])
+        elif kind == "InnerProduct":
+            p = first(layer, "inner_product_param")
+            out = int(first(p, "num_output"))
+            params.append((out * shape[0] * shape[1] * shape[2], index))
+            if first(p, "bias_term", "true") != "false":
+                params.append((out, index))
+            shapes[tops[0]] = (out, 1, 1)
+        elif kind == "BatchNorm":
+            params += [(shape[0], index), (shape[0], index), (1, index)]
+            bn_channels += shape[0]
+            shapes[tops[0]] = shape
+        elif kind == "Scale":
+            p = first(layer, "scale_param", {})
+            params.append((shape[0], index))
+            if first(p, "bias_term", "false") == "true":
+                params.append((shape[0], index))
+            shapes[tops[0]] = shape
+        elif tops and shape is not None:
+            shapes[tops[0]] = shape
+    return params, bn_channels
+
+
+def buckets_of(params, bucket_bytes=BUCKET_BYTES):
+    """Bucket sizes in floats, in the order they are exchanged (last layers first), cut as
+    GradientExchange's constructor cuts them: a parameter that would take a bucket holding
+    something past bucket_bytes starts the next one; a larger parameter is a bucket alone."""
+    offsets, at = [], 0
+    for count, _ in params:
+        offsets.append(at)
+        at += count
+    bucket_floats = max(bucket_bytes // 4, 1)
+    buckets, end, holds = [], at, False
+    for i in reversed(range(len(params))):
+        if holds and end - offsets[i] > bucket_floats:
+            begin = offsets[i + 1]
+            buckets.append(end - begin)
+            end, holds = begin, False
+        holds = True
+    if params:
+        buckets.append(end)
+    return buckets
+
+
+class Net:
+    def __init__(self, name):
+        self.name = name
+        path = os.path.join(MODELS, NET_FILES[name])
+        try:
+            params, bn_channels = net_params(path)
+            self.source = os.path.relpath(path, os.path.join(HERE, "..", ".."))
+        except (OSError, KeyError, IndexError, TypeError, ValueError):
+            params, bn_channels = [(FALLBACK_PARAMS[name], 0)], 0
+            self.source = "fallback figure"
+        self.params = params
+        self.count = sum(c for c, _ in params)  # floats in the flat gradient buffer
+        # BatchNorm's mean and variance are averaged after the gradients, in float32
+        # (GradientExchange::AverageStatistics).
+        self.statistics = 2 * bn_channels
+
+    def buckets(self, bucket_bytes=BUCKET_BYTES):
+        return buckets_of(self.params, bucket_bytes)
+
+
+# =================================================================================================
+# The model.
+# =================================================================================================
+
+WIRE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
+
+
+def doubling_steps(n):
+    p, steps = 1, 0
+    while p * 2 <= n:
+        p *= 2
+        steps += 1
+    return steps + (2 if p < n else 0)
+
+
+def ring_time(nbytes, n, link, bandwidth=None):
+    if n <= 1 or nbytes == 0:
+        return 0.0
+    bw = bandwidth or link.bandwidth
+    return 2 * (n - 1) * link.alpha + 2 * (n - 1) / n * nbytes / bw
+
+
+def doubling_time(nbytes32, n, link, bandwidth=None):
+    if n <= 1 or nbytes32 == 0:
+        return 0.0
+    bw = bandwidth or link.bandwidth
+    return doubling_steps(n) * (link.alpha + nbytes32 / bw)
+
+
+def doubling_pays(n, ring_bytes, doubling_bytes, latency_bytes,
+                  doubling_max_bytes=DOUBLING_MAX_BYTES):
+    """DoublingPays() of cpp/comm/tcp/tcp_communicator.cpp for --allreduce=auto."""
+    if n <= 1 or doubling_bytes > doubling_max_bytes:
+        return False
+    ring = 2.0 * (n - 1) * (latency_bytes + ring_bytes / n)
+    doubling = doubling_steps(n) * (latency_bytes + doubling_bytes)
+    return doubling < ring
+
+
+def halving_doubling_time(nbytes, n, link, bandwidth=None):
+    """Reduce-scatter by recursive halving, all-gather by recursive doubling (Rabenseifner): the
+    ring's bytes in 2 log2 p steps (plus two steps of the whole buffer to fold the ranks past p).
+    Not in the code (tried at 4 ranks and not kept: RESULTS.md "Four ranks on loopback:
+    halving-doubling measured against the ring"); a what-if only."""
+    if n <= 1 or nbytes == 0:
+        return 0.0
+    bw = bandwidth or link.bandwidth
+    p, k = 1, 0
+    while p * 2 <= n:
+        p, k = p * 2, k + 1
+    t = 2 * k * link.alpha + 2 * (p - 1) / p * nbytes / bw
+    if p < n:
+        t += 2 * (link.alpha + nbytes / bw)
+    return t
+
+
+def flat_allreduce(count, wire, n, link, latency_bytes=None, ceiling=False, large="ring"):
+    """(algorithm, seconds) of one AllReduceAs of `count` floats over a flat ring of n ranks.
+    large: what moves buffers that doubling does not take: "ring" (the code) or "halving"
+    (recursive halving and doubling, a what-if)."""
+    if link.backend == "ucx":
+        wire = "float32"  # the ucx backend carries float32 only, by its ring
+    nbytes = count * WIRE_BYTES[wire]
+    nbytes32 = count * 4
+    ring_bw = doubling_bw = link.bandwidth
+    if ceiling and link.backend == "tcp":
+        # HOST_CEILING is busbw counted in float32 bytes; a 16-bit ring moves half as many bytes
+        # for the same values. Doubling always sends float32.
+        ring_bw = min(ring_bw, HOST_CEILING["float32" if wire == "float32" else "float16"]
+                      * nbytes / nbytes32)
+        doubling_bw = min(doubling_bw, HOST_CEILING["float32"])
+    if link.backend == "tcp":
+        lb = link.latency_bytes if latency_bytes is None else latency_bytes
+        if doubling_pays(n, nbytes, nbytes32, lb):
+            return "doubling", doubling_time(nbytes32, n, link, doubling_bw)
+    if large == "halving":
+        return "halving", halving_doubling_time(nbytes, n, link, ring_bw)
+    return "ring", ring_time(nbytes, n, link, ring_bw)
+
+
+def allreduce(count, wire, n, link, ranks_per_host=1, latency_bytes=None, ceiling=False,
+              large="ring"):
+    """Seconds of one allreduce, flat or hierarchical (ranks_per_host > 1, the tcp backend's three
+    stages: a float32 ring within each host over loopback, the hosts' ring or doubling, a float32
+    broadcast within each host)."""
+    g = ranks_per_host
+    if g <= 1 or n <= g or link.backend != "tcp":
+        return flat_allreduce(count, wire, n, link, latency_bytes, ceiling, large)[1]
+    hosts = n // g
+    loop = Link("loopback", 0, LOOPBACK_ALPHA, 1.0, "tcp", "")
+    within = ring_time(count * 4, g, loop, LOOPBACK_BANDWIDTH)
+    across = flat_allreduce(count, wire, hosts, link, latency_bytes, ceiling, large)[1]
+    back = count * 4 / LOOPBACK_BANDWIDTH + (g - 1) * LOOPBACK_ALPHA
+    return within + across + back
+
+
+class Scenario:
+    """How the gradients are exchanged.
+    mode "overlap": buckets overlapped with backward (the CPU path: one replica per process).
+    mode "after":   the whole buffer in one allreduce after backward (the GPU path with tcp or ucx
+                    today: docs/distributed.md, "Gradient buckets and overlap"), through host
+                    memory (PCIe both ways) on a GPU.
+    replicas:       GPUs per process, summed through NCCL first (the ranks are then the processes).
+    ranks_per_host: hierarchical allreduce among ranks that share a host (tcp only).
+    large:          "ring" (the code) or "halving" (recursive halving-doubling, a what-if).
+    """
+
+    def __init__(self, mode="overlap", replicas=1, ranks_per_host=1, ceiling=False,
+                 overlap_fraction=None, latency_bytes=None, bucket_bytes=BUCKET_BYTES,
+                 large="ring", label=None):
+        self.mode = mode
+        self.replicas = replicas
+        self.ranks_per_host = ranks_per_host
+        self.ceiling = ceiling
+        self.overlap_fraction = OVERLAP_FRACTION if overlap_fraction is None else overlap_fraction
+        self.large = large
+        self.latency_bytes = LATENCY_BYTES if latency_bytes is None else latency_bytes
+        self.bucket_bytes = bucket_bytes
+        self.label = label or mode
+
+
+def iteration(net, platform, wire, gpus, link, scenario=None, compute_ms=None):
+    """Predicted iteration of one rank; `gpus` ranks (or GPUs) in all, batch per GPU fixed."""
+    sc = scenario or Scenario()
+    compute = (compute_ms if compute_ms is not None else COMPUTE_MS[(platform, net.name, wire)]) / 1e3
+    ranks = max(gpus // sc.replicas, 1)
+
+    def ar(count):
+        return allreduce(count, wire, ranks, link, sc.ranks_per_host, sc.latency_bytes, sc.ceiling,
+                         sc.large)
+
+    local = 0.0
+    if platform == "gpu" and sc.replicas > 1:
+        # The replicas' sum into root (an allreduce's bytes) and the result back to them.
+        local += (2 * (sc.replicas - 1) / sc.replicas + 1) * net.count * 4 / NVLINK_BANDWIDTH
+    if ranks <= 1:
+        return {"compute": compute, "exchange": local, "exposed": local, "total": compute + local,
+                "efficiency": compute / (compute + local), "buckets": 0, "algorithm": "-"}
+    stats = allreduce(net.statistics, "float32", ranks, link, sc.ranks_per_host,
+                      sc.latency_bytes, sc.ceiling, sc.large) if net.statistics else 0.0
+    if sc.mode == "overlap":
+        times = [ar(b) for b in net.buckets(sc.bucket_bytes)]
+        exchange = sum(times)
+        backward = BACKWARD_SHARE * compute
+        exposed = max(exchange - sc.overlap_fraction * backward, times[-1]) + stats
+        nb = len(times)
+    else:
+        exchange = ar(net.count)
+        if platform == "gpu":
+            exchange += 2 * net.count * 4 / PCIE_BANDWIDTH  # to host memory and back, float32
+        exposed = exchange + stats
+        nb = 1
+    exposed += local
+    total = compute + exposed
+    algorithm = flat_allreduce(net.buckets(sc.bucket_bytes)[0], wire, ranks, link,
+                               sc.latency_bytes, sc.ceiling, sc.large)[0]
+    return {"compute": compute, "exchange": exchange + stats + local, "exposed": exposed,
+            "total": total, "efficiency": compute / total, "buckets": nb, "algorithm": algorithm}
+
+
+# =================================================================================================
+# Output.
+# =================================================================================================
+
+NETS_ORDER = ["LeNet", "CaffeNet", "ResNet-50"]
+
+
+def gpu_rows():
+    return [(name, wire) for name in NETS_ORDER for wire in ("float32", "float16")]
+
+
+def fmt_ms(ms):
+    return f"{ms:,.0f}" if ms >= 100 else f"{ms:.3g}"
+
+
+def wire_label(link, wire):
+    return "float32 (ucx)" if link.backend == "ucx" else wire
+
+
+def table(platform, rows, links, ranks, scenario):
+    nets = {name: Net(name) for name in NETS_ORDER}
+    head = "| net | batch | wire | compute ms | link | " + " | ".join(f"N={n}" for n in ranks) + " |"
+    out = [head, "|" + " --- |" * (5 + len(ranks))]
+    for name, wire in rows:
+        for link in links:
+            cells = []
+            for n in ranks:
+                r = iteration(nets[name], platform, wire, n, link, scenario)
+                cells.append(f"{fmt_ms(r['total'] * 1e3)} / {r['efficiency'] * 100:.0f}%")
+            out.append(f"| {name} | {BATCH[(platform, name)]} | {wire_label(link, wire)} | "
+                       f"{COMPUTE_MS[(platform, name, wire)]:.3g} | {link.name} | "
+                       + " | ".join(cells) + " |")
+    return "\n".join(out)
+
+
+def efficiencies(name, platform, wire, link, scenario, ranks):
+    net = Net(name)
+    return {n: iteration(net, platform, wire, n, link, scenario)["efficiency"] for n in [1] + ranks}
+
+
+def rule_row(name, platform, wire, link, scenario, ranks=RANKS, share=0.5):
+    """(largest N with efficiency >= 90%, the same for 50%, the knee, the gain per added rank
+    past it, the best speed-up over one rank and where)."""
+    eff = efficiencies(name, platform, wire, link, scenario, ranks)
+    n90 = max([n for n in ranks if eff[n] >= 0.90], default=1)
+    n50 = max([n for n in ranks if eff[n] >= 0.50], default=1)
+    seq = [1] + ranks
+    knee = gain = None
+    for a, b in zip(seq, seq[1:]):
+        g = (b * eff[b] - a * eff[a]) / (b - a)  # throughput added per added rank, in ranks
+        if g < share:
+            knee, gain = a, g
+            break
+    best = max(seq, key=lambda n: n * eff[n])
+    return n90, n50, knee, gain, best * eff[best], best, eff[ranks[-1]]
+
+
+def rules(scenario, platform, cases, links, ranks=RANKS):
+    out = ["| net | wire | link | >= 90% up to | >= 50% up to | K, and what each rank added past K "
+           f"adds (share of one rank's throughput) | best speed-up over 1 rank (at N) | efficiency at {ranks[-1]} |",
+           "|" + " --- |" * 8]
+    for name, wire in cases:
+        for link in links:
+            n90, n50, knee, gain, speedup, at, last = rule_row(name, platform, wire, link, scenario, ranks)
+            if knee is None:
+                k = f"none up to {ranks[-1]}"
+            elif gain < 0 and knee == 1:
+                k = f"1: 2 ranks together are slower than 1 ({1 + gain:.2f}x its throughput)"
+            else:
+                k = f"{knee}: {gain * 100:.0f}%"
+            out.append(f"| {name} | {wire_label(link, wire)} | {link.name} | "
+                       f"{n90 if n90 > 1 else '-'} | {n50 if n50 > 1 else '-'} | {k} | "
+                       f"{speedup:.1f}x ({at}) | {last * 100:.0f}% |")
+    return "\n".join(out)
+
+
+DEPLOYMENTS = [
+    ("A", "flat, one rank per GPU, 25 MiB buckets overlapped (the model's default)", dict()),
+    ("B", "A with 100 MiB buckets (--bucket_mb=100)", dict(bucket_bytes=100 << 20)),
+    ("C", "A with perfect overlap (f = 1)", dict(overlap_fraction=1.0)),
+    ("D", "flat, one rank per GPU, whole buffer after backward via host memory (the code's GPU path)",
+     dict(mode="after")),
+    ("E", "8 ranks per host, hierarchical (loopback within hosts), buckets overlapped (tcp only)",
+     dict(ranks_per_host=8)),
+    ("F", "8 GPUs per process (NCCL within), one rank per host, after backward (the code's GPU path)",
+     dict(mode="after", replicas=8)),
+    ("G", "F with buckets overlapped (not in the code for GPUs)", dict(replicas=8)),
+    ("H", "A with recursive halving-doubling for large buffers (not in the code)",
+     dict(large="halving")),
+    ("I", "G with recursive halving-doubling (neither in the code)", dict(replicas=8, large="halving")),
+]
+
+
+def deployments(net_name="ResNet-50", wire="float16", links=("25GbE", "100GbE", "HDR-IB")):
+    net = Net(net_name)
+    out = ["| case | how | link | 64 GPUs | 512 GPUs | 512 GPUs, host ceiling 3 GB/s |",
+           "| --- | --- | --- | --- | --- | --- |"]
+    for key, label, kw in DEPLOYMENTS:
+        for name in links:
+            link = LINK_BY_NAME[name]
+            if link.backend != "tcp" and (kw.get("ranks_per_host", 1) > 1 or kw.get("large") == "halving"):
+                continue  # the ucx backend has neither
+            cells = []
+            for n, ceiling in ((64, False), (512, False), (512, True)):
+                if ceiling and link.backend != "tcp":
+                    cells.append("- (tcp only)")
+                    continue
+                r = iteration(net, "gpu", wire, n, link, Scenario(ceiling=ceiling, **kw))
+                cells.append(f"{r['efficiency'] * 100:.0f}% ({r['total'] * 1e3:.1f} ms)")
+            out.append(f"| {key} | {label} | {name} | " + " | ".join(cells) + " |")
+    return "\n".join(out)
+
+
+def print_parameters():
+    print("## Parameters\n")
+    print("| link | rate GB/s | step cost alpha | efficiency | L = alpha * rate | backend | source |")
+    print("| --- | --- | --- | --- | --- | --- | --- |")
+    for link in LINKS:
+        print(f"| {link.name} | {link.rate / 1e9:.3g} | {link.alpha * 1e6:.0f} us | "
+              f"{link.efficiency:.2f} | {link.latency_bytes / 1024:.1f} KiB | {link.backend} | "
+              f"{link.source} |")
+    print()
+    print("| net | parameters read from | floats exchanged | float32 MB | float16 MB | "
+          "buckets of 25 MiB (floats, in order) | BatchNorm statistics (floats) |")
+    print("| --- | --- | --- | --- | --- | --- | --- |")
+    for name in NETS_ORDER:
+        net = Net(name)
+        b = ", ".join(f"{x:,}" for x in net.buckets())
+        print(f"| {name} | {net.source} | {net.count:,} | {net.count * 4 / 1e6:.1f} | "
+              f"{net.count * 2 / 1e6:.1f} | {b} | {net.statistics:,} |")
+    print()
+    print(f"overlap fraction f = {OVERLAP_FRACTION}, backward = {BACKWARD_SHARE:.2f} of compute, "
+          f"bucket = {BUCKET_BYTES >> 20} MiB of float32, PCIe {PCIE_BANDWIDTH / 1e9:.0f} GB/s, "
+          f"NVLink busbw {NVLINK_BANDWIDTH / 1e9:.0f} GB/s, host ceiling "
+          f"{HOST_CEILING['float32'] / 1e9:.1f} GB/s (float32) / {HOST_CEILING['float16'] / 1e9:.1f} "
+          f"GB/s of float32 (float16 wire)\n")
+
+
+def headline():
+    net = Net("ResNet-50")
+    link = LINK_BY_NAME["100GbE"]
+    lines = []
+    for key, label, kw in DEPLOYMENTS:
+        r = iteration(net, "gpu", "float16", 512, link, Scenario(**kw))
+        c = iteration(net, "gpu", "float16", 512, link, Scenario(ceiling=True, **kw))
+        lines.append(f"- {key}: {r['efficiency'] * 100:.1f}% ({r['total'] * 1e3:.1f} ms per iteration "
+                     f"against {r['compute'] * 1e3:.1f} ms of compute; {c['efficiency'] * 100:.0f}% "
+                     f"with the host ceiling): {label}")
+    return ("ResNet-50 float16, one H200 per GPU, 100GbE, 512 GPUs, goal "
+            f"{GOAL * 100:.0f}%:\n" + "\n".join(lines))
+
+
+def print_tables(ceiling=False):
+    print_parameters()
+    sc = Scenario("overlap", ceiling=ceiling)
+    note = ", host ceiling on" if ceiling else ""
+    print("## GPU (one H200 per rank): iteration ms / weak-scaling efficiency\n")
+    print(f"Flat ring of N ranks, 25 MiB buckets overlapped with backward{note}.\n")
+    print(table("gpu", gpu_rows(), LINKS, RANKS, sc))
+    print()
+    print("## CPU (one 2-core development machine per rank): iteration ms / efficiency\n")
+    cpu_rows = [("LeNet", "float32"), ("CaffeNet", "float32"), ("ResNet-50", "float32")]
+    cpu_links = [LINK_BY_NAME[x] for x in ("1GbE", "10GbE", "25GbE")]
+    print(table("cpu", cpu_rows, cpu_links, [2, 8, 32, 128, 512], sc))
+    print()
+    print("## Rules of thumb, GPU (default scenario)\n")
+    print(rules(sc, "gpu", [("LeNet", "float32"), ("CaffeNet", "float16"), ("ResNet-50", "float16"),
+                            ("ResNet-50", "float32")], LINKS))
+    print()
+    print("## Rules of thumb, CPU (default scenario)\n")
+    print(rules(sc, "cpu", cpu_rows, cpu_links))
+    print()
+    print("## ResNet-50 float16 on the H200: how the exchange is run\n")
+    print(deployments())
+    print()
+    print("## Headline\n")
+    print(headline())
+
+
+# --- validation against measurements ---------------------------------------------------------
+
+# RESULTS.md "Recursive doubling for small allreduces (scaling, in part)": microseconds per
+# allreduce, (doubling, ring), namespaces on one bridge, tbf-shaped links, dev-2c (2 cores).
+MEASURED_ALLREDUCE_US = {
+    (1, 2): [(12, 23), (69, 61), (274, 276), (549, 550), (1097, 1098), (2194, 2195), (8777, 8862), (35453, 35151)],
+    (1, 4): [(54, 251), (134, 226), (549, 415), (1105, 826), (2209, 1647), (4389, 3300), (19177, 13220), (86880, 53066)],
+    (1, 8): [(198, 1012), (228, 1780), (821, 1231), (4041, 1358), (3717, 1929), (9244, 3843), (43193, 15683), (159818, 64793)],
+    (10, 2): [(12, 30), (15, 45), (21, 45), (49, 50), (109, 106), (269, 300), (1038, 1193), (4152, 4440)],
+    (10, 4): [(56, 214), (65, 235), (78, 249), (107, 259), (218, 290), (889, 516), (4139, 3690), (17782, 13735)],
+    (10, 8): [(189, 1053), (254, 995), (572, 1327), (440, 1515), (665, 1810), (1467, 1489), (11521, 9440), (49227, 33331)],
+}
+MEASURED_SIZES = [1 << 10, 8 << 10, 32 << 10, 64 << 10, 128 << 10, 256 << 10, 1 << 20, 4 << 20]
+
+
+def compare_allreduce():
+    print("Model against the measured allreduce times (RESULTS.md, \"Recursive doubling for small "
+          "allreduces\"): us, model / measured (ratio). The ranks shared 2 cores.\n")
+    print("| link | ranks | algorithm | " + " | ".join(_size(s) for s in MEASURED_SIZES) + " |")
+    print("|" + " --- |" * (3 + len(MEASURED_SIZES)))
+    worst = {}
+    for (gbit, n), values in MEASURED_ALLREDUCE_US.items():
+        link = LINK_BY_GBIT[gbit]
+        for a, name in ((0, "doubling"), (1, "ring")):
+            cells = []
+            for size, pair in zip(MEASURED_SIZES, values):
+                if name == "ring":
+                    model = ring_time(size, n, link)
+                else:
+                    model = doubling_time(size, n, link)
+                ratio = model * 1e6 / pair[a]
+                worst.setdefault((gbit, n, name), []).append((size, ratio))
+                cells.append(f"{model * 1e6:,.0f} / {pair[a]:,} ({ratio:.2f})")
+            print(f"| {gbit} Gbit/s | {n} | {name} | " + " | ".join(cells) + " |")
+    print()
+    print("| link | ranks | algorithm | model / measured below 256 KiB | from 256 KiB |")
+    print("| --- | --- | --- | --- | --- |")
+    for (gbit, n, name), ratios in sorted(worst.items()):
+        small = [r for size, r in ratios if size < 256 << 10]
+        large = [r for size, r in ratios if size >= 256 << 10]
+        print(f"| {gbit} Gbit/s | {n} | {name} | {min(small):.2f}-{max(small):.2f} | "
+              f"{min(large):.2f}-{max(large):.2f} |")
+
+
+def _size(s):
+    return f"{s >> 20} MiB" if s >= 1 << 20 else f"{s >> 10} KiB"
+
+
+def validate(path):
+    """CSV columns: net,ranks,link_gbit,measured_ms, then optionally platform (gpu|cpu, default
+    gpu), wire (float32|float16|bfloat16, default float32), compute_ms (the one-rank time to use
+    instead of the model's, e.g. for another batch or thread count), mode (overlap|after, default
+    overlap), ranks_per_host (default 1). Lines starting with # are skipped."""
+    with open(path) as f:
+        rows = list(csv.DictReader(line for line in f if line.strip() and not line.startswith("#")))
+    print("| net | ranks | link | platform | wire | mode | compute ms | model ms | measured ms | "
+          "error |")
+    print("|" + " --- |" * 10)
+    errors = []
+    for row in rows:
+        net = Net(row["net"].strip())
+        n = int(row["ranks"])
+        link = LINK_BY_GBIT[float(row["link_gbit"]) if "." in row["link_gbit"] else int(row["link_gbit"])]
+        platform = (row.get("platform") or "gpu").strip()
+        wire = (row.get("wire") or "float32").strip()
+        compute = row.get("compute_ms")
+        compute = float(compute) if compute not in (None, "") else None
+        if compute is None and (platform, net.name, wire) not in COMPUTE_MS:
+            sys.exit(f"{path}: no compute time for {net.name} ({platform}, {wire}): "
+                     "give compute_ms")
+        mode = (row.get("mode") or "overlap").strip()
+        g = int(row.get("ranks_per_host") or 1)
+        r = iteration(net, platform, wire, n, link, Scenario(mode, ranks_per_host=g), compute)
+        measured = float(row["measured_ms"])
+        err = (r["total"] * 1e3 - measured) / measured
+        errors.append(abs(err))
+        print(f"| {net.name} | {n} | {link.name} | {platform} | {wire} | {mode} | "
+              f"{r['compute'] * 1e3:.2f} | {r['total'] * 1e3:.2f} | {measured:.2f} | "
+              f"{err * 100:+.1f}% |")
+    if errors:
+        print(f"\n{len(errors)} points, mean |error| {sum(errors) / len(errors) * 100:.1f}%, "
+              f"largest {max(errors) * 100:.1f}%")
+
+
+def plot(path):
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("--plot needs matplotlib (apt-get install python3-matplotlib, then run this script "
+              "with /usr/bin/python3)", file=sys.stderr)
+        return 2
+    net = Net("ResNet-50")
+    ranks = [1] + RANKS
+    fig, ax = plt.subplots(figsize=(8, 4.2), dpi=100)
+    colours = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd"]
+    for colour, link in zip(colours, LINKS):
+        for wire, style in (("float16", "-"), ("float32", ":")):
+            if link.backend == "ucx" and wire == "float32":
+                continue  # ucx carries float32 whatever the compute: one line
+            eff = [iteration(net, "gpu", wire, n, link)["efficiency"] * 100 for n in ranks]
+            if link.backend == "ucx":
+                label = f"{link.name}: float16 compute, float32 wire"
+            else:
+                label = f"{link.name}: {wire} ({COMPUTE_MS[('gpu', 'ResNet-50', wire)]:.0f} ms compute)"
+            ax.plot(ranks, eff, style, color=colour, marker="o", markersize=3, label=label)
+    ax.axhline(GOAL * 100, color="grey", linewidth=0.8)
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(ranks)
+    ax.set_xticklabels([str(n) for n in ranks])
+    ax.set_ylim(0, 102)
+    ax.set_xlabel("ranks (one H200 each), batch 128 per rank")
+    ax.set_ylabel("weak-scaling efficiency, %")
+    ax.set_title("ResNet-50, modelled: flat ring, 25 MiB buckets overlapped with backward",
+                 fontsize=9)
+    ax.grid(True, linewidth=0.3)
+    ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5))
+    fig.tight_layout()
+    fig.savefig(path)
+    print(f"wrote {path}")
+    return 0
+
+
+# --- self-test ----------------------------------------------------------------------------------
+
+
+def self_test():
+    failures = []
+
+    def check(what, got, want, rel=1e-9):
+        ok = abs(got - want) <= rel * max(abs(want), 1e-30)
+        print(f"{'ok  ' if ok else 'FAIL'} {what}: {got!r} (want {want!r})")
+        if not ok:
+            failures.append(what)
+
+    link = Link("test", 8, 10e-6, 1.0, "tcp", "")  # 1 GB/s exactly, 10 us a step
+    # Ring, N = 2, n = 1 MB: 2 steps of alpha plus 2 (N - 1) / N * n / B = 1 ms.
+    check("ring N=2, 1 MB, alpha 10 us, 1 GB/s", ring_time(1e6, 2, link), 20e-6 + 1e-3)
+    # Ring, N = 4, n = 4 MB: 6 alpha + 1.5 * 4 ms.
+    check("ring N=4, 4 MB", ring_time(4e6, 4, link), 60e-6 + 6e-3)
+    # Doubling, N = 8: 3 steps of (alpha + n / B); N = 6: log2 4 = 2 steps + 2 for the fold.
+    check("doubling N=8, 8 KB", doubling_time(8e3, 8, link), 3 * (10e-6 + 8e-6))
+    check("doubling steps N=6", doubling_steps(6), 4)
+    check("doubling steps N=512", doubling_steps(512), 9)
+    # The crossover at N = 8: 3 (L + b) < 14 (L + b / 8)  <=>  b < 8.8 L.
+    lb = 32 << 10
+    below, above = int(8.8 * lb) - 64, int(8.8 * lb) + 64
+    check("N=8 picks doubling just below 8.8 L", float(doubling_pays(8, below, below, lb)), 1.0)
+    check("N=8 picks the ring just above 8.8 L", float(doubling_pays(8, above, above, lb)), 0.0)
+    # N = 4: 2 (L + b) < 6 (L + b / 4)  <=>  b < 8 L.
+    check("N=4 picks doubling just below 8 L", float(doubling_pays(4, 8 * 1000 - 1, 8 * 1000 - 1, 1000)), 1.0)
+    check("N=4 picks the ring just above 8 L", float(doubling_pays(4, 8 * 1000 + 1, 8 * 1000 + 1, 1000)), 0.0)
+    # Never doubling above 1 MiB of float32, however large L.
+    check("no doubling above 1 MiB", float(doubling_pays(512, 2 << 20, 2 << 20, 1 << 30)), 0.0)
+    # Buckets: parameters of 3, 3, 3 floats with a bucket of 5 floats (20 bytes): one each;
+    # 1, 1, 1, 10 with 12 bytes (3 floats): [10] then [1, 1, 1].
+    check("buckets 3,3,3 / 5", float(buckets_of([(3, 0), (3, 1), (3, 2)], 20) == [3, 3, 3]), 1.0)
+    check("buckets 1,1,1,10 / 3", float(buckets_of([(1, 0), (1, 1), (1, 2), (10, 3)], 12) == [10, 3]), 1.0)
+    # The nets' parameter counts (Caffe's layouts; BatchNorm's three blobs per layer included).
+    for name, want in (("LeNet", 431080), ("CaffeNet", 60965224), ("ResNet-50", 25610205)):
+        check(f"{name} parameters", float(Net(name).count), float(want))
+    # Overlap: iteration = compute + max(exchange - f * backward, last bucket).
+    lenet = Net("LeNet")  # one bucket of 1.72 MB: nothing to overlap
+    r = iteration(lenet, "cpu", "float32", 2, LINK_BY_NAME["1GbE"], compute_ms=10.0)
+    want = 0.010 + ring_time(431080 * 4, 2, LINK_BY_NAME["1GbE"])
+    check("LeNet, 2 ranks, 1GbE: compute + the whole ring", r["total"], want)
+    # Efficiency of one rank is 1.
+    check("1 rank", iteration(lenet, "gpu", "float32", 1, LINK_BY_NAME["10GbE"])["efficiency"], 1.0)
+    if failures:
+        print(f"\n{len(failures)} check(s) failed", file=sys.stderr)
+        return 1
+    print("\nall checks passed")
+    return 0
+
+
+def main():
+    global OVERLAP_FRACTION, LATENCY_BYTES
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--self-test", action="store_true", help="check hand-computed values")
+    ap.add_argument("--plot", metavar="PNG", help="efficiency against ranks, ResNet-50 on the GPU")
+    ap.add_argument("--validate", metavar="CSV", help="model against measured iterations")
+    ap.add_argument("--compare-allreduce", action="store_true",
+                    help="model against the allreduce times measured between namespaces")
+    ap.add_argument("--host-ceiling", action="store_true",
+                    help="limit each rank's exchange to the loopback rate measured here")
+    ap.add_argument("--alpha-us", type=float, metavar="US",
+                    help="step cost of the Ethernet (tcp) links instead of 20 us")
+    ap.add_argument("--latency-kb", type=float, metavar="K",
+                    help="the communicator's --latency_kb for every link (default: alpha * rate; "
+                         f"the code's default is {DEFAULT_LATENCY_BYTES >> 10})")
+    ap.add_argument("--overlap", type=float, metavar="F",
+                    help=f"overlappable fraction of backward instead of {OVERLAP_FRACTION}")
+    args = ap.parse_args()
+    if args.overlap is not None:
+        OVERLAP_FRACTION = args.overlap
+    if args.latency_kb is not None:
+        LATENCY_BYTES = args.latency_kb * 1024
+    if args.alpha_us is not None:
+        for link in LINKS:
+            if link.backend == "tcp":
+                link.alpha = args.alpha_us * 1e-6
+    if args.self_test:
+        return self_test()
+    if args.plot:
+        return plot(args.plot)
+    if args.validate:
+        validate(args.validate)
+        return 0
+    if args.compare_allreduce:
+        compare_allreduce()
+        return 0
+    print_tables(ceiling=args.host_ceiling)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
