@@ -381,7 +381,7 @@ int Main(int argc, char** argv) {
         "  --threads=N [--backend=tcp|ucx] | --backend=mpi | --mpi-native\n"
         "  [--min-bytes=4K] [--max-bytes=256M] [--iters=auto|N] [--warmup=N]\n"
         "  [--chunk-bytes=1M] [--timeout=120] [--token=T] [--wire=float32|bfloat16|float16]\n"
-        "  [--algorithm=auto|ring|doubling] (tcp: how AllReduce moves each size)\n"
+        "  [--algorithm=auto|ring|doubling|halving] (tcp: how AllReduce moves each size)\n"
         "  [--hierarchical=true|false] (tcp: within each host first, where ranks share hosts)\n"
         "%s\n",
         argv[0],

@@ -53,13 +53,15 @@ struct CommOptions {
   // tcp: how AllReduce moves a buffer. "ring": always the ring. "doubling": always recursive
   // doubling, log2 N steps that each swap the whole buffer with one partner over connections of
   // its own (made while the communicator is built; a world that is not a power of two first
-  // folds its last ranks into the first). "auto": doubling where its modelled time is below the
-  // ring's, each step costing latency_bytes plus the bytes it moves (ring: 2 (N - 1) steps of
-  // 1/N of the buffer; doubling: log2 N steps of all of it, two more when folding), and never
-  // above doubling_max_bytes. latency_bytes is a step's fixed cost in bytes of the link's rate
-  // (its latency times its rate): the default, 32 KiB, is 25 us at 10 Gbit/s; measured between
-  // network namespaces, 18-24 us at 10 Gbit/s and 12-40 us at 1 Gbit/s (bench/RESULTS.md,
-  // "Recursive doubling"), so on 1 Gbit/s links about 3 KiB fits better.
+  // folds its last ranks into the first). "halving": recursive halving then doubling over the
+  // same connections, 2 log2 N steps that move the ring's bytes (2 (N - 1) / N of the buffer).
+  // "auto": the one whose modelled time is lowest, each step costing latency_bytes plus the
+  // bytes it moves (ring: 2 (N - 1) steps of 1/N of the buffer; doubling: log2 N steps of all of
+  // it, never above doubling_max_bytes; halving as said; folding: two steps of all of it).
+  // latency_bytes is a step's fixed cost in bytes of the link's rate (its latency times its rate):
+  // the default, 32 KiB, is 25 us at 10 Gbit/s; measured between network namespaces, 18-24 us at 10
+  // Gbit/s and 12-40 us at 1 Gbit/s (bench/RESULTS.md, "Recursive doubling"), so on 1 Gbit/s links
+  // about 3 KiB fits better.
   std::string allreduce_algorithm = "auto";
   size_t latency_bytes = size_t{32} << 10;
   size_t doubling_max_bytes = size_t{1} << 20;

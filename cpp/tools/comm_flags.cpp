@@ -58,7 +58,8 @@ std::vector<FlagSpec> CommFlagSpecs() {
       {"connect_timeout", "60", "seconds to wait for every rank to join"},
       {"allreduce", "auto",
        "tcp: how a buffer is summed: ring, doubling (recursive doubling: log2 N steps of the "
-       "whole buffer) or auto (doubling where it is modelled faster: small buffers)"},
+       "whole buffer), halving (recursive halving then doubling: 2 log2 N steps, the ring's "
+       "bytes) or auto (the one modelled fastest for the buffer and N)"},
       {"hierarchical", "true",
        "tcp: where ranks share hosts (their --peers hosts), sum within each host first, then "
        "between one rank per host"},
@@ -126,8 +127,8 @@ comm::CommOptions CommOptionsFromFlags(const Flags& flags,
   options.token = flags.IsSet("token") ? flags.Get("token") : "cortado:" + flags.Get("peers");
   options.allreduce_algorithm = flags.Get("allreduce");
   if (options.allreduce_algorithm != "auto" && options.allreduce_algorithm != "ring" &&
-      options.allreduce_algorithm != "doubling") {
-    CORTADO_THROW(kInvalidArgument, "--allreduce must be auto, ring or doubling, got '{}'",
+      options.allreduce_algorithm != "doubling" && options.allreduce_algorithm != "halving") {
+    CORTADO_THROW(kInvalidArgument, "--allreduce must be auto, ring, doubling or halving, got '{}'",
                   options.allreduce_algorithm);
   }
   options.hierarchical = flags.GetBool("hierarchical");

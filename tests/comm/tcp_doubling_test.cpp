@@ -1,9 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
-// The tcp backend's AllReduce by recursive doubling (CommOptions::allreduce_algorithm): on 2 to 8
-// ranks, uneven sizes, float32 and 16-bit wires, every element exactly the sum in the order the
-// algorithm adds (folded ranks first, then one partner per level), every rank bit-identical, and
-// within float rounding of the ring's; the model's choice between the two; a killed rank ends
-// every other rank within the timeout.
+// The tcp backend's AllReduce by recursive doubling and by recursive halving then doubling
+// (CommOptions::allreduce_algorithm): on 2 to 8 ranks, uneven sizes (down to fewer elements than
+// ranks), float32 and 16-bit wires, every element exactly the sum in the order the algorithms
+// add (folded ranks first, then one partner per level: the same tree for both), every rank
+// bit-identical, and within float rounding of the ring's; the model's choice between the three;
+// a killed rank ends every other rank within the timeout.
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -35,7 +36,8 @@ using testing::LoopbackRing;
 
 // Element i after recursive doubling over `inputs` (one vector per rank), written from the
 // algorithm's definition: ranks past the largest power of two p add into rank r - p, then at
-// each level every rank adds its partner's partial sum.
+// each level every rank adds its partner's partial sum. Halving adds the same partial sums at
+// each level (only the rank that keeps element i does), so its result is the same.
 float DoublingSum(const std::vector<std::vector<float>>& inputs, size_t i) {
   const int n = static_cast<int>(inputs.size());
   int p = 1;
@@ -65,42 +67,43 @@ CommOptions WithAlgorithm(const LoopbackRing& ring, int rank, const std::string&
 
 TEST(TcpDoublingTest, SumsInTheAlgorithmsOrderOnTwoToEightRanks) {
   const std::vector<size_t> counts = {1, 7, 1001, 30000};
-  for (int n = 2; n <= 8; ++n) {
-    SCOPED_TRACE(std::to_string(n) + " ranks");
-    LoopbackRing ring(n);
-    const auto outcomes = testing::RunRanksAsThreads(n, [&](int rank) {
-      auto comm = ring.Join(WithAlgorithm(ring, rank, "doubling"));
-      Digest digest;
-      for (size_t count : counts) {
-        const auto seed = static_cast<uint32_t>(count + 3);
-        std::vector<float> data = testing::Input(rank, count, seed);
-        comm->AllReduce(data.data(), count);
-        const auto inputs = Inputs(n, count, seed);
-        for (size_t i = 0; i < count; ++i) {
-          const float want = DoublingSum(inputs, i);
-          if (data[i] != want) {
-            throw std::runtime_error("count " + std::to_string(count) + ", element " +
-                                     std::to_string(i) + ": " + std::to_string(data[i]) +
-                                     ", expected " + std::to_string(want));
+  for (const char* algorithm : {"doubling", "halving"})
+    for (int n = 2; n <= 8; ++n) {
+      SCOPED_TRACE(std::string(algorithm) + ", " + std::to_string(n) + " ranks");
+      LoopbackRing ring(n);
+      const auto outcomes = testing::RunRanksAsThreads(n, [&](int rank) {
+        auto comm = ring.Join(WithAlgorithm(ring, rank, algorithm));
+        Digest digest;
+        for (size_t count : counts) {
+          const auto seed = static_cast<uint32_t>(count + 3);
+          std::vector<float> data = testing::Input(rank, count, seed);
+          comm->AllReduce(data.data(), count);
+          const auto inputs = Inputs(n, count, seed);
+          for (size_t i = 0; i < count; ++i) {
+            const float want = DoublingSum(inputs, i);
+            if (data[i] != want) {
+              throw std::runtime_error("count " + std::to_string(count) + ", element " +
+                                       std::to_string(i) + ": " + std::to_string(data[i]) +
+                                       ", expected " + std::to_string(want));
+            }
           }
+          digest.Add(data.data(), count * sizeof(float));
+          // Interleaved with the ring's operations on the same communicator.
+          testing::CheckBroadcast(comm.get(), 1000, n - 1, seed, &digest);
         }
-        digest.Add(data.data(), count * sizeof(float));
-        // Interleaved with the ring's operations on the same communicator.
-        testing::CheckBroadcast(comm.get(), 1000, n - 1, seed, &digest);
-      }
-      return digest.Hex();
-    });
-    ASSERT_TRUE(AllOk(outcomes)) << Describe(outcomes);
-    for (int r = 1; r < n; ++r) EXPECT_EQ(outcomes[r].result, outcomes[0].result) << "rank " << r;
-  }
+        return digest.Hex();
+      });
+      ASSERT_TRUE(AllOk(outcomes)) << Describe(outcomes);
+      for (int r = 1; r < n; ++r) EXPECT_EQ(outcomes[r].result, outcomes[0].result) << "rank " << r;
+    }
 }
 
 TEST(TcpDoublingTest, AgreesWithTheRingWithinFloatRounding) {
   constexpr int kRanks = 6;
   constexpr size_t kCount = 5003;
-  std::vector<std::vector<float>> results(2);
-  for (int a = 0; a < 2; ++a) {
-    const std::string algorithm = a == 0 ? "ring" : "doubling";
+  std::vector<std::vector<float>> results(3);
+  for (int a = 0; a < 3; ++a) {
+    const std::string algorithm = a == 0 ? "ring" : a == 1 ? "doubling" : "halving";
     LoopbackRing ring(kRanks);
     const auto outcomes = testing::RunRanksAsThreads(kRanks, [&](int rank) {
       auto comm = ring.Join(WithAlgorithm(ring, rank, algorithm));
@@ -123,6 +126,7 @@ TEST(TcpDoublingTest, AgreesWithTheRingWithinFloatRounding) {
     const double bound = 5 * magnitude * std::ldexp(1.0, -24);
     EXPECT_LE(std::fabs(results[0][i] - exact), bound) << "ring, element " << i;
     EXPECT_LE(std::fabs(results[1][i] - exact), bound) << "doubling, element " << i;
+    EXPECT_EQ(results[2][i], results[1][i]) << "halving against doubling, element " << i;
     differ += results[0][i] != results[1][i];
   }
   // The orders differ, so some sums differ in their last bits (a check that both ran).
@@ -130,42 +134,44 @@ TEST(TcpDoublingTest, AgreesWithTheRingWithinFloatRounding) {
 }
 
 TEST(TcpDoublingTest, SixteenBitWiresRoundTheFloat32SumOnce) {
-  for (WireType wire : {WireType::kBFloat16, WireType::kFloat16}) {
-    for (int n : {3, 4, 5}) {
-      SCOPED_TRACE(std::string(WireTypeName(wire)) + ", " + std::to_string(n) + " ranks");
-      LoopbackRing ring(n);
-      const auto outcomes = testing::RunRanksAsThreads(n, [&](int rank) {
-        auto comm = ring.Join(WithAlgorithm(ring, rank, "doubling"));
-        Digest digest;
-        for (size_t count : {size_t{1}, size_t{9}, size_t{4001}}) {
-          const auto seed = static_cast<uint32_t>(count);
-          std::vector<float> data = testing::Input(rank, count, seed);
-          comm->AllReduceAs(data.data(), count, wire);
-          const auto inputs = Inputs(n, count, seed);
-          for (size_t i = 0; i < count; ++i) {
-            const float sum = DoublingSum(inputs, i);
-            const float want = wire == WireType::kBFloat16
-                                   ? math::BFloat16ToFloat(math::FloatToBFloat16(sum))
-                                   : math::Float16ToFloat(math::FloatToFloat16(sum));
-            if (data[i] != want) {
-              throw std::runtime_error("element " + std::to_string(i) + ": " +
-                                       std::to_string(data[i]) + ", expected " +
-                                       std::to_string(want));
+  for (const char* algorithm : {"doubling", "halving"})
+    for (WireType wire : {WireType::kBFloat16, WireType::kFloat16}) {
+      for (int n : {3, 4, 5}) {
+        SCOPED_TRACE(std::string(algorithm) + ", " + WireTypeName(wire) + ", " + std::to_string(n) +
+                     " ranks");
+        LoopbackRing ring(n);
+        const auto outcomes = testing::RunRanksAsThreads(n, [&](int rank) {
+          auto comm = ring.Join(WithAlgorithm(ring, rank, algorithm));
+          Digest digest;
+          for (size_t count : {size_t{1}, size_t{9}, size_t{4001}}) {
+            const auto seed = static_cast<uint32_t>(count);
+            std::vector<float> data = testing::Input(rank, count, seed);
+            comm->AllReduceAs(data.data(), count, wire);
+            const auto inputs = Inputs(n, count, seed);
+            for (size_t i = 0; i < count; ++i) {
+              const float sum = DoublingSum(inputs, i);
+              const float want = wire == WireType::kBFloat16
+                                     ? math::BFloat16ToFloat(math::FloatToBFloat16(sum))
+                                     : math::Float16ToFloat(math::FloatToFloat16(sum));
+              if (data[i] != want) {
+                throw std::runtime_error("element " + std::to_string(i) + ": " +
+                                         std::to_string(data[i]) + ", expected " +
+                                         std::to_string(want));
+              }
             }
+            digest.Add(data.data(), count * sizeof(float));
           }
-          digest.Add(data.data(), count * sizeof(float));
-        }
-        return digest.Hex();
-      });
-      ASSERT_TRUE(AllOk(outcomes)) << Describe(outcomes);
-      for (int r = 1; r < n; ++r) EXPECT_EQ(outcomes[r].result, outcomes[0].result);
+          return digest.Hex();
+        });
+        ASSERT_TRUE(AllOk(outcomes)) << Describe(outcomes);
+        for (int r = 1; r < n; ++r) EXPECT_EQ(outcomes[r].result, outcomes[0].result);
+      }
     }
-  }
 }
 
-TEST(TcpDoublingTest, AutoTakesDoublingWhereTheModelSaysItIsFaster) {
+TEST(TcpDoublingTest, AutoTakesTheAlgorithmTheModelSaysIsFastest) {
   CommOptions options;
-  options.latency_bytes = 64 << 10;
+  options.latency_bytes = 64 << 10;  // L
   options.doubling_max_bytes = 1 << 20;
   auto algorithm = [&](int n, size_t count, WireType wire = WireType::kFloat32) {
     options.world_size = n;
@@ -174,34 +180,51 @@ TEST(TcpDoublingTest, AutoTakesDoublingWhereTheModelSaysItIsFaster) {
   EXPECT_EQ(algorithm(1, 10), "ring");  // nothing moves
   // Two ranks: one step of the whole buffer against the ring's two of half of it.
   EXPECT_EQ(algorithm(2, 1000), "doubling");
-  // Eight ranks: 3 steps of the buffer against 14 of an eighth: doubling below
-  // 11 L / (3 - 14 / 8) = 8.8 L = 576,716.8 bytes (144,179 floats).
-  EXPECT_EQ(algorithm(8, 144000), "doubling");
-  EXPECT_EQ(algorithm(8, 145000), "ring");
-  // Five ranks fold one in: 2 + 2 steps against 8 of a fifth: below 4 L / 2.4 = 109,226.7 bytes.
+  EXPECT_EQ(algorithm(2, 1000000), "ring");  // above doubling_max_bytes; halving is the ring
+  // Eight ranks: doubling 3 (L + b), halving 6 L + 1.2 * 1.75 b (its bytes cost 1.2 times the
+  // ring's), ring 14 L + 1.75 b: doubling up to b = 3.33 L = 218,453 bytes (54,613 floats),
+  // halving up to 22.86 L = 1,497,966 bytes (374,491 floats), the ring above.
+  EXPECT_EQ(algorithm(8, 54000), "doubling");
+  EXPECT_EQ(algorithm(8, 55000), "halving");
+  EXPECT_EQ(algorithm(8, 370000), "halving");
+  EXPECT_EQ(algorithm(8, 380000), "ring");
+  // 512 ranks: halving's 18 steps against the ring's 1,022 win up to about 2,500 L (a 25 MiB
+  // bucket with L = 32 KiB).
+  options.latency_bytes = 32 << 10;
+  EXPECT_EQ(algorithm(512, 25 << 18), "halving");
+  options.latency_bytes = 64 << 10;
+  // Five ranks fold one in (2 (L + b) more): doubling 4 L + 4 b, halving 6 L + 3.8 b, ring
+  // 8 L + 1.6 b: doubling below 4 L / 2.4 = 109,226.7 bytes, the ring above.
   EXPECT_EQ(algorithm(5, 27000), "doubling");
   EXPECT_EQ(algorithm(5, 28000), "ring");
-  // A 16-bit wire halves the ring's bytes only (doubling sends float32).
-  EXPECT_EQ(algorithm(8, 100000, WireType::kFloat16), "ring");
-  EXPECT_EQ(algorithm(8, 100000), "doubling");
-  // Never above doubling_max_bytes; latency_bytes 0 leaves only the bytes, where the ring wins.
+  // A 16-bit wire halves the ring's bytes only (the others send float32): at eight ranks
+  // halving 6 L + 8.4 c against the ring's 14 L + 3.5 c (c floats) is faster below
+  // c = 8 L / 4.9 = 106,998.
+  EXPECT_EQ(algorithm(8, 100000, WireType::kFloat16), "halving");
+  EXPECT_EQ(algorithm(8, 110000, WireType::kFloat16), "ring");
+  // Never doubling above doubling_max_bytes; with latency_bytes 0 only the bytes count, and the
+  // ring moves the fewest when folding would be needed.
   options.doubling_max_bytes = 4000;
-  EXPECT_EQ(algorithm(64, 1001), "ring");
+  EXPECT_EQ(algorithm(64, 1001), "halving");
   EXPECT_EQ(algorithm(64, 1000), "doubling");
   options.latency_bytes = 0;
-  EXPECT_EQ(algorithm(64, 10), "ring");
+  EXPECT_EQ(algorithm(48, 1000), "ring");
+  // Forced.
   options.allreduce_algorithm = "ring";
   options.latency_bytes = 1 << 30;
   EXPECT_EQ(algorithm(64, 1), "ring");
   options.allreduce_algorithm = "doubling";
   EXPECT_EQ(algorithm(3, size_t{1} << 28), "doubling");
+  options.allreduce_algorithm = "halving";
+  EXPECT_EQ(algorithm(6, 10), "halving");
+  EXPECT_EQ(algorithm(2, 10), "ring");  // the same steps
   options.allreduce_algorithm = "tree";
   try {
     algorithm(4, 1);
     ADD_FAILURE() << "an unknown algorithm was accepted";
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
-    EXPECT_NE(std::string(e.what()).find("must be ring, doubling or auto, not 'tree'"),
+    EXPECT_NE(std::string(e.what()).find("must be ring, doubling, halving or auto, not 'tree'"),
               std::string::npos)
         << e.what();
   }
@@ -274,33 +297,34 @@ TEST(TcpDoublingTest, ASwapWaitingOnAPartnerSaysWhich) {
 // every other rank fails within the timeout, and the rank that swaps with it names it.
 TEST(TcpDoublingTest, KilledRankFailsEveryOtherRankWithinTheTimeout) {
   constexpr double kTimeoutS = 5;
-  for (int killed : {1, 4}) {
-    SCOPED_TRACE("rank " + std::to_string(killed) + " killed");
-    LoopbackRing ring(5);
-    const auto outcomes = testing::RunRanksAsProcesses(
-        5,
-        [&](int rank) {
-          ring.CloseOthers(rank);
-          CommOptions options = WithAlgorithm(ring, rank, "doubling");
-          options.timeout_s = kTimeoutS;
-          auto comm = ring.Join(options);
-          return testing::AllReduceUntilFailure(comm.get(), killed, 1000);
-        },
-        /*timeout_s=*/40);
-    EXPECT_FALSE(outcomes[killed].ok);
-    EXPECT_EQ(outcomes[killed].error, "killed by signal 9");
-    const std::string name = "rank " + std::to_string(killed) + " (" + ring.peers()[killed] + ")";
-    bool named = false;
-    for (int r = 0; r < 5; ++r) {
-      if (r == killed) continue;
-      ASSERT_TRUE(outcomes[r].ok) << Describe(outcomes);
-      const testing::Failure failure = testing::ParseFailure(outcomes[r].result);
-      EXPECT_EQ(failure.code, static_cast<int>(ErrorCode::kComm)) << outcomes[r].result;
-      EXPECT_LT(failure.seconds, kTimeoutS + 1) << outcomes[r].result;
-      named |= failure.message.find(name) != std::string::npos;
+  for (const char* algorithm : {"doubling", "halving"})
+    for (int killed : {1, 4}) {
+      SCOPED_TRACE(std::string(algorithm) + ", rank " + std::to_string(killed) + " killed");
+      LoopbackRing ring(5);
+      const auto outcomes = testing::RunRanksAsProcesses(
+          5,
+          [&](int rank) {
+            ring.CloseOthers(rank);
+            CommOptions options = WithAlgorithm(ring, rank, algorithm);
+            options.timeout_s = kTimeoutS;
+            auto comm = ring.Join(options);
+            return testing::AllReduceUntilFailure(comm.get(), killed, 1000);
+          },
+          /*timeout_s=*/40);
+      EXPECT_FALSE(outcomes[killed].ok);
+      EXPECT_EQ(outcomes[killed].error, "killed by signal 9");
+      const std::string name = "rank " + std::to_string(killed) + " (" + ring.peers()[killed] + ")";
+      bool named = false;
+      for (int r = 0; r < 5; ++r) {
+        if (r == killed) continue;
+        ASSERT_TRUE(outcomes[r].ok) << Describe(outcomes);
+        const testing::Failure failure = testing::ParseFailure(outcomes[r].result);
+        EXPECT_EQ(failure.code, static_cast<int>(ErrorCode::kComm)) << outcomes[r].result;
+        EXPECT_LT(failure.seconds, kTimeoutS + 1) << outcomes[r].result;
+        named |= failure.message.find(name) != std::string::npos;
+      }
+      EXPECT_TRUE(named) << Describe(outcomes);
     }
-    EXPECT_TRUE(named) << Describe(outcomes);
-  }
 }
 
 }  // namespace

@@ -67,12 +67,14 @@ class Hosts {
 // Every rank's result of AllReduceAs over testing::Input for each count, checked against the sum
 // in double within `tolerance` (relative to the sum of magnitudes); returns the ranks' digests.
 std::vector<std::string> SumOn(const std::vector<int>& host, bool hierarchical, WireType wire,
-                               double tolerance, std::vector<float>* rank0 = nullptr) {
+                               double tolerance, std::vector<float>* rank0 = nullptr,
+                               const std::string& algorithm = "auto") {
   Hosts hosts(host);
   const int n = hosts.size();
   const auto outcomes = testing::RunRanksAsThreads(n, [&](int rank) {
     CommOptions options = hosts.Options(rank);
     options.hierarchical = hierarchical;
+    options.allreduce_algorithm = algorithm;
     auto comm = hosts.Join(options);
     Digest digest;
     for (size_t count : {size_t{1}, size_t{13}, size_t{1001}, size_t{70001}}) {
@@ -145,9 +147,10 @@ TEST(TcpHierarchyTest, SixteenBitWiresBetweenTheHosts) {
 TEST(TcpHierarchyTest, TurnedOffItIsTheFlatRing) {
   const std::vector<int> host = {0, 0, 1, 1};
   std::vector<float> flat_off, flat_one_host, tiered;
-  SumOn(host, false, WireType::kFloat32, kFloat32Tolerance, &flat_off);
-  SumOn({0, 0, 0, 0}, true, WireType::kFloat32, kFloat32Tolerance, &flat_one_host);
-  SumOn(host, true, WireType::kFloat32, kFloat32Tolerance, &tiered);
+  // The ring throughout (recursive halving at 4 ranks adds in the hierarchy's order).
+  SumOn(host, false, WireType::kFloat32, kFloat32Tolerance, &flat_off, "ring");
+  SumOn({0, 0, 0, 0}, true, WireType::kFloat32, kFloat32Tolerance, &flat_one_host, "ring");
+  SumOn(host, true, WireType::kFloat32, kFloat32Tolerance, &tiered, "ring");
   ASSERT_EQ(flat_off.size(), 70001u);
   // Off (or every rank on one host): the ring of every rank, bit for bit.
   EXPECT_EQ(flat_off, flat_one_host);

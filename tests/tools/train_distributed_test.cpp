@@ -112,8 +112,8 @@ TEST(TrainDistributedTest, RecursiveDoublingTrainsAsTheRingDoes) {
     losses.push_back(Losses(r[0].output));
     if (std::string(algorithm) == "--allreduce=doubling") {
       EXPECT_TRUE(
-          r[0].Contains("rank 0 swaps with ranks 1, 2 in allreduces by recursive "
-                        "doubling (always: every allreduce)"))
+          r[0].Contains("rank 0 pairs with ranks 1, 2 for allreduces by recursive doubling "
+                        "and halving (doubling for every allreduce)"))
           << r[0].output;
     }
   }
@@ -194,7 +194,7 @@ TEST(TrainDistributedTest, FlagsThatDoNotMakeAWorldAreErrors) {
       {{"--world=2", "--rank=0", "--peers=127.0.0.1:1,127.0.0.1:2", "--exchange_precision=fp8"},
        "--exchange_precision must be auto, float32, bfloat16 or float16, got 'fp8'"},
       {{"--world=2", "--rank=0", "--peers=127.0.0.1:1,127.0.0.1:2", "--allreduce=tree"},
-       "--allreduce must be auto, ring or doubling, got 'tree'"},
+       "--allreduce must be auto, ring, doubling or halving, got 'tree'"},
       {{"--world=2", "--rank=0", "--peers=127.0.0.1:1,127.0.0.1:2", "--latency_kb=0"},
        "--latency_kb must be"},
   };

@@ -80,6 +80,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <mutex>
 #include <new>
 #include <optional>
@@ -316,35 +317,53 @@ void AddAllReducePieces(RingTransfer* transfer, int n, int r, const At& at, cons
   }
 }
 
-enum class Algorithm { kRing, kDoubling, kAuto };
+enum class Algorithm { kRing, kDoubling, kHalving, kAuto };
 
 Algorithm ParseAlgorithm(const std::string& name) {
   if (name == "ring") return Algorithm::kRing;
   if (name == "doubling") return Algorithm::kDoubling;
+  if (name == "halving") return Algorithm::kHalving;
   if (name == "auto") return Algorithm::kAuto;
   CORTADO_THROW(kInvalidArgument,
-                "tcp: allreduce_algorithm must be ring, doubling or auto, not '{}'", name);
+                "tcp: allreduce_algorithm must be ring, doubling, halving or auto, not '{}'", name);
 }
 
-// Whether recursive doubling moves an allreduce of n ranks faster than the ring, by the cost
-// model of CommOptions::allreduce_algorithm: the ring's 2 (n - 1) steps of ring_bytes / n,
-// against log2 p steps of doubling_bytes (p the largest power of two not above n; two steps
-// more when the ranks past p fold in), each step costing latency_bytes more.
-bool DoublingPays(Algorithm algorithm, int n, size_t ring_bytes, size_t doubling_bytes,
-                  size_t latency_bytes, size_t doubling_max_bytes) {
-  if (n <= 1 || algorithm == Algorithm::kRing) return false;
-  if (algorithm == Algorithm::kDoubling) return true;
-  if (doubling_bytes > doubling_max_bytes) return false;
-  int steps = 0, power = 1;
+// Halving's bytes cost this much more than the ring's: measured between network namespaces
+// with 4 and 8 ranks, 1 and 10 Gbit/s links, 1-64 MiB, halving took 0.8-1.23 of the ring's time
+// (1.13-1.23 at 1 Gbit/s on 8 ranks), where its fewer steps save little (bench/RESULTS.md):
+// each level's transfer ends before the next begins, where the ring's pieces flow on.
+constexpr double kHalvingByteCost = 1.2;
+
+// How an allreduce of n ranks goes (never kAuto), by the cost model of
+// CommOptions::allreduce_algorithm, each step costing latency_bytes plus its bytes: the ring's
+// 2 (n - 1) steps of ring_bytes / n; doubling's log2 p steps of float32_bytes (p the largest
+// power of two not above n; two steps more when the ranks past p fold in); halving's
+// 2 log2 p steps moving 2 (p - 1) / p of float32_bytes in all, at kHalvingByteCost (and the
+// same two folding steps).
+Algorithm Choose(Algorithm algorithm, int n, size_t ring_bytes, size_t float32_bytes,
+                 size_t latency_bytes, size_t doubling_max_bytes) {
+  if (n <= 1 || algorithm == Algorithm::kRing) return Algorithm::kRing;
+  if (algorithm == Algorithm::kHalving && n == 2) return Algorithm::kRing;  // the same steps
+  if (algorithm != Algorithm::kAuto) return algorithm;
+  int levels = 0, power = 1;
   while (power * 2 <= n) {
     power *= 2;
-    ++steps;
+    ++levels;
   }
-  if (power < n) steps += 2;
   const double l = static_cast<double>(latency_bytes);
+  const double b = static_cast<double>(float32_bytes);
+  const double fold = power < n ? 2 * (l + b) : 0.0;
   const double ring = 2.0 * (n - 1) * (l + static_cast<double>(ring_bytes) / n);
-  const double doubling = steps * (l + static_cast<double>(doubling_bytes));
-  return doubling < ring;
+  const double doubling = float32_bytes > doubling_max_bytes
+                              ? std::numeric_limits<double>::infinity()
+                              : levels * (l + b) + fold;
+  // Two ranks: halving is the ring (one step each way of half the buffer).
+  const double halving =
+      n == 2 ? std::numeric_limits<double>::infinity()
+             : 2.0 * levels * l + kHalvingByteCost * 2.0 * (power - 1) / power * b + fold;
+  if (doubling <= halving && doubling < ring) return Algorithm::kDoubling;
+  if (halving < ring) return Algorithm::kHalving;
+  return Algorithm::kRing;
 }
 
 class TcpCommunicator final : public Communicator {
@@ -430,9 +449,11 @@ class TcpCommunicator final : public Communicator {
 
   // Recursive doubling: the pair communicators (file comment), made by the constructor.
   void MakeDoublingLinks(const CommOptions& options);
-  // Whether an allreduce that moves ring_bytes by the ring (its wire values) and doubling_bytes
-  // by doubling (float32 values) takes doubling.
-  bool UseDoubling(size_t ring_bytes, size_t doubling_bytes) const;
+  // How an allreduce that moves ring_bytes by the ring (its wire values) and float32_bytes by
+  // doubling or halving goes (Choose).
+  Algorithm ChooseFor(size_t ring_bytes, size_t float32_bytes) const;
+  // AllReduce by recursive halving then doubling, float32 values.
+  void HalvingDoubling(float* data, size_t count);
   // AllReduce by recursive doubling, float32 values.
   void Doubling(float* data, size_t count);
   // The partners of `q` in the order every rank makes its pair communicators: the levels, then
@@ -441,7 +462,12 @@ class TcpCommunicator final : public Communicator {
   // One transfer with this communicator's other rank (a communicator of two ranks): sends
   // `bytes` from `send` and receives as many into `recv`, either null for none; errors say
   // "during allreduce".
-  void Exchange(const void* send, void* recv, size_t bytes);
+  void Exchange(const void* send, void* recv, size_t bytes) {
+    Exchange(send, send != nullptr ? bytes : 0, recv, recv != nullptr ? bytes : 0, false);
+  }
+  // The same with sizes of their own each way (0: none), and the received floats added into
+  // `recv` when `sum` (it must not overlap `send`).
+  void Exchange(const void* send, size_t send_bytes, void* recv, size_t recv_bytes, bool sum);
 
   // The hierarchy of hosts (CommOptions::hierarchical): false when the ranks do not share hosts
   // or all share one (then nothing is made).
@@ -683,29 +709,70 @@ void TcpCommunicator::MakeDoublingLinks(const CommOptions& options) {
   }
   if (part_) return;  // the hierarchy's log line speaks for it
   CORTADO_LOG_INFO(
-      "tcp communicator: rank {} swaps with rank{} {} in allreduces by recursive "
-      "doubling ({}: {})",
+      "tcp communicator: rank {} pairs with rank{} {} for allreduces by recursive doubling and "
+      "halving ({})",
       r, mine.size() == 1 ? "" : "s", fmt::join(mine, ", "),
-      algorithm_ == Algorithm::kAuto ? "auto" : "always",
-      algorithm_ == Algorithm::kAuto ? "where the cost model says it is faster"
-                                     : "every allreduce");
+      algorithm_ == Algorithm::kAuto      ? "auto: where the cost model says they are faster"
+      : algorithm_ == Algorithm::kHalving ? "halving for every allreduce"
+                                          : "doubling for every allreduce");
 }
 
-bool TcpCommunicator::UseDoubling(size_t ring_bytes, size_t doubling_bytes) const {
-  return DoublingPays(algorithm_, size(), ring_bytes, doubling_bytes, latency_bytes_,
-                      doubling_max_bytes_);
+Algorithm TcpCommunicator::ChooseFor(size_t ring_bytes, size_t float32_bytes) const {
+  return Choose(algorithm_, size(), ring_bytes, float32_bytes, latency_bytes_, doubling_max_bytes_);
 }
 
-void TcpCommunicator::Exchange(const void* send, void* recv, size_t bytes) {
+void TcpCommunicator::Exchange(const void* send, size_t send_bytes, void* recv, size_t recv_bytes,
+                               bool sum) {
   Guarded([&] {
     transfer_.Reset();
     transfer_.set_wire(WireType::kFloat32);
-    if (send != nullptr) transfer_.sends().push_back({static_cast<const char*>(send), bytes, -1});
-    if (recv != nullptr) {
-      transfer_.recvs().push_back({static_cast<char*>(recv), bytes, /*sum=*/false});
+    if (send_bytes > 0) {
+      transfer_.sends().push_back({static_cast<const char*>(send), send_bytes, -1});
     }
+    if (recv_bytes > 0) transfer_.recvs().push_back({static_cast<char*>(recv), recv_bytes, sum});
     transfer_.Run(links_, "allreduce");
   });
+}
+
+void TcpCommunicator::HalvingDoubling(float* data, size_t count) {
+  const int r = rank();
+  const size_t bytes = count * sizeof(float);
+  if (r >= power_) {  // folded: hand the buffer over, take the sum back
+    fold_->Exchange(data, bytes, nullptr, 0, false);
+    fold_->Exchange(nullptr, 0, data, bytes, false);
+    return;
+  }
+  if (fold_ != nullptr) fold_->Exchange(nullptr, 0, data, bytes, /*sum=*/true);
+  // Reduce-scatter by recursive halving: at level k the two partners split the part they share,
+  // each sending the half the other keeps and adding the other's copy of its own half (as it
+  // arrives); rank r keeps the lower half where bit k of r is 0. After the last level each rank
+  // holds the whole sum of 1/p of the buffer, every element summed by one rank only.
+  std::vector<std::pair<size_t, size_t>> parts;  // [begin, end) shared at each level
+  size_t begin = 0, end = count;
+  for (size_t k = 0; k < levels_.size(); ++k) {
+    parts.emplace_back(begin, end);
+    const size_t mid = begin + (end - begin) / 2;
+    const bool lower = ((r >> k) & 1) == 0;
+    const size_t keep = lower ? begin : mid, keep_end = lower ? mid : end;
+    const size_t give = lower ? mid : begin, give_end = lower ? end : mid;
+    levels_[k]->Exchange(data + give, (give_end - give) * sizeof(float), data + keep,
+                         (keep_end - keep) * sizeof(float), /*sum=*/true);
+    begin = keep;
+    end = keep_end;
+  }
+  // All-gather by recursive doubling, the levels in reverse: each rank sends the part it holds
+  // and receives its partner's, which together make the part of the level before.
+  for (size_t k = levels_.size(); k-- > 0;) {
+    const auto [part, part_end] = parts[k];
+    const size_t mid = part + (part_end - part) / 2;
+    const bool lower = ((r >> k) & 1) == 0;
+    const size_t other = lower ? mid : part, other_end = lower ? part_end : mid;
+    levels_[k]->Exchange(data + begin, (end - begin) * sizeof(float), data + other,
+                         (other_end - other) * sizeof(float), /*sum=*/false);
+    begin = part;
+    end = part_end;
+  }
+  if (fold_ != nullptr) fold_->Exchange(data, bytes, nullptr, 0, false);
 }
 
 void TcpCommunicator::Doubling(float* data, size_t count) {
@@ -1104,7 +1171,9 @@ void TcpCommunicator::AllReduce(float* data, size_t count) {
     const int n = size();
     if (n == 1 || count == 0) return;
     if (host_ != nullptr || hosts_ != nullptr) return Hierarchical(data, count, WireType::kFloat32);
-    if (UseDoubling(count * sizeof(float), count * sizeof(float))) return Doubling(data, count);
+    const Algorithm algorithm = ChooseFor(count * sizeof(float), count * sizeof(float));
+    if (algorithm == Algorithm::kDoubling) return Doubling(data, count);
+    if (algorithm == Algorithm::kHalving) return HalvingDoubling(data, count);
     const RingSegments segments(count, n);
     auto at = [&](int i) { return reinterpret_cast<char*>(data + segments.begin(i)); };
     auto bytes = [&](int i) { return segments.size(i) * sizeof(float); };
@@ -1126,10 +1195,15 @@ void TcpCommunicator::AllReduceAs(float* data, size_t count, WireType wire) {
     const int r = rank();
     const bool bf16 = wire == WireType::kBFloat16;
     if (host_ != nullptr || hosts_ != nullptr) return Hierarchical(data, count, wire);
-    if (UseDoubling(count * sizeof(uint16_t), count * sizeof(float))) {
-      // Few bytes: the float32 sum, rounded to the wire type once at the end (one rounding
-      // where the ring has one per step).
-      Doubling(data, count);
+    const Algorithm algorithm = ChooseFor(count * sizeof(uint16_t), count * sizeof(float));
+    if (algorithm != Algorithm::kRing) {
+      // Doubling and halving carry float32 values: the sum, rounded to the wire type once at
+      // the end (one rounding where the ring has one per step).
+      if (algorithm == Algorithm::kDoubling) {
+        Doubling(data, count);
+      } else {
+        HalvingDoubling(data, count);
+      }
       if (bf16) {
         for (size_t i = 0; i < count; ++i) {
           data[i] = math::BFloat16ToFloat(math::FloatToBFloat16(data[i]));
@@ -1280,11 +1354,16 @@ std::unique_ptr<Communicator> CreateFromOptions(const CommOptions& options) {
 
 const char* TcpAllReduceAlgorithm(const CommOptions& options, size_t count, WireType wire) {
   const size_t wire_bytes = wire == WireType::kFloat32 ? sizeof(float) : sizeof(uint16_t);
-  return DoublingPays(ParseAlgorithm(options.allreduce_algorithm), options.world_size,
-                      count * wire_bytes, count * sizeof(float), options.latency_bytes,
-                      options.doubling_max_bytes)
-             ? "doubling"
-             : "ring";
+  switch (Choose(ParseAlgorithm(options.allreduce_algorithm), options.world_size,
+                 count * wire_bytes, count * sizeof(float), options.latency_bytes,
+                 options.doubling_max_bytes)) {
+    case Algorithm::kDoubling:
+      return "doubling";
+    case Algorithm::kHalving:
+      return "halving";
+    default:
+      return "ring";
+  }
 }
 
 std::optional<NeighbourSockets> TcpNeighbourSockets(const Communicator& comm) {
