@@ -260,11 +260,19 @@ TEST(TcpDoublingTest, PairsListenInTheGivenPortRange) {
   });
   ASSERT_TRUE(AllOk(outcomes)) << Describe(outcomes);
   const std::string range = std::to_string(taken->port()) + "-" + std::to_string(taken->port());
+  // Every rank fails; a rank that had not finished the ring's set-up when a faster one failed
+  // hears of it as that rank closing its connection.
+  int named = 0;
   for (int r = 0; r < 3; ++r) {
-    EXPECT_NE(outcomes[r].result.find("recursive doubling"), std::string::npos)
-        << outcomes[r].result;
-    EXPECT_NE(outcomes[r].result.find(range), std::string::npos) << outcomes[r].result;
+    const std::string& message = outcomes[r].result;
+    if (message.find("recursive doubling") != std::string::npos) {
+      EXPECT_NE(message.find(range), std::string::npos) << message;
+      ++named;
+    } else {
+      EXPECT_NE(message.find("closed the connection during set-up"), std::string::npos) << message;
+    }
   }
+  EXPECT_GE(named, 1) << Describe(outcomes);
 }
 
 // Rank 0 waits in a swap for rank 2 (folded into it): WaitingOn names rank 2 by its world rank
@@ -289,7 +297,7 @@ TEST(TcpDoublingTest, ASwapWaitingOnAPartnerSaysWhich) {
   });
   ASSERT_TRUE(AllOk(outcomes)) << Describe(outcomes);
   EXPECT_TRUE(std::regex_match(
-      seen, std::regex("1 s for data from rank 2 \\(" + ring.peers()[2] + "\\) during allreduce")))
+      seen, std::regex("[12] s for data from rank 2 \\(" + ring.peers()[2] + "\\) during allreduce")))
       << seen;
 }
 
