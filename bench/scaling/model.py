@@ -9,13 +9,20 @@
     python3 bench/scaling/model.py --compare-allreduce # model against the measured allreduce times
 
 The model (docs/scaling.md explains it):
-  * one allreduce of n bytes over N ranks, link rate R, achieved fraction e, step cost alpha:
+  * one allreduce of n wire bytes (n32 of float32) over N ranks, link rate R, achieved fraction
+    e, step cost alpha, p the largest power of two <= N, k = log2 p:
         ring      2 (N - 1) alpha + 2 (N - 1) / N * n / (e R)
-        doubling  s (alpha + n32 / (e R)),  s = log2 p (+ 2 when N is not a power of two),
-                  p the largest power of two <= N, n32 the float32 bytes (doubling always sends
-                  float32, even on a 16-bit wire)
-    and the communicator takes doubling where s (L + n32) < 2 (N - 1) (L + n / N) and n32 <= 1 MiB,
-    with L = --latency_kb (here alpha * R: what the option should be set to for that link);
+        doubling  k (alpha + n32 / (e R)) + fold
+        halving   2 k alpha + 1.2 * 2 (p - 1) / p * n32 / (e R) + fold
+        fold      2 (alpha + n32 / (e R)) when N > p, else 0
+    (doubling and halving always send float32, even on a 16-bit wire; 1.2 = kHalvingByteCost);
+    the communicator (--allreduce=auto) takes the cheapest of the three by Choose() of
+    cpp/comm/tcp/tcp_communicator.cpp, each step costing L plus its bytes:
+        ring      2 (N - 1) (L + n / N)
+        doubling  k (L + n32) + 2 (L + n32) [N > p],  only if n32 <= 1 MiB
+        halving   2 k L + 1.2 * 2 (p - 1) / p * n32 + 2 (L + n32) [N > p],  never at N = 2
+    with L = --latency_kb: by default here alpha * R of each link (what the option should be set
+    to there), or one value for every link with --latency-kb (the code's default is 32);
   * the gradients go in buckets of 25 MiB of float32 values (--bucket_mb), cut at parameter
     boundaries from the last layer to the first, exactly as cpp/parallel/gradient_exchange.cpp
     cuts them; each bucket is one allreduce, one after another on one thread;
@@ -51,7 +58,8 @@ class Link:
         self.rate = gbit * GBIT  # bytes/s on the wire
         self.alpha = alpha  # seconds: the fixed cost of one step of an allreduce
         self.efficiency = efficiency  # fraction of the rate the ring reaches on large buffers
-        self.backend = backend  # "tcp" (16-bit wire, ring or doubling) or "ucx" (float32, ring)
+        self.backend = backend  # "tcp" (16-bit wire; ring, doubling or halving) or "ucx"
+        # (float32, ring only)
         self.source = source
 
     @property
@@ -115,6 +123,16 @@ NVLINK_BANDWIDTH = 300e9
 
 BUCKET_BYTES = 25 << 20  # --bucket_mb=25: bucket_bytes = 25 << 20, counted in float32 values
 DOUBLING_MAX_BYTES = 1 << 20  # CommOptions::doubling_max_bytes (float32 bytes)
+# kHalvingByteCost of cpp/comm/tcp/tcp_communicator.cpp: recursive halving's bytes cost 1.2 times
+# the ring's, in the code's choice and in the model's time alike. Measured (RESULTS.md "Recursive
+# halving then doubling against the ring, large buffers on 4 and 8 ranks"): halving / ring time
+# 1.13-1.23 at 1 Gbit/s on 8 ranks from 1 MiB up (each level's transfer ends before the next
+# begins, where the ring's pieces flow on); 0.99-1.16 at 1 Gbit/s on 4 ranks; 0.80-1.22 at
+# 10 Gbit/s, where 4 and 8 ranks on 2 cores are CPU-bound.
+HALVING_BYTE_COST = 1.2
+# --allreduce: "auto" (the code's default: the cheapest by the cost model), or one algorithm for
+# every allreduce: "ring", "doubling", "halving" (the ring at N = 2, as in the code).
+ALLREDUCE = "auto"
 DEFAULT_LATENCY_BYTES = 32 << 10  # --latency_kb=32, the communicator's default
 # The --latency_kb the model's communicator decides with: None = alpha * rate of each link (what
 # the option should be set to there); --latency-kb sets one value for every link, e.g. 32.
@@ -341,69 +359,86 @@ def doubling_time(nbytes32, n, link, bandwidth=None):
     return doubling_steps(n) * (link.alpha + nbytes32 / bw)
 
 
-def doubling_pays(n, ring_bytes, doubling_bytes, latency_bytes,
-                  doubling_max_bytes=DOUBLING_MAX_BYTES):
-    """DoublingPays() of cpp/comm/tcp/tcp_communicator.cpp for --allreduce=auto."""
-    if n <= 1 or doubling_bytes > doubling_max_bytes:
-        return False
-    ring = 2.0 * (n - 1) * (latency_bytes + ring_bytes / n)
-    doubling = doubling_steps(n) * (latency_bytes + doubling_bytes)
-    return doubling < ring
-
-
-def halving_doubling_time(nbytes, n, link, bandwidth=None):
-    """Reduce-scatter by recursive halving, all-gather by recursive doubling (Rabenseifner): the
-    ring's bytes in 2 log2 p steps (plus two steps of the whole buffer to fold the ranks past p).
-    Not in the code (tried at 4 ranks and not kept: RESULTS.md "Four ranks on loopback:
-    halving-doubling measured against the ring"); a what-if only."""
-    if n <= 1 or nbytes == 0:
+def halving_time(nbytes32, n, link, bandwidth=None):
+    """Reduce-scatter by recursive halving, all-gather by recursive doubling (HalvingDoubling of
+    the tcp backend): 2 log2 p steps moving 2 (p - 1) / p of the float32 bytes in all, each byte
+    at HALVING_BYTE_COST times the ring's time, plus two steps of the whole buffer to fold the
+    ranks past p in and out (as doubling's)."""
+    if n <= 1 or nbytes32 == 0:
         return 0.0
     bw = bandwidth or link.bandwidth
     p, k = 1, 0
     while p * 2 <= n:
         p, k = p * 2, k + 1
-    t = 2 * k * link.alpha + 2 * (p - 1) / p * nbytes / bw
+    t = 2 * k * link.alpha + HALVING_BYTE_COST * 2 * (p - 1) / p * nbytes32 / bw
     if p < n:
-        t += 2 * (link.alpha + nbytes / bw)
+        t += 2 * (link.alpha + nbytes32 / bw)
     return t
 
 
-def flat_allreduce(count, wire, n, link, latency_bytes=None, ceiling=False, large="ring"):
-    """(algorithm, seconds) of one AllReduceAs of `count` floats over a flat ring of n ranks.
-    large: what moves buffers that doubling does not take: "ring" (the code) or "halving"
-    (recursive halving and doubling, a what-if)."""
+def choose(n, ring_bytes, float32_bytes, latency_bytes, doubling_max_bytes=DOUBLING_MAX_BYTES,
+           algorithm="auto"):
+    """Choose() of cpp/comm/tcp/tcp_communicator.cpp: "ring", "doubling" or "halving"."""
+    if n <= 1 or algorithm == "ring":
+        return "ring"
+    if algorithm == "halving" and n == 2:
+        return "ring"  # the same steps
+    if algorithm != "auto":
+        return algorithm
+    levels, power = 0, 1
+    while power * 2 <= n:
+        power *= 2
+        levels += 1
+    lb, b = float(latency_bytes), float(float32_bytes)
+    fold = 2 * (lb + b) if power < n else 0.0
+    ring = 2.0 * (n - 1) * (lb + ring_bytes / n)
+    doubling = math.inf if float32_bytes > doubling_max_bytes else levels * (lb + b) + fold
+    halving = (math.inf if n == 2
+               else 2.0 * levels * lb + HALVING_BYTE_COST * 2.0 * (power - 1) / power * b + fold)
+    if doubling <= halving and doubling < ring:
+        return "doubling"
+    if halving < ring:
+        return "halving"
+    return "ring"
+
+
+def flat_allreduce(count, wire, n, link, latency_bytes=None, ceiling=False, algorithm=None):
+    """(algorithm, seconds) of one AllReduceAs of `count` floats over n ranks, flat.
+    latency_bytes: the communicator's --latency_kb in bytes (None: alpha * rate of the link);
+    algorithm: its --allreduce (None: ALLREDUCE, "auto" unless --allreduce says otherwise)."""
     if link.backend == "ucx":
-        wire = "float32"  # the ucx backend carries float32 only, by its ring
+        # The ucx backend carries float32 only, by its ring.
+        return "ring", ring_time(count * 4, n, link)
     nbytes = count * WIRE_BYTES[wire]
     nbytes32 = count * 4
-    ring_bw = doubling_bw = link.bandwidth
-    if ceiling and link.backend == "tcp":
+    ring_bw = float32_bw = link.bandwidth
+    if ceiling:
         # HOST_CEILING is busbw counted in float32 bytes; a 16-bit ring moves half as many bytes
-        # for the same values. Doubling always sends float32.
+        # for the same values. Doubling and halving always send float32.
         ring_bw = min(ring_bw, HOST_CEILING["float32" if wire == "float32" else "float16"]
                       * nbytes / nbytes32)
-        doubling_bw = min(doubling_bw, HOST_CEILING["float32"])
-    if link.backend == "tcp":
-        lb = link.latency_bytes if latency_bytes is None else latency_bytes
-        if doubling_pays(n, nbytes, nbytes32, lb):
-            return "doubling", doubling_time(nbytes32, n, link, doubling_bw)
-    if large == "halving":
-        return "halving", halving_doubling_time(nbytes, n, link, ring_bw)
-    return "ring", ring_time(nbytes, n, link, ring_bw)
+        float32_bw = min(float32_bw, HOST_CEILING["float32"])
+    lb = link.latency_bytes if latency_bytes is None else latency_bytes
+    how = choose(n, nbytes, nbytes32, lb, algorithm=algorithm or ALLREDUCE)
+    if how == "doubling":
+        return how, doubling_time(nbytes32, n, link, float32_bw)
+    if how == "halving":
+        return how, halving_time(nbytes32, n, link, float32_bw)
+    return how, ring_time(nbytes, n, link, ring_bw)
 
 
 def allreduce(count, wire, n, link, ranks_per_host=1, latency_bytes=None, ceiling=False,
-              large="ring"):
+              algorithm=None):
     """Seconds of one allreduce, flat or hierarchical (ranks_per_host > 1, the tcp backend's three
-    stages: a float32 ring within each host over loopback, the hosts' ring or doubling, a float32
-    broadcast within each host)."""
+    stages: a float32 ring within each host over loopback, the hosts' ring, doubling or halving
+    as chosen for that many hosts, a float32 broadcast within each host)."""
     g = ranks_per_host
     if g <= 1 or n <= g or link.backend != "tcp":
-        return flat_allreduce(count, wire, n, link, latency_bytes, ceiling, large)[1]
+        return flat_allreduce(count, wire, n, link, latency_bytes, ceiling, algorithm)[1]
     hosts = n // g
     loop = Link("loopback", 0, LOOPBACK_ALPHA, 1.0, "tcp", "")
     within = ring_time(count * 4, g, loop, LOOPBACK_BANDWIDTH)
-    across = flat_allreduce(count, wire, hosts, link, latency_bytes, ceiling, large)[1]
+    across = flat_allreduce(count, wire, hosts, link, latency_bytes, ceiling, algorithm)[1]
     back = count * 4 / LOOPBACK_BANDWIDTH + (g - 1) * LOOPBACK_ALPHA
     return within + across + back
 
@@ -416,18 +451,20 @@ class Scenario:
                     memory (PCIe both ways) on a GPU.
     replicas:       GPUs per process, summed through NCCL first (the ranks are then the processes).
     ranks_per_host: hierarchical allreduce among ranks that share a host (tcp only).
-    large:          "ring" (the code) or "halving" (recursive halving-doubling, a what-if).
+    latency_bytes:  the communicator's --latency_kb, in bytes (None: LATENCY_BYTES, which is
+                    alpha * rate of each link unless --latency-kb sets one value).
+    algorithm:      the communicator's --allreduce (None: ALLREDUCE, "auto" unless --allreduce).
     """
 
     def __init__(self, mode="overlap", replicas=1, ranks_per_host=1, ceiling=False,
                  overlap_fraction=None, latency_bytes=None, bucket_bytes=BUCKET_BYTES,
-                 large="ring", label=None):
+                 algorithm=None, label=None):
         self.mode = mode
         self.replicas = replicas
         self.ranks_per_host = ranks_per_host
         self.ceiling = ceiling
         self.overlap_fraction = OVERLAP_FRACTION if overlap_fraction is None else overlap_fraction
-        self.large = large
+        self.algorithm = ALLREDUCE if algorithm is None else algorithm
         self.latency_bytes = LATENCY_BYTES if latency_bytes is None else latency_bytes
         self.bucket_bytes = bucket_bytes
         self.label = label or mode
@@ -441,7 +478,7 @@ def iteration(net, platform, wire, gpus, link, scenario=None, compute_ms=None):
 
     def ar(count):
         return allreduce(count, wire, ranks, link, sc.ranks_per_host, sc.latency_bytes, sc.ceiling,
-                         sc.large)
+                         sc.algorithm)
 
     local = 0.0
     if platform == "gpu" and sc.replicas > 1:
@@ -451,9 +488,10 @@ def iteration(net, platform, wire, gpus, link, scenario=None, compute_ms=None):
         return {"compute": compute, "exchange": local, "exposed": local, "total": compute + local,
                 "efficiency": compute / (compute + local), "buckets": 0, "algorithm": "-"}
     stats = allreduce(net.statistics, "float32", ranks, link, sc.ranks_per_host,
-                      sc.latency_bytes, sc.ceiling, sc.large) if net.statistics else 0.0
+                      sc.latency_bytes, sc.ceiling, sc.algorithm) if net.statistics else 0.0
+    calls = net.buckets(sc.bucket_bytes) if sc.mode == "overlap" else [net.count]
     if sc.mode == "overlap":
-        times = [ar(b) for b in net.buckets(sc.bucket_bytes)]
+        times = [ar(b) for b in calls]
         exchange = sum(times)
         backward = BACKWARD_SHARE * compute
         exposed = max(exchange - sc.overlap_fraction * backward, times[-1]) + stats
@@ -466,8 +504,13 @@ def iteration(net, platform, wire, gpus, link, scenario=None, compute_ms=None):
         nb = 1
     exposed += local
     total = compute + exposed
-    algorithm = flat_allreduce(net.buckets(sc.bucket_bytes)[0], wire, ranks, link,
-                               sc.latency_bytes, sc.ceiling, sc.large)[0]
+    # How each gradient call goes, e.g. "3 ring, 2 halving" (for the hierarchy: between hosts).
+    hierarchical = 1 < sc.ranks_per_host < ranks and link.backend == "tcp"
+    across = ranks // sc.ranks_per_host if hierarchical else ranks
+    hows = [flat_allreduce(c, wire, across, link, sc.latency_bytes, sc.ceiling, sc.algorithm)[0]
+            for c in calls]
+    algorithm = ", ".join(f"{hows.count(h)} {h}" for h in ("ring", "doubling", "halving")
+                          if h in hows)
     return {"compute": compute, "exchange": exchange + stats + local, "exposed": exposed,
             "total": total, "efficiency": compute / total, "buckets": nb, "algorithm": algorithm}
 
@@ -549,7 +592,8 @@ def rules(scenario, platform, cases, links, ranks=RANKS):
 
 
 DEPLOYMENTS = [
-    ("A", "flat, one rank per GPU, 25 MiB buckets overlapped (the model's default)", dict()),
+    ("A", "flat, one rank per GPU, 25 MiB buckets overlapped, --latency_kb = alpha * rate of the "
+     "link (the model's default)", dict()),
     ("B", "A with 100 MiB buckets (--bucket_mb=100)", dict(bucket_bytes=100 << 20)),
     ("C", "A with perfect overlap (f = 1)", dict(overlap_fraction=1.0)),
     ("D", "flat, one rank per GPU, whole buffer after backward via host memory (the code's GPU path)",
@@ -559,21 +603,26 @@ DEPLOYMENTS = [
     ("F", "8 GPUs per process (NCCL within), one rank per host, after backward (the code's GPU path)",
      dict(mode="after", replicas=8)),
     ("G", "F with buckets overlapped (not in the code for GPUs)", dict(replicas=8)),
-    ("H", "A with recursive halving-doubling for large buffers (not in the code)",
-     dict(large="halving")),
-    ("I", "G with recursive halving-doubling (neither in the code)", dict(replicas=8, large="halving")),
+    ("H", "A with the code's default --latency_kb=32", dict(latency_bytes=DEFAULT_LATENCY_BYTES)),
+    ("I", "D with the code's default --latency_kb=32", dict(mode="after",
+                                                             latency_bytes=DEFAULT_LATENCY_BYTES)),
+    ("J", "G with the code's default --latency_kb=32", dict(replicas=8,
+                                                             latency_bytes=DEFAULT_LATENCY_BYTES)),
+    ("K", "A with --allreduce=ring (no doubling or halving)", dict(algorithm="ring")),
 ]
 
 
 def deployments(net_name="ResNet-50", wire="float16", links=("25GbE", "100GbE", "HDR-IB")):
     net = Net(net_name)
-    out = ["| case | how | link | 64 GPUs | 512 GPUs | 512 GPUs, host ceiling 3 GB/s |",
-           "| --- | --- | --- | --- | --- | --- |"]
+    out = ["| case | how | link | 64 GPUs | 512 GPUs | 512 GPUs, host ceiling 3 GB/s | "
+           "gradient calls at 512 GPUs |",
+           "| --- | --- | --- | --- | --- | --- | --- |"]
     for key, label, kw in DEPLOYMENTS:
         for name in links:
             link = LINK_BY_NAME[name]
-            if link.backend != "tcp" and (kw.get("ranks_per_host", 1) > 1 or kw.get("large") == "halving"):
-                continue  # the ucx backend has neither
+            if link.backend != "tcp" and (kw.get("ranks_per_host", 1) > 1 or "algorithm" in kw
+                                          or "latency_bytes" in kw):
+                continue  # the ucx backend has no hierarchy and no choice: its ring only
             cells = []
             for n, ceiling in ((64, False), (512, False), (512, True)):
                 if ceiling and link.backend != "tcp":
@@ -581,6 +630,7 @@ def deployments(net_name="ResNet-50", wire="float16", links=("25GbE", "100GbE", 
                     continue
                 r = iteration(net, "gpu", wire, n, link, Scenario(ceiling=ceiling, **kw))
                 cells.append(f"{r['efficiency'] * 100:.0f}% ({r['total'] * 1e3:.1f} ms)")
+            cells.append(iteration(net, "gpu", wire, 512, link, Scenario(**kw))["algorithm"])
             out.append(f"| {key} | {label} | {name} | " + " | ".join(cells) + " |")
     return "\n".join(out)
 
@@ -628,10 +678,20 @@ def print_tables(ceiling=False):
     print_parameters()
     sc = Scenario("overlap", ceiling=ceiling)
     note = ", host ceiling on" if ceiling else ""
+    lb = ("--latency_kb = alpha * rate of each link" if LATENCY_BYTES is None
+          else f"--latency_kb={LATENCY_BYTES / 1024:g}")
     print("## GPU (one H200 per rank): iteration ms / weak-scaling efficiency\n")
-    print(f"Flat ring of N ranks, 25 MiB buckets overlapped with backward{note}.\n")
+    print(f"Flat, N ranks, 25 MiB buckets overlapped with backward, ring, doubling or halving as "
+          f"the tcp backend chooses with {lb}{note}.\n")
     print(table("gpu", gpu_rows(), LINKS, RANKS, sc))
     print()
+    if LATENCY_BYTES is None:
+        sc32 = Scenario("overlap", ceiling=ceiling, latency_bytes=DEFAULT_LATENCY_BYTES)
+        print("## GPU, the code's default --latency_kb=32 on every link\n")
+        print(table("gpu", [("CaffeNet", "float16"), ("ResNet-50", "float32"),
+                            ("ResNet-50", "float16")],
+                    [LINK_BY_NAME[x] for x in ("10GbE", "25GbE", "100GbE")], RANKS, sc32))
+        print()
     print("## CPU (one 2-core development machine per rank): iteration ms / efficiency\n")
     cpu_rows = [("LeNet", "float32"), ("CaffeNet", "float32"), ("ResNet-50", "float32")]
     cpu_links = [LINK_BY_NAME[x] for x in ("1GbE", "10GbE", "25GbE")]
@@ -665,6 +725,18 @@ MEASURED_ALLREDUCE_US = {
 }
 MEASURED_SIZES = [1 << 10, 8 << 10, 32 << 10, 64 << 10, 128 << 10, 256 << 10, 1 << 20, 4 << 20]
 
+# RESULTS.md "Recursive halving then doubling against the ring, large buffers on 4 and 8 ranks":
+# time of halving / the ring's (--algorithm=halving, then ring; float32; 15 calls per size), one
+# rank per namespace, tbf-shaped links, dev-2c (2 cores for 4 or 8 ranks).
+MEASURED_HALVING_SIZES = [256 << 10, 512 << 10, 1 << 20, 2 << 20, 4 << 20, 8 << 20, 16 << 20,
+                          32 << 20, 64 << 20]
+MEASURED_HALVING_RATIO = {
+    (1, 4): [1.07, 1.00, 0.99, 1.04, 1.04, 1.16, 1.05, 1.08, 0.99],
+    (1, 8): [0.71, 1.09, 1.14, 1.19, 1.22, 1.13, 1.17, 1.23, 1.18],
+    (10, 4): [2.02, 0.90, 0.86, 1.22, 1.13, 1.19, 1.15, 1.06, 1.02],
+    (10, 8): [3.05, 0.94, 0.81, 0.80, 0.95, 0.93, 0.98, 0.96, 1.03],
+}
+
 
 def compare_allreduce():
     print("Model against the measured allreduce times (RESULTS.md, \"Recursive doubling for small "
@@ -693,6 +765,17 @@ def compare_allreduce():
         large = [r for size, r in ratios if size >= 256 << 10]
         print(f"| {gbit} Gbit/s | {n} | {name} | {min(small):.2f}-{max(small):.2f} | "
               f"{min(large):.2f}-{max(large):.2f} |")
+    print()
+    print("Halving / ring time, model against measured (RESULTS.md, \"Recursive halving then "
+          f"doubling against the ring\"; float32; halving's bytes at {HALVING_BYTE_COST} times "
+          "the ring's in the model):\n")
+    print("| link | ranks | " + " | ".join(_size(s) for s in MEASURED_HALVING_SIZES) + " |")
+    print("|" + " --- |" * (2 + len(MEASURED_HALVING_SIZES)))
+    for (gbit, n), ratios in sorted(MEASURED_HALVING_RATIO.items()):
+        link = LINK_BY_GBIT[gbit]
+        cells = [f"{halving_time(size, n, link) / ring_time(size, n, link):.2f} / {m:.2f}"
+                 for size, m in zip(MEASURED_HALVING_SIZES, ratios)]
+        print(f"| {gbit} Gbit/s | {n} | " + " | ".join(cells) + " |")
 
 
 def _size(s):
@@ -748,6 +831,7 @@ def plot(path):
     ranks = [1] + RANKS
     fig, ax = plt.subplots(figsize=(8, 4.2), dpi=100)
     colours = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd"]
+    sc32 = Scenario(latency_bytes=DEFAULT_LATENCY_BYTES)
     for colour, link in zip(colours, LINKS):
         for wire, style in (("float16", "-"), ("float32", ":")):
             if link.backend == "ucx" and wire == "float32":
@@ -758,6 +842,11 @@ def plot(path):
             else:
                 label = f"{link.name}: {wire} ({COMPUTE_MS[('gpu', 'ResNet-50', wire)]:.0f} ms compute)"
             ax.plot(ranks, eff, style, color=colour, marker="o", markersize=3, label=label)
+        if link.name == "100GbE":  # the code's default --latency_kb, not tuned to the link
+            eff = [iteration(net, "gpu", "float16", n, link, sc32)["efficiency"] * 100
+                   for n in ranks]
+            ax.plot(ranks, eff, "--", color=colour, marker="o", markersize=3,
+                    label=f"{link.name}: float16, --latency_kb=32")
     ax.axhline(GOAL * 100, color="grey", linewidth=0.8)
     ax.set_xscale("log", base=2)
     ax.set_xticks(ranks)
@@ -765,8 +854,9 @@ def plot(path):
     ax.set_ylim(0, 102)
     ax.set_xlabel("ranks (one H200 each), batch 128 per rank")
     ax.set_ylabel("weak-scaling efficiency, %")
-    ax.set_title("ResNet-50, modelled: flat ring, 25 MiB buckets overlapped with backward",
-                 fontsize=9)
+    ax.set_title("ResNet-50, modelled: 25 MiB buckets overlapped with backward; ring, doubling or\n"
+                 "halving as the tcp backend chooses them, --latency_kb = alpha * rate of the link "
+                 "unless marked", fontsize=8)
     ax.grid(True, linewidth=0.3)
     ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5))
     fig.tight_layout()
@@ -796,16 +886,60 @@ def self_test():
     check("doubling N=8, 8 KB", doubling_time(8e3, 8, link), 3 * (10e-6 + 8e-6))
     check("doubling steps N=6", doubling_steps(6), 4)
     check("doubling steps N=512", doubling_steps(512), 9)
-    # The crossover at N = 8: 3 (L + b) < 14 (L + b / 8)  <=>  b < 8.8 L.
-    lb = 32 << 10
-    below, above = int(8.8 * lb) - 64, int(8.8 * lb) + 64
-    check("N=8 picks doubling just below 8.8 L", float(doubling_pays(8, below, below, lb)), 1.0)
-    check("N=8 picks the ring just above 8.8 L", float(doubling_pays(8, above, above, lb)), 0.0)
-    # N = 4: 2 (L + b) < 6 (L + b / 4)  <=>  b < 8 L.
-    check("N=4 picks doubling just below 8 L", float(doubling_pays(4, 8 * 1000 - 1, 8 * 1000 - 1, 1000)), 1.0)
-    check("N=4 picks the ring just above 8 L", float(doubling_pays(4, 8 * 1000 + 1, 8 * 1000 + 1, 1000)), 0.0)
-    # Never doubling above 1 MiB of float32, however large L.
-    check("no doubling above 1 MiB", float(doubling_pays(512, 2 << 20, 2 << 20, 1 << 30)), 0.0)
+    # Halving, N = 8, 8 MB: 6 steps of alpha + 1.2 * 2 * 7/8 * 8 ms; N = 6: 2 levels (4 alpha,
+    # 1.2 * 2 * 3/4 of the bytes) + 2 (alpha + n / B) for the fold.
+    check("halving N=8, 8 MB", halving_time(8e6, 8, link), 60e-6 + 1.2 * 1.75 * 8e-3)
+    check("halving N=6, 4 MB", halving_time(4e6, 6, link),
+          40e-6 + 1.2 * 1.5 * 4e-3 + 2 * (10e-6 + 4e-3))
+    # The three-way choice at N = 8, L = 64 KiB, float32 wire (b = 4 * floats):
+    #   doubling 3 (L + b) <= halving 6 L + 1.2 * 2 * 7/8 b = 6 L + 2.1 b  <=>  b <= 10/3 L
+    #     = 218,453.3 bytes: up to 54,613 floats;
+    #   halving < ring 14 (L + b / 8) = 14 L + 1.75 b  <=>  0.35 b < 8 L  <=>  b < 22.857 L
+    #     = 1,497,965.7 bytes: up to 374,491 floats; the ring above.
+    lb = 64 << 10
+    for floats, want in ((54613, "doubling"), (54614, "halving"), (374491, "halving"),
+                         (374492, "ring")):
+        got = choose(8, 4 * floats, 4 * floats, lb)
+        check(f"N=8, L=64 KiB, {floats:,} floats: {want}", float(got == want), 1.0)
+    # N = 4, L = 1000: doubling 2 (L + b) beats the ring 6 L + 1.5 b below b = 8 L; halving
+    # 4 L + 1.8 b beats the ring only below 6.67 L, where doubling is cheaper still.
+    check("N=4 picks doubling just below 8 L",
+          float(choose(4, 7999, 7999, 1000) == "doubling"), 1.0)
+    check("N=4 picks the ring just above 8 L", float(choose(4, 8001, 8001, 1000) == "ring"), 1.0)
+    # N = 2: never halving (it is the ring), however large the buffer or L.
+    check("N=2, 64 MB, L = 1 MiB: the ring",
+          float(choose(2, 64 << 20, 64 << 20, 1 << 20) == "ring"), 1.0)
+    check("N=2, --allreduce=halving: the ring",
+          float(choose(2, 1 << 20, 1 << 20, 32 << 10, algorithm="halving") == "ring"), 1.0)
+    # Never doubling above 1 MiB of float32, however large L (halving then, as the ring's 1,022
+    # steps cost more); but --allreduce=doubling forces it.
+    check("no doubling above 1 MiB",
+          float(choose(512, 2 << 20, 2 << 20, 1 << 30) == "halving"), 1.0)
+    check("--allreduce=doubling above 1 MiB",
+          float(choose(512, 2 << 20, 2 << 20, 32 << 10, algorithm="doubling") == "doubling"), 1.0)
+    # N = 512, L = 32 KiB, a 25 MiB bucket (6,553,600 floats): ring 1022 (L + n / 512) against
+    # halving 18 L + 1.2 * 2 * 511/512 * 26,214,400. float32 wire: 85.8e6 > 63.4e6, halving;
+    # float16 wire (n = 13,107,200): 59.7e6 < 63.4e6, the ring (halving carries float32).
+    b25 = 25 << 20
+    check("N=512, L=32 KiB, 25 MiB float32: halving",
+          float(choose(512, b25, b25, 32 << 10) == "halving"), 1.0)
+    check("N=512, L=32 KiB, 25 MiB on a float16 wire: the ring",
+          float(choose(512, b25 // 2, b25, 32 << 10) == "ring"), 1.0)
+    # N = 6 (p = 4): doubling and halving both pay the fold's 2 (L + b). L = 1000: at b = 100,
+    # ring 10 (L + b / 6) = 10,167, doubling 4 (L + b) = 4,400, halving 4 L + 1.8 b + 2 (L + b)
+    # = 6,380: doubling; at b = 1 MiB, ring 1.758e6, halving 3.991e6, doubling 4.198e6: the ring.
+    check("N=6, 100 bytes: doubling", float(choose(6, 100, 100, 1000) == "doubling"), 1.0)
+    check("N=6, 1 MiB: the ring", float(choose(6, 1 << 20, 1 << 20, 1000) == "ring"), 1.0)
+    # The model times what the code chooses, halving in float32 bytes on a 16-bit wire: 25 MiB of
+    # float32 (a 12.5 MiB float16 bucket) on 512 ranks of 100GbE: halving with L = alpha * rate
+    # (244 KiB), the ring with L = 32 KiB.
+    l100 = LINK_BY_NAME["100GbE"]
+    how, t = flat_allreduce(b25 // 4, "float16", 512, l100)
+    check("100GbE, 512, L = alpha * rate: halving", float(how == "halving"), 1.0)
+    check("  its time, float32 bytes", t, halving_time(b25, 512, l100))
+    how, t = flat_allreduce(b25 // 4, "float16", 512, l100, latency_bytes=32 << 10)
+    check("100GbE, 512, L = 32 KiB: the ring", float(how == "ring"), 1.0)
+    check("  its time, float16 bytes", t, ring_time(b25 // 2, 512, l100))
     # Buckets: parameters of 3, 3, 3 floats with a bucket of 5 floats (20 bytes): one each;
     # 1, 1, 1, 10 with 12 bytes (3 floats): [10] then [1, 1, 1].
     check("buckets 3,3,3 / 5", float(buckets_of([(3, 0), (3, 1), (3, 2)], 20) == [3, 3, 3]), 1.0)
@@ -828,7 +962,7 @@ def self_test():
 
 
 def main():
-    global OVERLAP_FRACTION, LATENCY_BYTES
+    global OVERLAP_FRACTION, LATENCY_BYTES, ALLREDUCE
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--self-test", action="store_true", help="check hand-computed values")
     ap.add_argument("--plot", metavar="PNG", help="efficiency against ranks, ResNet-50 on the GPU")
@@ -840,8 +974,12 @@ def main():
     ap.add_argument("--alpha-us", type=float, metavar="US",
                     help="step cost of the Ethernet (tcp) links instead of 20 us")
     ap.add_argument("--latency-kb", type=float, metavar="K",
-                    help="the communicator's --latency_kb for every link (default: alpha * rate; "
+                    help="the communicator's --latency_kb for every link, with which it "
+                         "chooses ring, doubling or halving (default: alpha * rate of each link; "
                          f"the code's default is {DEFAULT_LATENCY_BYTES >> 10})")
+    ap.add_argument("--allreduce", choices=("auto", "ring", "doubling", "halving"),
+                    help="the communicator's --allreduce for the tcp links (default auto: the "
+                         "cheapest by its cost model)")
     ap.add_argument("--overlap", type=float, metavar="F",
                     help=f"overlappable fraction of backward instead of {OVERLAP_FRACTION}")
     args = ap.parse_args()
@@ -849,6 +987,8 @@ def main():
         OVERLAP_FRACTION = args.overlap
     if args.latency_kb is not None:
         LATENCY_BYTES = args.latency_kb * 1024
+    if args.allreduce is not None:
+        ALLREDUCE = args.allreduce
     if args.alpha_us is not None:
         for link in LINKS:
             if link.backend == "tcp":
