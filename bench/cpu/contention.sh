@@ -33,6 +33,8 @@ CORES=$(nproc)
 TMP=$(mktemp -d)
 # shellcheck source=bench/busy_loops.sh
 source "$ROOT/bench/busy_loops.sh"
+# shellcheck source=bench/cpu/nets.sh
+source "$ROOT/bench/cpu/nets.sh"
 trap 'stop_loops; rm -rf "$TMP"' EXIT
 
 iters_of() {  # net base name
@@ -64,15 +66,8 @@ echo
 echo "| net | busy loops | fair share | Cortado ms/iter | Cortado rate kept | Cortado / fair share | PyTorch ms/iter | PyTorch rate kept | PyTorch / fair share |"
 echo "|---|---|---|---|---|---|---|---|---|"
 for spec in $NETS; do
-  net=${spec%%:*}; batch=${spec#*:}; [[ $spec == *:* ]] || batch=""
-  [[ $net = /* ]] || net=$ROOT/$net
-  name=$(basename "$net" .prototxt)
-  model=$TMP/$name.prototxt
-  if [[ -n $batch ]]; then
-    sed -E "s/shape *\{ *dim: *[0-9]+/shape { dim: $batch/g" "$net" >"$model"
-  else
-    cp "$net" "$model"
-  fi
+  model=$(net_model "$spec" "$TMP")
+  name=$(basename "$model" .prototxt)
   iters=$(iters_of "$name")
   quiet_c="" quiet_t=""
   for busy in $BUSY; do

@@ -31,6 +31,8 @@ WARMUP=${WARMUP:-3}
 "$PYTHON" -c 'import torch' 2>/dev/null || {
   echo "no torch in $PYTHON: apt-get install python3-torch" >&2; exit 1; }
 TMP=$(mktemp -d); trap 'rm -rf "$TMP"' EXIT
+# shellcheck source=bench/cpu/nets.sh
+source "$ROOT/bench/cpu/nets.sh"
 
 iters_of() {  # net base name
   local spec
@@ -72,15 +74,8 @@ min() { awk -v a="$1" -v b="$2" 'BEGIN { if (a == "") print b; else if (b == "" 
 
 rows=()
 for spec in $NETS; do
-  net=${spec%%:*}; batch=""; [[ $spec == *:* ]] && batch=${spec#*:}
-  [[ $net = /* ]] || net=$ROOT/$net
-  name=$(basename "$net" .prototxt)
-  model=$TMP/$name.prototxt
-  if [[ -n $batch ]]; then
-    sed -E "s/shape *\{ *dim: *[0-9]+/shape { dim: $batch/g" "$net" >"$model"
-  else
-    cp "$net" "$model"
-  fi
+  model=$(net_model "$spec" "$TMP")
+  name=$(basename "$model" .prototxt)
   batch=$(grep -oE 'shape *\{ *dim: *[0-9]+' "$model" | head -1 | grep -oE '[0-9]+$')
   iters=$(iters_of "$name")
   for t in $THREADS; do

@@ -190,4 +190,32 @@ inline Failure ParseFailure(const std::string& report) {
           report.substr(bar2 + 1)};
 }
 
+// What is wrong with a run in which rank `killed` raised SIGKILL in AllReduceUntilFailure: it
+// must have died by the signal, every other rank have failed with kComm within timeout_s + 1
+// seconds, and at least one of them have named `name` ("rank 1 (host:port)"). Empty when all
+// holds.
+inline std::string CheckKilledRankRun(const std::vector<RankOutcome>& outcomes, int killed,
+                                      double timeout_s, const std::string& name) {
+  std::string problems;
+  if (outcomes[killed].ok || outcomes[killed].error != "killed by signal 9") {
+    problems +=
+        "rank " + std::to_string(killed) + " was not killed: " + outcomes[killed].error + "\n";
+  }
+  bool named = false;
+  for (size_t r = 0; r < outcomes.size(); ++r) {
+    if (static_cast<int>(r) == killed) continue;
+    if (!outcomes[r].ok) {
+      problems += "rank " + std::to_string(r) + " ended badly: " + outcomes[r].error + "\n";
+      continue;
+    }
+    const Failure failure = ParseFailure(outcomes[r].result);
+    if (failure.code != static_cast<int>(ErrorCode::kComm) || !(failure.seconds < timeout_s + 1)) {
+      problems += "rank " + std::to_string(r) + ": " + outcomes[r].result + "\n";
+    }
+    named |= failure.message.find(name) != std::string::npos;
+  }
+  if (!named) problems += "no rank named " + name + "\n";
+  return problems;
+}
+
 }  // namespace cortado::testing
