@@ -19,6 +19,7 @@
 #include "comm_test_ops.hpp"
 #include "core/error.hpp"
 #include "support/spawn_ranks.hpp"
+#include "tcp_test_util.hpp"
 
 namespace cortado::comm {
 namespace {
@@ -26,50 +27,14 @@ namespace {
 using testing::AllOk;
 using testing::Describe;
 using testing::Digest;
-
-// Rank r listens on 127.0.0.(host[r] + 1), on an ephemeral port opened up front.
-class Hosts {
- public:
-  explicit Hosts(const std::vector<int>& host) {
-    for (int h : host) {
-      const std::string address = "127.0.0." + std::to_string(h + 1);
-      listeners_.push_back(TcpListener::Open(address, 0));
-      peers_.push_back(address + ":" + std::to_string(listeners_.back()->port()));
-    }
-  }
-  int size() const { return static_cast<int>(peers_.size()); }
-  const std::vector<std::string>& peers() const { return peers_; }
-  CommOptions Options(int rank) const {
-    CommOptions options;
-    options.rank = rank;
-    options.world_size = size();
-    options.peers = peers_;
-    options.token = "hierarchy-test";
-    options.connect_timeout_s = 10;
-    options.timeout_s = 10;
-    options.chunk_bytes = 4096;
-    return options;
-  }
-  std::unique_ptr<Communicator> Join(const CommOptions& options) {
-    return CreateTcpCommunicator(options, std::move(listeners_[options.rank]));
-  }
-  void CloseOthers(int rank) {
-    for (int r = 0; r < size(); ++r) {
-      if (r != rank) listeners_[r].reset();
-    }
-  }
-
- private:
-  std::vector<std::unique_ptr<TcpListener>> listeners_;
-  std::vector<std::string> peers_;
-};
+using testing::LoopbackRing;
 
 // Every rank's result of AllReduceAs over testing::Input for each count, checked against the sum
 // in double within `tolerance` (relative to the sum of magnitudes); returns the ranks' digests.
 std::vector<std::string> SumOn(const std::vector<int>& host, bool hierarchical, WireType wire,
                                double tolerance, std::vector<float>* rank0 = nullptr,
                                const std::string& algorithm = "auto") {
-  Hosts hosts(host);
+  LoopbackRing hosts(host);
   const int n = hosts.size();
   const auto outcomes = testing::RunRanksAsThreads(n, [&](int rank) {
     CommOptions options = hosts.Options(rank);
@@ -166,7 +131,7 @@ TEST(TcpHierarchyTest, KilledRankFailsEveryOtherRankWithinTheTimeout) {
   // Rank 2 is host 1's first rank (it sums between the hosts); rank 3 is not.
   for (int killed : {2, 3}) {
     SCOPED_TRACE("rank " + std::to_string(killed) + " killed");
-    Hosts hosts({0, 0, 1, 1, 2, 2});
+    LoopbackRing hosts({0, 0, 1, 1, 2, 2});
     const auto outcomes = testing::RunRanksAsProcesses(
         6,
         [&](int rank) {

@@ -17,9 +17,13 @@ class LoopbackRing {
  public:
   // `own_addresses`: rank r listens on 127.0.0.(r + 1) rather than every rank on 127.0.0.1, so
   // that each rank's connections look like ones between machines (both ends' addresses differ).
-  explicit LoopbackRing(int n, bool own_addresses = false) {
-    for (int r = 0; r < n; ++r) {
-      const std::string host = own_addresses ? "127.0.0." + std::to_string(r + 1) : "127.0.0.1";
+  explicit LoopbackRing(int n, bool own_addresses = false)
+      : LoopbackRing(own_addresses ? Each(n) : std::vector<int>(n, 0)) {}
+  // Rank r on "host" host_of[r]: it listens on 127.0.0.(host_of[r] + 1), so that ranks of one
+  // host share an address and others do not (the tcp backend's hierarchy of hosts).
+  explicit LoopbackRing(const std::vector<int>& host_of) {
+    for (int h : host_of) {
+      const std::string host = "127.0.0." + std::to_string(h + 1);
       listeners_.push_back(comm::TcpListener::Open(host, 0));
       peers_.push_back(host + ":" + std::to_string(listeners_.back()->port()));
     }
@@ -64,6 +68,12 @@ class LoopbackRing {
   }
 
  private:
+  static std::vector<int> Each(int n) {
+    std::vector<int> hosts(n);
+    for (int r = 0; r < n; ++r) hosts[r] = r;
+    return hosts;
+  }
+
   std::vector<std::unique_ptr<comm::TcpListener>> listeners_;
   std::vector<std::string> peers_;
 };

@@ -49,14 +49,21 @@
 //     adds it; then at level k = 0, 1, ... each rank r < p swaps its whole buffer with rank
 //     r ^ 2^k and adds the partner's to its own; finally rank r - p sends the sum back. Each
 //     pair has a two-rank tcp communicator of its own (its own listener, port sent round the
-//     ring once, token "<token>/doubling"), made with the ring; a swap is that pair's AllGather.
-//     Float addition is commutative, so both ends of a swap hold the same bits after it, and
-//     every rank ends bit-identical; the order of the additions is not the ring's, so the two
-//     algorithms agree to float rounding, not bit for bit.
+//     ring once, token "<token>/doubling"), made with the ring; a swap is one transfer each way
+//     on it, raw float32 values (both ends know the size). With two ranks the ring's own
+//     connections carry the swap. Float addition is commutative, so both ends of a swap hold
+//     the same bits after it, and every rank ends bit-identical; the order of the additions is
+//     not the ring's, so the two algorithms agree to float rounding, not bit for bit.
+//   AllReduce by recursive halving then doubling (large buffers on many ranks), over the same
+//     pairs and fold: at level k the two partners split the part they share, each sending the
+//     half the other keeps and adding the other's copy of its own half as it arrives; after the
+//     last level each rank holds the sum of 1/p of the buffer, and the levels in reverse gather
+//     the parts back. Each element is added in the same tree as by doubling, so the two give the
+//     same bits.
 //   AllReduce across hosts (CommOptions::hierarchical, where ranks share hosts and there are
 //     two hosts or more): the ranks of each host (by the host of their peers entries) form a
 //     ring of their own, and the first rank of each host a ring of the hosts (with recursive
-//     doubling as above for small buffers); a call sums within each host, then across the
+//     doubling and halving as above where faster); a call sums within each host, then across the
 //     hosts, then each host's first rank broadcasts the sum to its host. Made, like the pairs,
 //     while the communicator is built (ports sent round the ring once; tokens "<token>/host"
 //     and "<token>/hosts"). Every rank ends with its host's first rank's bits, which are the
@@ -459,14 +466,17 @@ class TcpCommunicator final : public Communicator {
   // The partners of `q` in the order every rank makes its pair communicators: the levels, then
   // the fold (rank q + p or q - p).
   std::vector<int> DoublingPartners(int q) const;
+  // Entry `index` of rank q's comma-separated port list (sent round the ring when the pairs and
+  // rings are made); kComm naming q and `what` the port is for when it is not a port number.
+  int AnnouncedPort(int q, const std::string& list, size_t index, const std::string& what) const;
+  // The ranks past power_: hand the buffer to rank r - power_ and take the sum back (true: this
+  // rank is done). Their partners: add the folded rank's buffer into `data` (FoldIn), and send
+  // it the sum at the end (FoldOut).
+  bool FoldIn(float* data, size_t count);
+  void FoldOut(const float* data, size_t count);
   // One transfer with this communicator's other rank (a communicator of two ranks): sends
-  // `bytes` from `send` and receives as many into `recv`, either null for none; errors say
-  // "during allreduce".
-  void Exchange(const void* send, void* recv, size_t bytes) {
-    Exchange(send, send != nullptr ? bytes : 0, recv, recv != nullptr ? bytes : 0, false);
-  }
-  // The same with sizes of their own each way (0: none), and the received floats added into
-  // `recv` when `sum` (it must not overlap `send`).
+  // send_bytes from `send` and receives recv_bytes into `recv` (0: none), the received floats
+  // added into `recv` when `sum` (it must not overlap `send`); errors say "during allreduce".
   void Exchange(const void* send, size_t send_bytes, void* recv, size_t recv_bytes, bool sum);
 
   // The hierarchy of hosts (CommOptions::hierarchical): false when the ranks do not share hosts
@@ -555,7 +565,7 @@ TcpCommunicator::TcpCommunicator(const CommOptions& options, std::vector<HostPor
   CORTADO_LOG_INFO("tcp communicator: rank {} of {}, next {}, prev {}{}", rank(), size(),
                    peers_[next_].ToString(), peers_[prev_].ToString(),
                    shared_connection_ ? ", one connection both ways" : "");
-  // Two ranks swap over the ring's own connections (its AllGather); more need links of their own.
+  // Two ranks swap over the ring's own connections; more need links of their own.
   if (options.hierarchical && MakeHierarchy(options)) return;
   if (algorithm_ != Algorithm::kRing && size() > 2) MakeDoublingLinks(options);
 }
@@ -592,15 +602,13 @@ bool TcpCommunicator::MakeHierarchy(const CommOptions& options) {
       AllGather(fmt::format("{},{}", host_listener ? host_listener->port() : 0,
                             hosts_listener ? hosts_listener->port() : 0));
   auto port_of = [&](int q, int which) {
-    const std::string& both = ports[q];
-    const size_t comma = both.find(',');
-    const std::string text = which == 0 ? both.substr(0, comma) : both.substr(comma + 1);
-    if (comma == std::string::npos || text.empty() || text.size() > 5 ||
-        text.find_first_not_of("0123456789") != std::string::npos || std::stoi(text) == 0) {
+    const int port =
+        AnnouncedPort(q, ports[q], static_cast<size_t>(which), "the hierarchy of hosts");
+    if (port == 0) {
       CORTADO_THROW(kComm, "{} announced no port for the hierarchy of hosts (protocol error)",
                     Name(q));
     }
-    return std::stoi(text);
+    return port;
   };
   auto ring_of = [&](const std::vector<int>& members, int which, const std::string& token,
                      const std::string& algorithm, std::unique_ptr<TcpListener> listener) {
@@ -635,7 +643,7 @@ bool TcpCommunicator::MakeHierarchy(const CommOptions& options) {
       first ? fmt::format("between the hosts' first ranks ({}{})", fmt::join(firsts, ", "),
                           hosts_->levels_.empty() && hosts_->fold_ == nullptr
                               ? ""
-                              : "; small buffers by recursive doubling")
+                              : "; recursive doubling and halving where faster")
             : fmt::format("rank {} between the hosts", mine.front()));
   return true;
 }
@@ -645,6 +653,20 @@ void TcpCommunicator::Hierarchical(float* data, size_t count, WireType wire) {
   if (host_ != nullptr) host_->AllReduce(data, count);
   if (hosts_ != nullptr) hosts_->AllReduceAs(data, count, wire);
   if (host_ != nullptr) host_->Broadcast(data, bytes, 0);
+}
+
+int TcpCommunicator::AnnouncedPort(int q, const std::string& list, size_t index,
+                                   const std::string& what) const {
+  std::string_view rest = list;
+  for (size_t i = 0; i < index && rest.find(',') != std::string_view::npos; ++i) {
+    rest.remove_prefix(rest.find(',') + 1);
+  }
+  const std::string port(rest.substr(0, rest.find(',')));
+  if (port.empty() || port.size() > 5 ||
+      port.find_first_not_of("0123456789") != std::string::npos) {
+    CORTADO_THROW(kComm, "{} announced no port for {} (protocol error)", Name(q), what);
+  }
+  return std::stoi(port);
 }
 
 std::vector<int> TcpCommunicator::DoublingPartners(int q) const {
@@ -671,19 +693,8 @@ void TcpCommunicator::MakeDoublingLinks(const CommOptions& options) {
   auto port_of = [&](int q, int partner) {
     const std::vector<int> order = DoublingPartners(q);
     const auto at = std::find(order.begin(), order.end(), partner) - order.begin();
-    std::string_view list = announced[q];
-    for (auto i = at; i > 0; --i) {
-      const size_t comma = list.find(',');
-      if (comma == std::string_view::npos) break;
-      list.remove_prefix(comma + 1);
-    }
-    const std::string port(list.substr(0, list.find(',')));
-    if (port.empty() || port.size() > 5 ||
-        port.find_first_not_of("0123456789") != std::string::npos) {
-      CORTADO_THROW(kComm, "{} announced no port for its pair with rank {} (protocol error)",
-                    Name(q), partner);
-    }
-    return std::stoi(port);
+    return AnnouncedPort(q, announced[q], static_cast<size_t>(at),
+                         fmt::format("its pair with rank {}", partner));
   };
   for (size_t i = 0; i < mine.size(); ++i) {
     const int partner = mine[i];
@@ -734,15 +745,25 @@ void TcpCommunicator::Exchange(const void* send, size_t send_bytes, void* recv, 
   });
 }
 
-void TcpCommunicator::HalvingDoubling(float* data, size_t count) {
-  const int r = rank();
+bool TcpCommunicator::FoldIn(float* data, size_t count) {
+  if (fold_ == nullptr) return false;
   const size_t bytes = count * sizeof(float);
-  if (r >= power_) {  // folded: hand the buffer over, take the sum back
+  if (rank() >= power_) {
     fold_->Exchange(data, bytes, nullptr, 0, false);
     fold_->Exchange(nullptr, 0, data, bytes, false);
-    return;
+    return true;
   }
-  if (fold_ != nullptr) fold_->Exchange(nullptr, 0, data, bytes, /*sum=*/true);
+  fold_->Exchange(nullptr, 0, data, bytes, /*sum=*/true);
+  return false;
+}
+
+void TcpCommunicator::FoldOut(const float* data, size_t count) {
+  if (fold_ != nullptr) fold_->Exchange(data, count * sizeof(float), nullptr, 0, false);
+}
+
+void TcpCommunicator::HalvingDoubling(float* data, size_t count) {
+  const int r = rank();
+  if (FoldIn(data, count)) return;
   // Reduce-scatter by recursive halving: at level k the two partners split the part they share,
   // each sending the half the other keeps and adding the other's copy of its own half (as it
   // arrives); rank r keeps the lower half where bit k of r is 0. After the last level each rank
@@ -772,37 +793,22 @@ void TcpCommunicator::HalvingDoubling(float* data, size_t count) {
     begin = part;
     end = part_end;
   }
-  if (fold_ != nullptr) fold_->Exchange(data, bytes, nullptr, 0, false);
+  FoldOut(data, count);
 }
 
 void TcpCommunicator::Doubling(float* data, size_t count) {
-  const int r = rank();
   const size_t bytes = count * sizeof(float);
   theirs_.resize(count);
-  // data += what a partner sent (two buffers: the bytes sent are read while others arrive).
-  auto add = [&] {
+  // One swap on `pair`: both ends add the other's buffer to their own, the same sum bit for bit
+  // (received into a buffer of its own: the bytes sent are read while others arrive).
+  auto swap = [&](TcpCommunicator* pair) {
+    pair->Exchange(data, bytes, theirs_.data(), bytes, false);
     for (size_t i = 0; i < count; ++i) data[i] += theirs_[i];
   };
-  if (size() == 2) {  // one swap over the ring's own connections
-    Exchange(data, theirs_.data(), bytes);
-    add();
-    return;
-  }
-  if (r >= power_) {  // folded: hand the buffer over, take the sum back
-    fold_->Exchange(data, nullptr, bytes);
-    fold_->Exchange(nullptr, data, bytes);
-    return;
-  }
-  if (fold_ != nullptr) {
-    fold_->Exchange(nullptr, theirs_.data(), bytes);
-    add();
-  }
-  // Both ends of a swap add the other's buffer to their own: the same sum, bit for bit.
-  for (const auto& level : levels_) {
-    level->Exchange(data, theirs_.data(), bytes);
-    add();
-  }
-  if (fold_ != nullptr) fold_->Exchange(data, nullptr, bytes);
+  if (size() == 2) return swap(this);  // over the ring's own connections
+  if (FoldIn(data, count)) return;
+  for (const auto& level : levels_) swap(level.get());
+  FoldOut(data, count);
 }
 
 std::string TcpCommunicator::Name(int rank) const {
