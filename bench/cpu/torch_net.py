@@ -14,6 +14,7 @@ Scale (one BatchNorm2d with affine weights when Scale follows in place; BatchNor
 Eltwise (SUM), Concat, Dropout, LRN, Softmax, SoftmaxWithLoss; anything else is refused by name.
 """
 import argparse
+import os
 import re
 import sys
 import time
@@ -22,40 +23,9 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-
-def parse(text):
-    """A prototxt as nested dicts: each key maps to a list of values (str) or dicts."""
-    text = re.sub(r"#[^\n]*", "", text)
-    tokens = re.findall(r'"[^"]*"|[{}:]|[^\s{}:"]+', text)
-    pos = 0
-
-    def block():
-        nonlocal pos
-        out = {}
-        while pos < len(tokens) and tokens[pos] != "}":
-            key = tokens[pos]
-            pos += 1
-            if tokens[pos] == ":":
-                pos += 1
-                if tokens[pos] == "{":
-                    pos += 1
-                    out.setdefault(key, []).append(block())
-                    pos += 1
-                else:
-                    out.setdefault(key, []).append(tokens[pos].strip('"'))
-                    pos += 1
-            elif tokens[pos] == "{":
-                pos += 1
-                out.setdefault(key, []).append(block())
-                pos += 1
-        return out
-
-    return block()
-
-
-def one(d, key, default=None):
-    v = d.get(key)
-    return v[0] if v else default
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from prototxt import first as one  # noqa: E402
+from prototxt import parse  # noqa: E402
 
 
 def num(d, key, default):

@@ -37,11 +37,12 @@ import argparse
 import csv
 import math
 import os
-import re
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 MODELS = os.path.join(HERE, "..", "models")
+sys.path.insert(0, os.path.join(HERE, ".."))
+from prototxt import first, parse  # noqa: E402
 
 # =================================================================================================
 # PARAMETERS: every number the model uses, with where it comes from. "RESULTS.md" is
@@ -189,43 +190,13 @@ RANKS = [2, 4, 8, 16, 32, 64, 128, 256, 512]
 GOAL = 0.90  # the project's goal at 512 ranks (Horovod publishes 90% for 512 GPUs)
 
 # =================================================================================================
-# The nets' parameters, read from bench/models (a small reader of Caffe's text format).
+# The nets' parameters, read from bench/models (bench/prototxt.py reads the text format).
 # =================================================================================================
-
-
-def parse_prototxt(text):
-    tokens = re.findall(r'"(?:[^"\\]|\\.)*"|[{}:]|[^\s{}:"#]+|#[^\n]*', text)
-    tokens = [t for t in tokens if not t.startswith("#")]
-    pos = 0
-
-    def block():
-        nonlocal pos
-        out = {}
-        while pos < len(tokens) and tokens[pos] != "}":
-            name = tokens[pos]
-            pos += 1
-            if tokens[pos] == ":":
-                pos += 1
-            if tokens[pos] == "{":
-                pos += 1
-                value = block()
-                pos += 1  # the "}"
-            else:
-                value = tokens[pos].strip('"')
-                pos += 1
-            out.setdefault(name, []).append(value)
-        return out
-
-    return block()
-
-
-def first(d, key, default=None):
-    return d[key][0] if key in d else default
 
 
 def net_params(path):
     """The learnable blobs in net order: [(count, layer index)], and BatchNorm's channels."""
-    net = parse_prototxt(open(path).read())
+    net = parse(open(path).read())
     shapes = {}
     params = []
     bn_channels = 0
