@@ -132,7 +132,7 @@ TEST(PrecisionGpuTest, StrictConvolutionAfterTf32InOneContextStaysFloat32) {
 
 // Values that float16 and bfloat16 both hold exactly (multiples of 1/8 in [-16, 16]), so the
 // copies must give them back bit for bit.
-std::vector<float> ExactValues(int count, uint32_t seed) {
+[[maybe_unused]] std::vector<float> ExactValues(int count, uint32_t seed) {
   std::mt19937 rng(seed);
   std::uniform_int_distribution<int> eighths(-128, 128);
   std::vector<float> v(count);
