@@ -12,6 +12,8 @@ for f in "$cortado" "$jar"; do
 done
 submit=scala-bridge/bin/spark-submit
 [[ -n ${SPARK_HOME:-} ]] && submit=$SPARK_HOME/bin/spark-submit
+# Local runs (every run here) bind Spark to loopback unless SPARK_LOCAL_IP says otherwise.
+export SPARK_LOCAL_IP=${SPARK_LOCAL_IP:-127.0.0.1}
 log4j="-Dlog4j2.configurationFile=$PWD/examples/spark-fashion-mnist/log4j2.properties"
 export CORTADO_LOG_LEVEL=${CORTADO_LOG_LEVEL:-info}
 

@@ -33,6 +33,8 @@ fi
 
 submit=scala-bridge/bin/spark-submit
 [[ -n ${SPARK_HOME:-} ]] && submit=$SPARK_HOME/bin/spark-submit
+# Local runs (every run here) bind Spark to loopback unless SPARK_LOCAL_IP says otherwise.
+export SPARK_LOCAL_IP=${SPARK_LOCAL_IP:-127.0.0.1}
 log_options=(--driver-java-options "-Dlog4j2.configurationFile=$PWD/$example/log4j2.properties")
 spark_options=(--master 'local[2]' --driver-memory 3g "${log_options[@]}")
 

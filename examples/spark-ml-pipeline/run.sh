@@ -31,6 +31,8 @@ fi
 
 submit=scala-bridge/bin/spark-submit
 [[ -n ${SPARK_HOME:-} ]] && submit=$SPARK_HOME/bin/spark-submit
+# Local runs (every run here) bind Spark to loopback unless SPARK_LOCAL_IP says otherwise.
+export SPARK_LOCAL_IP=${SPARK_LOCAL_IP:-127.0.0.1}
 spark_options=(--master 'local[2]' --driver-memory 3g
   --driver-java-options "-Dlog4j2.configurationFile=$PWD/examples/spark-fashion-mnist/log4j2.properties")
 
