@@ -20,7 +20,6 @@
 #include "io/upgrade.hpp"
 #include "io_cortado_jni_NativeLib.h"
 #include "jni/jni_util.hpp"
-#include "layers/layer.hpp"
 #include "parallel/session_info.hpp"
 #include "parallel/trainer.hpp"
 #include "plot/training_plot.hpp"
@@ -29,18 +28,6 @@
 
 namespace cortado::jni {
 namespace {
-
-// Every layer type must be registered (what building the net would find first, without opening
-// data sources or allocating anything).
-void CheckLayerTypes(const caffe::NetParameter& net, const std::string& source) {
-  const LayerRegistry& registry = LayerRegistry::Get();
-  for (const auto& layer : net.layer()) {
-    if (!registry.Has(layer.type())) {
-      CORTADO_THROW(kInvalidArgument, "{}: layer '{}': unknown layer type '{}' (known: {})", source,
-                    layer.name(), layer.type(), fmt::join(registry.Types(), ", "));
-    }
-  }
-}
 
 caffe::SolverParameter ParseSolver(JNIEnv* env, jstring prototxt, const std::string& name) {
   caffe::SolverParameter param;
@@ -154,7 +141,7 @@ JNIEXPORT void JNICALL Java_io_cortado_jni_NativeLib_validateNet(JNIEnv* env, jc
     cortado::io::ReadProtoFromTextString(jni::ToStdString(env, prototxt, "prototxt"), name, &param);
     cortado::io::UpgradeNetAsNeeded(name, &param);
     cortado::io::CheckNetHasLayers(param, name);
-    jni::CheckLayerTypes(param, name);
+    cortado::CheckLayerTypes(param, name);
   });
 }
 
@@ -166,9 +153,9 @@ JNIEXPORT void JNICALL Java_io_cortado_jni_NativeLib_validateSolver(JNIEnv* env,
     caffe::SolverParameter param;
     cortado::io::ReadProtoFromTextString(jni::ToStdString(env, prototxt, "prototxt"), name, &param);
     cortado::io::UpgradeSolverAsNeeded(name, &param);
-    if (param.has_net_param()) jni::CheckLayerTypes(param.net_param(), name);
-    if (param.has_train_net_param()) jni::CheckLayerTypes(param.train_net_param(), name);
-    for (const auto& net : param.test_net_param()) jni::CheckLayerTypes(net, name);
+    if (param.has_net_param()) cortado::CheckLayerTypes(param.net_param(), name);
+    if (param.has_train_net_param()) cortado::CheckLayerTypes(param.train_net_param(), name);
+    for (const auto& net : param.test_net_param()) cortado::CheckLayerTypes(net, name);
   });
 }
 

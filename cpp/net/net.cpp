@@ -1,19 +1,19 @@
 // SPDX-License-Identifier: Apache-2.0
+// Building a net from its NetParameter: the phase's layers by Caffe's include/exclude rules,
+// split layers inserted, each layer set up with its bottoms, tops and parameters, the memory
+// plan, fusion and the learnable-parameter tables; lookups by name. Running the net is in
+// net_run.cpp, its weights' input and output in net_weights.cpp.
 #include "net/net.hpp"
 
 #include <algorithm>
-#include <climits>
-#include <cmath>
 #include <cstdlib>
 #include <set>
 
 #include "core/error.hpp"
 #include "core/host_memory.hpp"
 #include "core/logging.hpp"
-#include "io/hdf5_io.hpp"
 #include "io/proto_io.hpp"
 #include "layers/batch_norm_layer.hpp"
-#include "math/on_device.hpp"
 #include "net/insert_splits.hpp"
 
 namespace cortado {
@@ -24,23 +24,6 @@ bool NonFiniteAllowed() {
 }
 
 namespace {
-
-// Weights holding NaN or infinity come from a damaged file or a diverged run; either way the net
-// cannot use them. CORTADO_ALLOW_NONFINITE_LOSS=1 (which lets training go on through a
-// non-finite loss) lets them load too.
-void CheckFinite(const Tensor& blob, const std::string& layer, const char* type, int index) {
-  if (NonFiniteAllowed()) return;
-  const float* data = blob.cpu_data();
-  for (int i = 0; i < blob.count(); ++i) {
-    if (!std::isfinite(data[i])) {
-      CORTADO_THROW(kInvalidArgument,
-                    "copying weights into layer '{}' ({}): blob {} holds {} at index {}: the file "
-                    "is damaged or comes from a diverged run (CORTADO_ALLOW_NONFINITE_LOSS=1 "
-                    "loads it regardless)",
-                    layer, type, index, data[i], i);
-    }
-  }
-}
 
 std::string ShapesOf(const std::vector<Tensor*>& tensors, const std::vector<std::string>& names) {
   std::string out;
@@ -435,140 +418,6 @@ void Net::AppendParam(const caffe::NetParameter& param, int layer_id, int param_
   (void)owner_param;
 }
 
-float Net::ForwardFromTo(int start, int end) {
-  CORTADO_CHECK(0 <= start && start <= end && end < static_cast<int>(layers_.size()) + 1);
-  float loss = 0.0f;
-  if (!recomputed_.empty()) RestoreRecomputedBlobs();
-  for (int i = start; i < end; ++i) {
-    try {
-      const std::vector<Tensor*>& bottoms = bottom_vecs_[i];
-      const std::vector<std::vector<int>>& shaped = shaped_for_[i];
-      for (size_t b = 0; b < bottoms.size(); ++b) {
-        if (b >= shaped.size() || bottoms[b]->shape() != shaped[b]) {
-          layers_[i]->Reshape(bottoms, top_vecs_[i]);
-          RecordShapes(i);
-          break;
-        }
-      }
-      loss += layers_[i]->Forward(bottom_vecs_[i], top_vecs_[i]);
-      // A 16-bit layer's writes to float32 blobs (their twins) reach the blobs themselves, which
-      // other layers may read through tensors sharing them (a Split's tops).
-      if (layers_[i]->HalfTensors() != HalfType::kNone) {
-        for (Tensor* top : top_vecs_[i]) top->FlushTwins();
-      }
-    } catch (const Error& e) {
-      throw Error(e.code(), fmt::format("forward of {}: {}", DescribeLayer(i), e.what()), e.file(),
-                  e.line());
-    }
-  }
-  return loss;
-}
-
-float Net::Forward() { return ForwardFromTo(0, static_cast<int>(layers_.size())); }
-
-void Net::BackwardFromTo(int start, int end) {
-  // Runs layers start, start-1, ..., end (inclusive), as Caffe does.
-  CORTADO_CHECK(start < static_cast<int>(layers_.size()) && end >= 0);
-  for (int i = start; i >= end; --i) {
-    if (layer_need_backward_[i]) {
-      try {
-        if (!recomputed_.empty()) RecomputeBlobsFor(i);
-        layers_[i]->Backward(top_vecs_[i], bottom_need_backward_[i], bottom_vecs_[i]);
-        if (layers_[i]->HalfTensors() != HalfType::kNone) {
-          for (Tensor* bottom : bottom_vecs_[i]) bottom->FlushTwins();
-        }
-      } catch (const Error& e) {
-        throw Error(e.code(), fmt::format("backward of {}: {}", DescribeLayer(i), e.what()),
-                    e.file(), e.line());
-      }
-      if (!after_backward_.empty()) RunAfterBackward(i);
-    }
-  }
-}
-
-void Net::AddAfterBackward(std::function<void(int layer_id)> hook) {
-  CORTADO_CHECK(hook != nullptr, "net '{}': an empty after-backward hook", name_);
-  after_backward_.push_back(std::move(hook));
-}
-
-void Net::RunAfterBackward(int i) {
-  // A fused layer's gradients are computed by the layer it is fused into (its followers come
-  // right after it): report those once that layer has run, highest index first.
-  if (layers_[i]->fused_into() != nullptr) return;
-  int last = i;
-  while (last + 1 < static_cast<int>(layers_.size()) &&
-         layers_[last + 1]->fused_into() == layers_[i].get()) {
-    ++last;
-  }
-  for (int j = last; j >= i; --j) {
-    if (j != i && !layer_need_backward_[j]) continue;
-    for (const auto& hook : after_backward_) hook(j);
-  }
-}
-
-void Net::Backward() {
-  if (layers_.empty()) return;
-  BackwardFromTo(static_cast<int>(layers_.size()) - 1, 0);
-}
-
-float Net::ForwardBackward() {
-  ClearParamDiffs();
-  const float loss = Forward();
-  Backward();
-  return loss;
-}
-
-void Net::Reshape() {
-  for (size_t i = 0; i < layers_.size(); ++i) {
-    layers_[i]->Reshape(bottom_vecs_[i], top_vecs_[i]);
-    RecordShapes(static_cast<int>(i));
-  }
-}
-
-void Net::RecordShapes(int layer_id) {
-  if (shaped_for_.size() <= static_cast<size_t>(layer_id)) shaped_for_.resize(layer_id + 1);
-  std::vector<std::vector<int>>& shapes = shaped_for_[layer_id];
-  shapes.clear();
-  for (const Tensor* bottom : bottom_vecs_[layer_id]) shapes.push_back(bottom->shape());
-}
-
-void Net::ClearParamDiffs() {
-  // One call for all of them (padding included) while they are still views of the flat buffer.
-  if (flat_diff_ != nullptr && flat_diff_count_ <= INT_MAX && FlatDiffIntact()) {
-    if (math::dev::OnGpu(*ctx_)) {
-      math::dev::Set(*ctx_, static_cast<int>(flat_diff_count_), 0.0f,
-                     static_cast<float*>(flat_diff_->mutable_device_data()));
-    } else {
-      std::fill_n(static_cast<float*>(flat_diff_->mutable_host_data()), flat_diff_count_, 0.0f);
-    }
-    return;
-  }
-#if CORTADO_WITH_CUDA
-  if (math::dev::OnGpu(*ctx_)) {  // one launch, not one per parameter
-    std::vector<math::gpu::DeviceSpan> diffs;
-    for (Tensor* param : learnable_params_) {
-      if (param->count() > 0) diffs.push_back({param->mutable_gpu_diff(), param->count()});
-    }
-    math::gpu::ZeroMany(*ctx_, diffs);
-    return;
-  }
-#endif
-  for (Tensor* param : learnable_params_) {
-    if (param->count() > 0) {
-      math::dev::Set(*ctx_, param->count(), 0.0f, math::dev::MutableDiff(*ctx_, *param));
-    }
-  }
-}
-
-void Net::Update() {
-  // data -= diff, on the net's device.
-  for (Tensor* param : learnable_params_) {
-    if (param->count() == 0) continue;
-    math::dev::Axpy(*ctx_, param->count(), -1.0f, math::dev::Diff(*ctx_, *param),
-                    math::dev::MutableData(*ctx_, *param));
-  }
-}
-
 Tensor* Net::blob_by_name(const std::string& name) const {
   auto it = blob_index_.find(name);
   if (it == blob_index_.end()) {
@@ -590,71 +439,6 @@ Layer* Net::layer_by_name(const std::string& name) const {
     CORTADO_THROW(kNotFound, "net '{}' has no layer named '{}'", name_, name);
   }
   return layers_[it->second].get();
-}
-
-void Net::CopyTrainedLayersFrom(const caffe::NetParameter& trained) {
-  for (const auto& source : trained.layer()) {
-    auto it = layer_index_.find(source.name());
-    if (it == layer_index_.end()) {
-      CORTADO_LOG_DEBUG("ignoring source layer '{}'", source.name());
-      continue;
-    }
-    Layer* target = layers_[it->second].get();
-    auto& blobs = target->blobs();
-    if (static_cast<int>(blobs.size()) != source.blobs_size()) {
-      CORTADO_THROW(kInvalidArgument,
-                    "copying weights into layer '{}' ({}): the source has {} blob(s), the net {}",
-                    source.name(), target->type(), source.blobs_size(), blobs.size());
-    }
-    for (int j = 0; j < source.blobs_size(); ++j) {
-      const caffe::BlobProto& blob = source.blobs(j);
-      const bool placeholder = !blob.has_shape() && !blob.has_num() && blob.data_size() == 0 &&
-                               blob.double_data_size() == 0;
-      if (placeholder && param_owners_[param_id_vecs_[it->second][j]] != -1) {
-        continue;  // Caffe's HDF5 files leave out parameters a layer shares with an earlier one
-      }
-      if (!blobs[j]->ShapeEquals(source.blobs(j))) {
-        CORTADO_THROW(kInvalidArgument,
-                      "copying weights into layer '{}' ({}): blob {} has shape {} in the source "
-                      "but {} in the net",
-                      source.name(), target->type(), j, ProtoShapeString(source.blobs(j)),
-                      blobs[j]->ShapeString());
-      }
-      blobs[j]->FromProto(source.blobs(j), false);
-      CheckFinite(*blobs[j], source.name(), target->type(), j);
-    }
-  }
-}
-
-void Net::CopyTrainedLayersFrom(const std::string& path) {
-  caffe::NetParameter trained = io::IsHdf5File(path) ? io::ReadNetParameterHdf5(path)
-                                                     : io::ReadNetParameterFromBinaryFile(path);
-  WithContext(path, [&] { CopyTrainedLayersFrom(trained); });
-}
-
-void Net::ShareTrainedLayersWith(const Net& other) {
-  for (size_t i = 0; i < other.layers_.size(); ++i) {
-    auto it = layer_index_.find(other.layer_names_[i]);
-    if (it == layer_index_.end()) continue;
-    auto& source = other.layers_[i]->blobs();
-    auto& target = layers_[it->second]->blobs();
-    CORTADO_CHECK_EQ(source.size(), target.size(), "sharing layer '{}'", other.layer_names_[i]);
-    for (size_t j = 0; j < source.size(); ++j) {
-      if (source[j]->shape() != target[j]->shape()) {
-        CORTADO_THROW(kInvalidArgument, "cannot share layer '{}' blob {}: shape {} vs {}",
-                      other.layer_names_[i], j, source[j]->ShapeString(), target[j]->ShapeString());
-      }
-      target[j]->ShareData(*source[j]);
-    }
-  }
-}
-
-void Net::ToProto(caffe::NetParameter* param, bool write_diff) const {
-  param->Clear();
-  param->set_name(name_);
-  for (const auto& layer : layers_) {
-    layer->ToProto(param->add_layer(), write_diff);
-  }
 }
 
 std::vector<int> Net::LearnableParamFirstLayers() const {

@@ -6,6 +6,7 @@
 #include "core/error.hpp"
 #include "data/batch_feed.hpp"
 #include "data/feed_data_layer.hpp"
+#include "layers/layer.hpp"
 #include "net/net.hpp"
 
 namespace cortado {
@@ -28,6 +29,16 @@ std::string SourceOf(const caffe::LayerParameter& layer) {
 }
 
 }  // namespace
+
+void CheckLayerTypes(const caffe::NetParameter& net, const std::string& source) {
+  const LayerRegistry& registry = LayerRegistry::Get();
+  for (const auto& layer : net.layer()) {
+    if (!registry.Has(layer.type())) {
+      CORTADO_THROW(kInvalidArgument, "{}: layer '{}': unknown layer type '{}' (known: {})", source,
+                    layer.name(), layer.type(), fmt::join(registry.Types(), ", "));
+    }
+  }
+}
 
 caffe::NetParameter NetForPhase(const caffe::NetParameter& param, caffe::Phase phase) {
   caffe::NetParameter p = param;

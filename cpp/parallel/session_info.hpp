@@ -41,6 +41,11 @@ struct DataLayerInfo {
   int batch_size = 0;  // a feed layer's batch size
 };
 
+// Every layer type of `net` (any phase) is one the engine knows, else kInvalidArgument naming
+// `source`, the layer, its type and the known types: what building the net would find first,
+// without opening data sources or allocating anything.
+void CheckLayerTypes(const caffe::NetParameter& net, const std::string& source);
+
 // `param` for `phase`: its state's phase set (the net's own level and stages kept) and its
 // layers filtered by their include/exclude rules, as Net builds it.
 caffe::NetParameter NetForPhase(const caffe::NetParameter& param, caffe::Phase phase);
