@@ -106,7 +106,7 @@ for section in $sections; do
       ;;
     amp_rounds)
       # ResNet-50 at batch 128, PyTorch AMP and Cortado float16 in turn, AMP_ROUNDS times: either
-      # side's rate can move between runs on a lent machine (PyTorch's by 15% in one session), so
+      # side's rate can move between runs on one machine (PyTorch's by 15% between rounds), so
       # one pair decides little. Each pair's row, then the median of the pairs' ratios and our
       # median rate against PyTorch's fastest round.
       header "ResNet-50 float16 beside PyTorch AMP, in turn, ${AMP_ROUNDS:-3} rounds"

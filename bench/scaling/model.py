@@ -13,14 +13,15 @@ The model (docs/scaling.md explains it):
     e, step cost alpha, p the largest power of two <= N, k = log2 p:
         ring      2 (N - 1) alpha + 2 (N - 1) / N * n / (e R)
         doubling  k (alpha + n32 / (e R)) + fold
-        halving   2 k alpha + 1.2 * 2 (p - 1) / p * n32 / (e R) + fold
+        halving   2 k alpha + 1.2 * 2 (p - 1) / p * n / (e R) + fold
         fold      2 (alpha + n32 / (e R)) when N > p, else 0
-    (doubling and halving always send float32, even on a 16-bit wire; 1.2 = kHalvingByteCost);
+    (doubling and the fold always send float32, even on a 16-bit wire; halving sends the wire's
+    values, as the ring does; 1.2 = kHalvingByteCost);
     the communicator (--allreduce=auto) takes the cheapest of the three by Choose() of
     cpp/comm/tcp/tcp_communicator.cpp, each step costing L plus its bytes:
         ring      2 (N - 1) (L + n / N)
         doubling  k (L + n32) + 2 (L + n32) [N > p],  only if n32 <= 1 MiB
-        halving   2 k L + 1.2 * 2 (p - 1) / p * n32 + 2 (L + n32) [N > p],  never at N = 2
+        halving   2 k L + 1.2 * 2 (p - 1) / p * n + 2 (L + n32) [N > p],  never at N = 2
     with L = --latency_kb: by default here alpha * R of each link (what the option should be set
     to there), or one value for every link with --latency-kb (the code's default is 32);
   * the gradients go in buckets of 25 MiB of float32 values (--bucket_mb), cut at parameter
@@ -45,8 +46,9 @@ sys.path.insert(0, os.path.join(HERE, ".."))
 from prototxt import first, parse  # noqa: E402
 
 # =================================================================================================
-# PARAMETERS: every number the model uses, with where it comes from. "RESULTS.md" is
-# bench/RESULTS.md; the section names are its headings.
+# PARAMETERS: every number the model uses, with where it comes from. "RESULTS.md" is the
+# benchmark history, bench/history/ (its README.md names the file of each section; the latest
+# figures are in bench/RESULTS.md); the section names are its headings.
 # =================================================================================================
 
 GBIT = 1e9 / 8  # bytes per second in one Gbit/s (tc's "1gbit" is 10^9 bit/s)
@@ -73,7 +75,7 @@ class Link:
 
 
 LINKS = [
-    # Measured: RESULTS.md "Recursive doubling for small allreduces (scaling, in part)": the
+    # Measured: RESULTS.md "Recursive doubling for small allreduces": the
     # crossovers of ring and doubling give a step cost of 12-40 us at 1 Gbit/s and 18-24 us at
     # 10 Gbit/s ("about 20 us here whatever the rate"). Efficiency: "Two ranks share one
     # connection; what this machine's sockets can carry": our tcp 94.4-95.2% of 1 Gbit/s and
@@ -330,18 +332,19 @@ def doubling_time(nbytes32, n, link, bandwidth=None):
     return doubling_steps(n) * (link.alpha + nbytes32 / bw)
 
 
-def halving_time(nbytes32, n, link, bandwidth=None):
+def halving_time(nbytes, n, link, bandwidth=None, nbytes32=None):
     """Reduce-scatter by recursive halving, all-gather by recursive doubling (HalvingDoubling of
-    the tcp backend): 2 log2 p steps moving 2 (p - 1) / p of the float32 bytes in all, each byte
-    at HALVING_BYTE_COST times the ring's time, plus two steps of the whole buffer to fold the
-    ranks past p in and out (as doubling's)."""
-    if n <= 1 or nbytes32 == 0:
+    the tcp backend): 2 log2 p steps moving 2 (p - 1) / p of the wire's bytes (nbytes) in all,
+    each byte at HALVING_BYTE_COST times the ring's time, plus two steps of the whole buffer in
+    float32 (nbytes32, default nbytes) to fold the ranks past p in and out (as doubling's)."""
+    if n <= 1 or nbytes == 0:
         return 0.0
     bw = bandwidth or link.bandwidth
+    nbytes32 = nbytes if nbytes32 is None else nbytes32
     p, k = 1, 0
     while p * 2 <= n:
         p, k = p * 2, k + 1
-    t = 2 * k * link.alpha + HALVING_BYTE_COST * 2 * (p - 1) / p * nbytes32 / bw
+    t = 2 * k * link.alpha + HALVING_BYTE_COST * 2 * (p - 1) / p * nbytes / bw
     if p < n:
         t += 2 * (link.alpha + nbytes32 / bw)
     return t
@@ -365,7 +368,8 @@ def choose(n, ring_bytes, float32_bytes, latency_bytes, doubling_max_bytes=DOUBL
     ring = 2.0 * (n - 1) * (lb + ring_bytes / n)
     doubling = math.inf if float32_bytes > doubling_max_bytes else levels * (lb + b) + fold
     halving = (math.inf if n == 2
-               else 2.0 * levels * lb + HALVING_BYTE_COST * 2.0 * (power - 1) / power * b + fold)
+               else 2.0 * levels * lb + HALVING_BYTE_COST * 2.0 * (power - 1) / power * ring_bytes
+               + fold)
     if doubling <= halving and doubling < ring:
         return "doubling"
     if halving < ring:
@@ -384,8 +388,8 @@ def flat_allreduce(count, wire, n, link, latency_bytes=None, ceiling=False, algo
     nbytes32 = count * 4
     ring_bw = float32_bw = link.bandwidth
     if ceiling:
-        # HOST_CEILING is busbw counted in float32 bytes; a 16-bit ring moves half as many bytes
-        # for the same values. Doubling and halving always send float32.
+        # HOST_CEILING is busbw counted in float32 bytes; a 16-bit ring or halving moves half as
+        # many bytes for the same values. Doubling always sends float32.
         ring_bw = min(ring_bw, HOST_CEILING["float32" if wire == "float32" else "float16"]
                       * nbytes / nbytes32)
         float32_bw = min(float32_bw, HOST_CEILING["float32"])
@@ -394,7 +398,7 @@ def flat_allreduce(count, wire, n, link, latency_bytes=None, ceiling=False, algo
     if how == "doubling":
         return how, doubling_time(nbytes32, n, link, float32_bw)
     if how == "halving":
-        return how, halving_time(nbytes32, n, link, float32_bw)
+        return how, halving_time(nbytes, n, link, ring_bw, nbytes32)
     return how, ring_time(nbytes, n, link, ring_bw)
 
 
@@ -684,7 +688,7 @@ def print_tables(ceiling=False):
 
 # --- validation against measurements ---------------------------------------------------------
 
-# RESULTS.md "Recursive doubling for small allreduces (scaling, in part)": microseconds per
+# RESULTS.md "Recursive doubling for small allreduces": microseconds per
 # allreduce, (doubling, ring), namespaces on one bridge, tbf-shaped links, dev-2c (2 cores).
 MEASURED_ALLREDUCE_US = {
     (1, 2): [(12, 23), (69, 61), (274, 276), (549, 550), (1097, 1098), (2194, 2195), (8777, 8862), (35453, 35151)],
@@ -710,8 +714,9 @@ MEASURED_HALVING_RATIO = {
 
 
 def compare_allreduce():
-    print("Model against the measured allreduce times (RESULTS.md, \"Recursive doubling for small "
-          "allreduces\"): us, model / measured (ratio). The ranks shared 2 cores.\n")
+    print("Model against the measured allreduce times (bench/history/collectives-scaling.md, "
+          "\"Recursive doubling for small allreduces\"): us, model / measured (ratio). The ranks "
+          "shared 2 cores.\n")
     print("| link | ranks | algorithm | " + " | ".join(_size(s) for s in MEASURED_SIZES) + " |")
     print("|" + " --- |" * (3 + len(MEASURED_SIZES)))
     worst = {}
@@ -737,7 +742,8 @@ def compare_allreduce():
         print(f"| {gbit} Gbit/s | {n} | {name} | {min(small):.2f}-{max(small):.2f} | "
               f"{min(large):.2f}-{max(large):.2f} |")
     print()
-    print("Halving / ring time, model against measured (RESULTS.md, \"Recursive halving then "
+    print("Halving / ring time, model against measured (bench/history/collectives-scaling.md, "
+          "\"Recursive halving then "
           f"doubling against the ring\"; float32; halving's bytes at {HALVING_BYTE_COST} times "
           "the ring's in the model):\n")
     print("| link | ranks | " + " | ".join(_size(s) for s in MEASURED_HALVING_SIZES) + " |")
@@ -890,27 +896,28 @@ def self_test():
           float(choose(512, 2 << 20, 2 << 20, 32 << 10, algorithm="doubling") == "doubling"), 1.0)
     # N = 512, L = 32 KiB, a 25 MiB bucket (6,553,600 floats): ring 1022 (L + n / 512) against
     # halving 18 L + 1.2 * 2 * 511/512 * 26,214,400. float32 wire: 85.8e6 > 63.4e6, halving;
-    # float16 wire (n = 13,107,200): 59.7e6 < 63.4e6, the ring (halving carries float32).
+    # float16 wire (n = 13,107,200): the ring's 59.7e6 > halving's 0.59e6 + 31.4e6, halving
+    # (it sends the wire's values too).
     b25 = 25 << 20
     check("N=512, L=32 KiB, 25 MiB float32: halving",
           float(choose(512, b25, b25, 32 << 10) == "halving"), 1.0)
-    check("N=512, L=32 KiB, 25 MiB on a float16 wire: the ring",
-          float(choose(512, b25 // 2, b25, 32 << 10) == "ring"), 1.0)
+    check("N=512, L=32 KiB, 25 MiB on a float16 wire: halving",
+          float(choose(512, b25 // 2, b25, 32 << 10) == "halving"), 1.0)
     # N = 6 (p = 4): doubling and halving both pay the fold's 2 (L + b). L = 1000: at b = 100,
     # ring 10 (L + b / 6) = 10,167, doubling 4 (L + b) = 4,400, halving 4 L + 1.8 b + 2 (L + b)
     # = 6,380: doubling; at b = 1 MiB, ring 1.758e6, halving 3.991e6, doubling 4.198e6: the ring.
     check("N=6, 100 bytes: doubling", float(choose(6, 100, 100, 1000) == "doubling"), 1.0)
     check("N=6, 1 MiB: the ring", float(choose(6, 1 << 20, 1 << 20, 1000) == "ring"), 1.0)
-    # The model times what the code chooses, halving in float32 bytes on a 16-bit wire: 25 MiB of
-    # float32 (a 12.5 MiB float16 bucket) on 512 ranks of 100GbE: halving with L = alpha * rate
-    # (244 KiB), the ring with L = 32 KiB.
+    # The model times what the code chooses, halving in float16 bytes on a float16 wire: 25 MiB
+    # of float32 (a 12.5 MiB float16 bucket) on 512 ranks of 100GbE: halving with L = alpha *
+    # rate (244 KiB) and with L = 32 KiB.
     l100 = LINK_BY_NAME["100GbE"]
     how, t = flat_allreduce(b25 // 4, "float16", 512, l100)
     check("100GbE, 512, L = alpha * rate: halving", float(how == "halving"), 1.0)
-    check("  its time, float32 bytes", t, halving_time(b25, 512, l100))
+    check("  its time, float16 bytes", t, halving_time(b25 // 2, 512, l100))
     how, t = flat_allreduce(b25 // 4, "float16", 512, l100, latency_bytes=32 << 10)
-    check("100GbE, 512, L = 32 KiB: the ring", float(how == "ring"), 1.0)
-    check("  its time, float16 bytes", t, ring_time(b25 // 2, 512, l100))
+    check("100GbE, 512, L = 32 KiB: halving", float(how == "halving"), 1.0)
+    check("  its time, float16 bytes", t, halving_time(b25 // 2, 512, l100))
     # Buckets: parameters of 3, 3, 3 floats with a bucket of 5 floats (20 bytes): one each;
     # 1, 1, 1, 10 with 12 bytes (3 floats): [10] then [1, 1, 1].
     check("buckets 3,3,3 / 5", float(buckets_of([(3, 0), (3, 1), (3, 2)], 20) == [3, 3, 3]), 1.0)

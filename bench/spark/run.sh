@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: Apache-2.0
-# The Spark path's two benchmarks, in one run on this machine (figures in bench/RESULTS.md):
+# The Spark path's two benchmarks, in one run on this machine (figures in bench/RESULTS.md, "Spark"; bench/history/spark.md):
 #  1. feed: how fast the JVM fills a native feed layer (MB/s into the native queue) against how
 #     fast LeNet training consumes data (io.cortado.bench.FeedBench). Target: at least 10x.
 #  2. overhead: Caffe's LeNet on Fashion-MNIST for ITERS iterations (default 1000) trained by

@@ -2,7 +2,7 @@
 # SPDX-License-Identifier: Apache-2.0
 # Inference throughput of the Spark ML Model (CortadoClassificationModel.transform, rows/s)
 # against `cortado test` on the same net and data, CPU, in one run on this machine (figures in
-# bench/RESULTS.md). Target: transform within 1.2x of `cortado test`'s time per row.
+# bench/RESULTS.md, "Spark"; bench/history/spark.md). Target: transform within 1.2x of `cortado test`'s time per row.
 #  - LeNet: Fashion-MNIST's 10,000 test images; `cortado test` reads them from LMDB through
 #    examples/fashion-mnist's net (Data layer, batch 100), transform from Parquet through
 #    examples/spark-ml-pipeline's net (CoSData, batch 100); the weights of

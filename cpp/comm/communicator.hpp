@@ -54,7 +54,9 @@ struct CommOptions {
   // doubling, log2 N steps that each swap the whole buffer with one partner over connections of
   // its own (made while the communicator is built; a world that is not a power of two first
   // folds its last ranks into the first). "halving": recursive halving then doubling over the
-  // same connections, 2 log2 N steps that move the ring's bytes (2 (N - 1) / N of the buffer).
+  // same connections, 2 log2 N steps that move the ring's bytes (2 (N - 1) / N of the buffer,
+  // in the wire's values: a 16-bit wire halves them, as for the ring; doubling always sends
+  // float32).
   // "auto": the one whose modelled time is lowest, each step costing latency_bytes plus the
   // bytes it moves (ring: 2 (N - 1) steps of 1/N of the buffer; doubling: log2 N steps of all of
   // it, never above doubling_max_bytes; halving as said; folding: two steps of all of it).

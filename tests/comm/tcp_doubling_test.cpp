@@ -2,8 +2,8 @@
 // The tcp backend's AllReduce by recursive doubling and by recursive halving then doubling
 // (CommOptions::allreduce_algorithm): on 2 to 8 ranks, uneven sizes (down to fewer elements than
 // ranks), float32 and 16-bit wires, every element exactly the sum in the order the algorithms
-// add (folded ranks first, then one partner per level: the same tree for both), every rank
-// bit-identical, and within float rounding of the ring's; the model's choice between the three;
+// add (folded ranks first, then one partner per level: the same tree for both; on a 16-bit wire
+// halving rounds at each level), every rank bit-identical, and within float rounding of the ring's; the model's choice between the three;
 // a killed rank ends every other rank within the timeout.
 #include <gtest/gtest.h>
 
@@ -51,6 +51,43 @@ float DoublingSum(const std::vector<std::vector<float>>& inputs, size_t i) {
     v = next;
   }
   return v[0];
+}
+
+float RoundTo(WireType wire, float x) {
+  return wire == WireType::kBFloat16 ? math::BFloat16ToFloat(math::FloatToBFloat16(x))
+                                     : math::Float16ToFloat(math::FloatToFloat16(x));
+}
+
+// Element i of `count` after recursive halving then doubling on a 16-bit wire, written from the
+// algorithm's definition: the folded ranks add in float32; at level k each rank splits the part
+// it shares with its partner (rank q ^ 2^k) and keeps the lower half where bit k of q is 0; the
+// rank that keeps element i adds the partner's partial sum as sent (rounded to the wire type)
+// to its own and rounds the result; the rank left holding element i gives everyone its value.
+float HalvingSum16(const std::vector<std::vector<float>>& inputs, size_t count, size_t i,
+                   WireType wire) {
+  const int n = static_cast<int>(inputs.size());
+  int p = 1;
+  while (p * 2 <= n) p *= 2;
+  std::vector<float> v(p);
+  for (int q = 0; q < p; ++q) v[q] = inputs[q][i];
+  for (int q = p; q < n; ++q) v[q - p] += inputs[q][i];
+  std::vector<size_t> begin(p, 0), end(p, count);
+  for (int bit = 1; bit < p; bit <<= 1) {
+    std::vector<float> next = v;
+    for (int q = 0; q < p; ++q) {
+      const size_t mid = begin[q] + (end[q] - begin[q]) / 2;
+      const bool lower = (q & bit) == 0;
+      const size_t keep = lower ? begin[q] : mid, keep_end = lower ? mid : end[q];
+      if (keep <= i && i < keep_end) next[q] = RoundTo(wire, v[q] + RoundTo(wire, v[q ^ bit]));
+      begin[q] = keep;
+      end[q] = keep_end;
+    }
+    v = next;
+  }
+  for (int q = 0; q < p; ++q) {
+    if (begin[q] <= i && i < end[q]) return v[q];
+  }
+  throw std::logic_error("no rank holds element " + std::to_string(i));
 }
 
 std::vector<std::vector<float>> Inputs(int n, size_t count, uint32_t seed) {
@@ -133,12 +170,22 @@ TEST(TcpDoublingTest, AgreesWithTheRingWithinFloatRounding) {
   EXPECT_GT(differ, 0);
 }
 
-TEST(TcpDoublingTest, SixteenBitWiresRoundTheFloat32SumOnce) {
+// Doubling (small buffers) sends float32 and rounds the sum once at the end; halving (large
+// buffers) sends the wire's values, rounding at each level, within (log2 p + 1) roundings of
+// the exact sum.
+TEST(TcpDoublingTest, SixteenBitWiresOnDoublingAndHalving) {
   for (const char* algorithm : {"doubling", "halving"})
     for (WireType wire : {WireType::kBFloat16, WireType::kFloat16}) {
-      for (int n : {3, 4, 5}) {
+      for (int n : {3, 4, 5, 8}) {
         SCOPED_TRACE(std::string(algorithm) + ", " + WireTypeName(wire) + ", " + std::to_string(n) +
                      " ranks");
+        const bool halving = std::string(algorithm) == "halving";
+        int levels = 0;
+        while ((2 << levels) <= n) ++levels;
+        // A rounding to the wire type errs by at most half a unit in the last place: 2^-8 of the
+        // value for bfloat16 (8 bits of precision), 2^-11 for float16 (11); the partial sums are
+        // at most the sum of the magnitudes.
+        const double unit = std::ldexp(1.0, wire == WireType::kBFloat16 ? -8 : -11);
         LoopbackRing ring(n);
         const auto outcomes = testing::RunRanksAsThreads(n, [&](int rank) {
           auto comm = ring.Join(WithAlgorithm(ring, rank, algorithm));
@@ -149,14 +196,20 @@ TEST(TcpDoublingTest, SixteenBitWiresRoundTheFloat32SumOnce) {
             comm->AllReduceAs(data.data(), count, wire);
             const auto inputs = Inputs(n, count, seed);
             for (size_t i = 0; i < count; ++i) {
-              const float sum = DoublingSum(inputs, i);
-              const float want = wire == WireType::kBFloat16
-                                     ? math::BFloat16ToFloat(math::FloatToBFloat16(sum))
-                                     : math::Float16ToFloat(math::FloatToFloat16(sum));
-              if (data[i] != want) {
-                throw std::runtime_error("element " + std::to_string(i) + ": " +
-                                         std::to_string(data[i]) + ", expected " +
-                                         std::to_string(want));
+              const float want = halving ? HalvingSum16(inputs, count, i, wire)
+                                         : RoundTo(wire, DoublingSum(inputs, i));
+              double exact = 0, magnitude = 0;
+              for (const auto& in : inputs) {
+                exact += in[i];
+                magnitude += std::fabs(in[i]);
+              }
+              const double bound = (halving ? levels + 1 : 1) * unit * magnitude +
+                                   (n - 1) * magnitude * std::ldexp(1.0, -24);
+              if (data[i] != want || std::fabs(data[i] - exact) > bound) {
+                throw std::runtime_error("count " + std::to_string(count) + ", element " +
+                                         std::to_string(i) + ": " + std::to_string(data[i]) +
+                                         ", expected " + std::to_string(want) + " (exact sum " +
+                                         std::to_string(exact) + ")");
               }
             }
             digest.Add(data.data(), count * sizeof(float));
@@ -197,11 +250,14 @@ TEST(TcpDoublingTest, AutoTakesTheAlgorithmTheModelSaysIsFastest) {
   // 8 L + 1.6 b: doubling below 4 L / 2.4 = 109,226.7 bytes, the ring above.
   EXPECT_EQ(algorithm(5, 27000), "doubling");
   EXPECT_EQ(algorithm(5, 28000), "ring");
-  // A 16-bit wire halves the ring's bytes only (the others send float32): at eight ranks
-  // halving 6 L + 8.4 c against the ring's 14 L + 3.5 c (c floats) is faster below
-  // c = 8 L / 4.9 = 106,998.
-  EXPECT_EQ(algorithm(8, 100000, WireType::kFloat16), "halving");
-  EXPECT_EQ(algorithm(8, 110000, WireType::kFloat16), "ring");
+  // A 16-bit wire halves the ring's and halving's bytes (doubling sends float32): at eight
+  // ranks halving 6 L + 1.2 * 1.75 * 2 c = 6 L + 4.2 c against the ring's 14 L + 3.5 c (c
+  // values) is faster below c = 8 L / 0.7 = 748,982.9; doubling, 3 (L + 4 c), is faster than
+  // halving below c = 3 L / 7.8 = 25,206.2.
+  EXPECT_EQ(algorithm(8, 25000, WireType::kFloat16), "doubling");
+  EXPECT_EQ(algorithm(8, 26000, WireType::kFloat16), "halving");
+  EXPECT_EQ(algorithm(8, 740000, WireType::kFloat16), "halving");
+  EXPECT_EQ(algorithm(8, 760000, WireType::kFloat16), "ring");
   // Never doubling above doubling_max_bytes; with latency_bytes 0 only the bytes count, and the
   // ring moves the fewest when folding would be needed.
   options.doubling_max_bytes = 4000;

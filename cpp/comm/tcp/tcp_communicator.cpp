@@ -59,7 +59,10 @@
 //     half the other keeps and adding the other's copy of its own half as it arrives; after the
 //     last level each rank holds the sum of 1/p of the buffer, and the levels in reverse gather
 //     the parts back. Each element is added in the same tree as by doubling, so the two give the
-//     same bits.
+//     same bits in float32. On a 16-bit wire (AllReduceAs) the halves go as wire values: each
+//     level adds the partner's rounded partial sum to the keeper's float32 one and rounds the
+//     sum, which the next level sends on (log2 p roundings per element, where the ring has one
+//     per step and doubling, which stays float32, one at the end); the fold stays float32.
 //   AllReduce across hosts (CommOptions::hierarchical, where ranks share hosts and there are
 //     two hosts or more): the ranks of each host (by the host of their peers entries) form a
 //     ring of their own, and the first rank of each host a ring of the hosts (with recursive
@@ -345,8 +348,8 @@ constexpr double kHalvingByteCost = 1.2;
 // CommOptions::allreduce_algorithm, each step costing latency_bytes plus its bytes: the ring's
 // 2 (n - 1) steps of ring_bytes / n; doubling's log2 p steps of float32_bytes (p the largest
 // power of two not above n; two steps more when the ranks past p fold in); halving's
-// 2 log2 p steps moving 2 (p - 1) / p of float32_bytes in all, at kHalvingByteCost (and the
-// same two folding steps).
+// 2 log2 p steps moving 2 (p - 1) / p of ring_bytes (the wire's values) in all, at
+// kHalvingByteCost (and the same two folding steps, in float32).
 Algorithm Choose(Algorithm algorithm, int n, size_t ring_bytes, size_t float32_bytes,
                  size_t latency_bytes, size_t doubling_max_bytes) {
   if (n <= 1 || algorithm == Algorithm::kRing) return Algorithm::kRing;
@@ -367,7 +370,9 @@ Algorithm Choose(Algorithm algorithm, int n, size_t ring_bytes, size_t float32_b
   // Two ranks: halving is the ring (one step each way of half the buffer).
   const double halving =
       n == 2 ? std::numeric_limits<double>::infinity()
-             : 2.0 * levels * l + kHalvingByteCost * 2.0 * (power - 1) / power * b + fold;
+             : 2.0 * levels * l +
+                   kHalvingByteCost * 2.0 * (power - 1) / power * static_cast<double>(ring_bytes) +
+                   fold;
   if (doubling <= halving && doubling < ring) return Algorithm::kDoubling;
   if (halving < ring) return Algorithm::kHalving;
   return Algorithm::kRing;
@@ -459,8 +464,11 @@ class TcpCommunicator final : public Communicator {
   // How an allreduce that moves ring_bytes by the ring (its wire values) and float32_bytes by
   // doubling or halving goes (Choose).
   Algorithm ChooseFor(size_t ring_bytes, size_t float32_bytes) const;
-  // AllReduce by recursive halving then doubling, float32 values.
-  void HalvingDoubling(float* data, size_t count);
+  // AllReduce by recursive halving then doubling. On a 16-bit wire the halves go as wire values
+  // (wire_values_): each level adds the partner's rounded partial sum to this rank's float32
+  // one and rounds the result, which the next level sends on; the all-gather copies the
+  // owners' rounded sums. The fold of ranks past power_ stays float32.
+  void HalvingDoubling(float* data, size_t count, WireType wire);
   // AllReduce by recursive doubling, float32 values.
   void Doubling(float* data, size_t count);
   // The partners of `q` in the order every rank makes its pair communicators: the levels, then
@@ -477,7 +485,10 @@ class TcpCommunicator final : public Communicator {
   // One transfer with this communicator's other rank (a communicator of two ranks): sends
   // send_bytes from `send` and receives recv_bytes into `recv` (0: none), the received floats
   // added into `recv` when `sum` (it must not overlap `send`); errors say "during allreduce".
-  void Exchange(const void* send, size_t send_bytes, void* recv, size_t recv_bytes, bool sum);
+  // On a 16-bit `wire` both buffers hold wire values and a summed receive writes the rounded
+  // sum of each received value and the float32 at the same place in `accumulate`.
+  void Exchange(const void* send, size_t send_bytes, void* recv, size_t recv_bytes, bool sum,
+                WireType wire = WireType::kFloat32, const float* accumulate = nullptr);
 
   // The hierarchy of hosts (CommOptions::hierarchical): false when the ranks do not share hosts
   // or all share one (then nothing is made).
@@ -733,14 +744,16 @@ Algorithm TcpCommunicator::ChooseFor(size_t ring_bytes, size_t float32_bytes) co
 }
 
 void TcpCommunicator::Exchange(const void* send, size_t send_bytes, void* recv, size_t recv_bytes,
-                               bool sum) {
+                               bool sum, WireType wire, const float* accumulate) {
   Guarded([&] {
     transfer_.Reset();
-    transfer_.set_wire(WireType::kFloat32);
+    transfer_.set_wire(wire);
     if (send_bytes > 0) {
       transfer_.sends().push_back({static_cast<const char*>(send), send_bytes, -1});
     }
-    if (recv_bytes > 0) transfer_.recvs().push_back({static_cast<char*>(recv), recv_bytes, sum});
+    if (recv_bytes > 0) {
+      transfer_.recvs().push_back({static_cast<char*>(recv), recv_bytes, sum, accumulate});
+    }
     transfer_.Run(links_, "allreduce");
   });
 }
@@ -761,9 +774,30 @@ void TcpCommunicator::FoldOut(const float* data, size_t count) {
   if (fold_ != nullptr) fold_->Exchange(data, count * sizeof(float), nullptr, 0, false);
 }
 
-void TcpCommunicator::HalvingDoubling(float* data, size_t count) {
+void TcpCommunicator::HalvingDoubling(float* data, size_t count, WireType wire) {
   const int r = rank();
   if (FoldIn(data, count)) return;
+  // On a 16-bit wire, wire_values_ holds what goes out: first this rank's values rounded, then
+  // at each level the rounded sums of the part it keeps (also widened into `data`, the float32
+  // partial sums the next level adds to).
+  const bool narrow = wire != WireType::kFloat32;
+  const bool bf16 = wire == WireType::kBFloat16;
+  auto to_wire = [&](size_t begin, size_t end) {
+    if (!bf16) return math::FloatsToFloat16(data + begin, end - begin, &wire_values_[begin]);
+    for (size_t i = begin; i < end; ++i) wire_values_[i] = math::FloatToBFloat16(data[i]);
+  };
+  auto from_wire = [&](size_t begin, size_t end) {
+    if (!bf16) return math::Float16sToFloats(&wire_values_[begin], end - begin, data + begin);
+    for (size_t i = begin; i < end; ++i) data[i] = math::BFloat16ToFloat(wire_values_[i]);
+  };
+  const size_t value_bytes = narrow ? sizeof(uint16_t) : sizeof(float);
+  if (narrow) {
+    wire_values_.resize(count);
+    to_wire(0, count);
+  }
+  char* values =
+      narrow ? reinterpret_cast<char*>(wire_values_.data()) : reinterpret_cast<char*>(data);
+  auto at = [&](size_t i) { return values + i * value_bytes; };
   // Reduce-scatter by recursive halving: at level k the two partners split the part they share,
   // each sending the half the other keeps and adding the other's copy of its own half (as it
   // arrives); rank r keeps the lower half where bit k of r is 0. After the last level each rank
@@ -776,8 +810,10 @@ void TcpCommunicator::HalvingDoubling(float* data, size_t count) {
     const bool lower = ((r >> k) & 1) == 0;
     const size_t keep = lower ? begin : mid, keep_end = lower ? mid : end;
     const size_t give = lower ? mid : begin, give_end = lower ? end : mid;
-    levels_[k]->Exchange(data + give, (give_end - give) * sizeof(float), data + keep,
-                         (keep_end - keep) * sizeof(float), /*sum=*/true);
+    levels_[k]->Exchange(at(give), (give_end - give) * value_bytes, at(keep),
+                         (keep_end - keep) * value_bytes, /*sum=*/true, wire,
+                         narrow ? data + keep : nullptr);
+    if (narrow) from_wire(keep, keep_end);
     begin = keep;
     end = keep_end;
   }
@@ -788,8 +824,9 @@ void TcpCommunicator::HalvingDoubling(float* data, size_t count) {
     const size_t mid = part + (part_end - part) / 2;
     const bool lower = ((r >> k) & 1) == 0;
     const size_t other = lower ? mid : part, other_end = lower ? part_end : mid;
-    levels_[k]->Exchange(data + begin, (end - begin) * sizeof(float), data + other,
-                         (other_end - other) * sizeof(float), /*sum=*/false);
+    levels_[k]->Exchange(at(begin), (end - begin) * value_bytes, at(other),
+                         (other_end - other) * value_bytes, /*sum=*/false);
+    if (narrow) from_wire(other, other_end);
     begin = part;
     end = part_end;
   }
@@ -1179,7 +1216,7 @@ void TcpCommunicator::AllReduce(float* data, size_t count) {
     if (host_ != nullptr || hosts_ != nullptr) return Hierarchical(data, count, WireType::kFloat32);
     const Algorithm algorithm = ChooseFor(count * sizeof(float), count * sizeof(float));
     if (algorithm == Algorithm::kDoubling) return Doubling(data, count);
-    if (algorithm == Algorithm::kHalving) return HalvingDoubling(data, count);
+    if (algorithm == Algorithm::kHalving) return HalvingDoubling(data, count, WireType::kFloat32);
     const RingSegments segments(count, n);
     auto at = [&](int i) { return reinterpret_cast<char*>(data + segments.begin(i)); };
     auto bytes = [&](int i) { return segments.size(i) * sizeof(float); };
@@ -1202,14 +1239,13 @@ void TcpCommunicator::AllReduceAs(float* data, size_t count, WireType wire) {
     const bool bf16 = wire == WireType::kBFloat16;
     if (host_ != nullptr || hosts_ != nullptr) return Hierarchical(data, count, wire);
     const Algorithm algorithm = ChooseFor(count * sizeof(uint16_t), count * sizeof(float));
-    if (algorithm != Algorithm::kRing) {
-      // Doubling and halving carry float32 values: the sum, rounded to the wire type once at
-      // the end (one rounding where the ring has one per step).
-      if (algorithm == Algorithm::kDoubling) {
-        Doubling(data, count);
-      } else {
-        HalvingDoubling(data, count);
-      }
+    // Halving carries wire values, rounding once per level (log2 p roundings where the ring has
+    // one per step).
+    if (algorithm == Algorithm::kHalving) return HalvingDoubling(data, count, wire);
+    if (algorithm == Algorithm::kDoubling) {
+      // Doubling carries float32 values (it is for small buffers): the sum, rounded to the wire
+      // type once at the end.
+      Doubling(data, count);
       if (bf16) {
         for (size_t i = 0; i < count; ++i) {
           data[i] = math::BFloat16ToFloat(math::FloatToBFloat16(data[i]));
