@@ -3,8 +3,8 @@
 // (CommOptions::allreduce_algorithm): on 2 to 8 ranks, uneven sizes (down to fewer elements than
 // ranks), float32 and 16-bit wires, every element exactly the sum in the order the algorithms
 // add (folded ranks first, then one partner per level: the same tree for both; on a 16-bit wire
-// halving rounds at each level), every rank bit-identical, and within float rounding of the ring's; the model's choice between the three;
-// a killed rank ends every other rank within the timeout.
+// halving rounds at each level), every rank bit-identical, and within float rounding of the ring's;
+// the model's choice between the three; a killed rank ends every other rank within the timeout.
 #include <gtest/gtest.h>
 
 #include <atomic>
