@@ -332,21 +332,23 @@ def doubling_time(nbytes32, n, link, bandwidth=None):
     return doubling_steps(n) * (link.alpha + nbytes32 / bw)
 
 
-def halving_time(nbytes, n, link, bandwidth=None, nbytes32=None):
+def halving_time(nbytes, n, link, bandwidth=None, nbytes32=None, fold_bandwidth=None):
     """Reduce-scatter by recursive halving, all-gather by recursive doubling (HalvingDoubling of
     the tcp backend): 2 log2 p steps moving 2 (p - 1) / p of the wire's bytes (nbytes) in all,
     each byte at HALVING_BYTE_COST times the ring's time, plus two steps of the whole buffer in
-    float32 (nbytes32, default nbytes) to fold the ranks past p in and out (as doubling's)."""
+    float32 (nbytes32, default nbytes) to fold the ranks past p in and out (as doubling's), at
+    fold_bandwidth (default: bandwidth; under the host ceiling, the float32 one)."""
     if n <= 1 or nbytes == 0:
         return 0.0
     bw = bandwidth or link.bandwidth
+    fold_bw = fold_bandwidth or bw
     nbytes32 = nbytes if nbytes32 is None else nbytes32
     p, k = 1, 0
     while p * 2 <= n:
         p, k = p * 2, k + 1
     t = 2 * k * link.alpha + HALVING_BYTE_COST * 2 * (p - 1) / p * nbytes / bw
     if p < n:
-        t += 2 * (link.alpha + nbytes32 / bw)
+        t += 2 * (link.alpha + nbytes32 / fold_bw)
     return t
 
 
@@ -398,7 +400,7 @@ def flat_allreduce(count, wire, n, link, latency_bytes=None, ceiling=False, algo
     if how == "doubling":
         return how, doubling_time(nbytes32, n, link, float32_bw)
     if how == "halving":
-        return how, halving_time(nbytes, n, link, ring_bw, nbytes32)
+        return how, halving_time(nbytes, n, link, ring_bw, nbytes32, float32_bw)
     return how, ring_time(nbytes, n, link, ring_bw)
 
 
@@ -759,17 +761,21 @@ def _size(s):
     return f"{s >> 20} MiB" if s >= 1 << 20 else f"{s >> 10} KiB"
 
 
-def validate(path):
+def validate(path, link_bound=1.5):
     """CSV columns: net,ranks,link_gbit,measured_ms, then optionally platform (gpu|cpu, default
     gpu), wire (float32|float16|bfloat16, default float32), compute_ms (the one-rank time to use
     instead of the model's, e.g. for another batch or thread count), mode (overlap|after, default
-    overlap), ranks_per_host (default 1). Lines starting with # are skipped."""
+    overlap), ranks_per_host (default 1). Lines starting with # are skipped.
+    A point is link-bound when the model's iteration is at least link_bound times its compute
+    (the exchange the link sets is a third of the time or more); the summary is given for every
+    point and for the link-bound ones."""
     with open(path) as f:
         rows = list(csv.DictReader(line for line in f if line.strip() and not line.startswith("#")))
-    print("| net | ranks | link | platform | wire | mode | compute ms | model ms | measured ms | "
-          "error |")
-    print("|" + " --- |" * 10)
+    print("| net | ranks | ranks per host | link | platform | wire | mode | compute ms | model ms | "
+          "measured ms | error | link-bound |")
+    print("|" + " --- |" * 12)
     errors = []
+    bound_errors = []
     for row in rows:
         net = Net(row["net"].strip())
         n = int(row["ranks"])
@@ -787,12 +793,19 @@ def validate(path):
         measured = float(row["measured_ms"])
         err = (r["total"] * 1e3 - measured) / measured
         errors.append(abs(err))
-        print(f"| {net.name} | {n} | {link.name} | {platform} | {wire} | {mode} | "
+        bound = r["total"] >= link_bound * r["compute"]
+        if bound:
+            bound_errors.append(abs(err))
+        print(f"| {net.name} | {n} | {g} | {link.name} | {platform} | {wire} | {mode} | "
               f"{r['compute'] * 1e3:.2f} | {r['total'] * 1e3:.2f} | {measured:.2f} | "
-              f"{err * 100:+.1f}% |")
-    if errors:
-        print(f"\n{len(errors)} points, mean |error| {sum(errors) / len(errors) * 100:.1f}%, "
-              f"largest {max(errors) * 100:.1f}%")
+              f"{err * 100:+.1f}% | {'yes' if bound else 'no'} |")
+    for label, errs in (("every point", errors),
+                        (f"link-bound (model >= {link_bound} x compute)", bound_errors)):
+        if errs:
+            within = sum(e <= 0.15 for e in errs)
+            print(f"\n{label}: {len(errs)} points, mean |error| {sum(errs) / len(errs) * 100:.1f}%, "
+                  f"largest {max(errs) * 100:.1f}%, {within} within 15%", end="")
+    print()
 
 
 def plot(path):
@@ -918,6 +931,14 @@ def self_test():
     how, t = flat_allreduce(b25 // 4, "float16", 512, l100, latency_bytes=32 << 10)
     check("100GbE, 512, L = 32 KiB: halving", float(how == "halving"), 1.0)
     check("  its time, float16 bytes", t, halving_time(b25 // 2, 512, l100))
+    # Under the host ceiling a float16 wire's halving moves its bytes at the float16 figure
+    # (3.3 GB/s of float32, 1.65 GB/s of wire bytes) and folds at the float32 one (3.0 GB/s):
+    # N = 6, 10^6 floats, 100GbE: 4 alpha + 1.2 * 2 * 3/4 * 2 MB / 1.65 GB/s + 2 (alpha + 4 MB /
+    # 3.0 GB/s).
+    how, t = flat_allreduce(10**6, "float16", 6, l100, ceiling=True, algorithm="halving")
+    check("host ceiling, N=6, float16 halving: the fold at the float32 figure", t,
+          4 * l100.alpha + 1.2 * 1.5 * 2e6 / (HOST_CEILING["float16"] / 2)
+          + 2 * (l100.alpha + 4e6 / HOST_CEILING["float32"]))
     # Buckets: parameters of 3, 3, 3 floats with a bucket of 5 floats (20 bytes): one each;
     # 1, 1, 1, 10 with 12 bytes (3 floats): [10] then [1, 1, 1].
     check("buckets 3,3,3 / 5", float(buckets_of([(3, 0), (3, 1), (3, 2)], 20) == [3, 3, 3]), 1.0)
@@ -945,6 +966,9 @@ def main():
     ap.add_argument("--self-test", action="store_true", help="check hand-computed values")
     ap.add_argument("--plot", metavar="PNG", help="efficiency against ranks, ResNet-50 on the GPU")
     ap.add_argument("--validate", metavar="CSV", help="model against measured iterations")
+    ap.add_argument("--link-bound", type=float, default=1.5,
+                    help="--validate: a point is link-bound when the model's iteration is at "
+                         "least this many times its compute (default 1.5)")
     ap.add_argument("--compare-allreduce", action="store_true",
                     help="model against the allreduce times measured between namespaces")
     ap.add_argument("--host-ceiling", action="store_true",
@@ -976,7 +1000,7 @@ def main():
     if args.plot:
         return plot(args.plot)
     if args.validate:
-        validate(args.validate)
+        validate(args.validate, args.link_bound)
         return 0
     if args.compare_allreduce:
         compare_allreduce()

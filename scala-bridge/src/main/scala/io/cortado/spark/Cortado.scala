@@ -39,8 +39,14 @@ import io.cortado.storage.{HadoopFiles, SerializableConfiguration}
  * test nets run during training only in [[trainWithValidation]]. Snapshots are written by
  * the task to a Hadoop path (see [[Config]]: snapshotPrefix, snapshotInterval, resumeLatest).
  * The training log reaches the driver while the task runs (see [[addProgressListener]]).
+ *
+ * Serializable, as CaffeOnSpark's class and Spark's SparkSession are, so that a closure that
+ * reaches an instance without using it can still be shipped: in spark-shell and notebooks a
+ * cell's closure holds the earlier cells it names, and `val features = cortado.features(...)`
+ * puts the cell of `val cortado = new Cortado(spark)` behind every later Dataset closure over
+ * `features`. A copy has neither the SparkSession nor the listeners: use the driver's.
  */
-final class Cortado(@transient val spark: SparkSession) {
+final class Cortado(@transient val spark: SparkSession) extends Serializable {
   import Cortado._
 
   private def hadoopConf = spark.sparkContext.hadoopConfiguration

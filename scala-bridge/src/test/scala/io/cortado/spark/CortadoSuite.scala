@@ -148,6 +148,21 @@ class CortadoSuite extends AnyFunSuite with PerTest {
     }
   }
 
+  test("Cortado is serializable; a copy keeps neither the SparkSession nor the listeners") {
+    // What a closure of a spark-shell or notebook line carries when an earlier line it reaches
+    // holds `val cortado = new Cortado(spark)` (tests/spark/repl.sh runs such a session).
+    val cortado = new Cortado(ss)
+    cortado.addProgressListener(e => println(e))
+    val bytes = new java.io.ByteArrayOutputStream
+    val out = new java.io.ObjectOutputStream(bytes)
+    out.writeObject(cortado)
+    out.close()
+    val copy = new java.io.ObjectInputStream(new java.io.ByteArrayInputStream(bytes.toByteArray))
+      .readObject().asInstanceOf[Cortado]
+    assert(copy.spark === null)
+    assert(cortado.spark eq ss)
+  }
+
   test("a column of the wrong type fails in the driver naming the column and the shape") {
     withFiles { (_, config) =>
       val df = ss.createDataFrame(Seq((1L, "a b c d", 0))).toDF("id", "features", "label")
