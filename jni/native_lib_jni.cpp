@@ -202,6 +202,27 @@ JNIEXPORT jobject JNICALL Java_io_cortado_jni_NativeLib_solverInfo(JNIEnv* env, 
   });
 }
 
+JNIEXPORT jbyteArray JNICALL Java_io_cortado_jni_NativeLib_solverParameter(JNIEnv* env, jclass,
+                                                                           jstring prototxt,
+                                                                           jstring source) {
+  return jni::Guard(env, jbyteArray{nullptr}, [&] {
+    return jni::NewByteArray(
+        env, jni::ParseSolver(env, prototxt, jni::ToStdString(env, source, "source"))
+                 .SerializeAsString());
+  });
+}
+
+JNIEXPORT jbyteArray JNICALL Java_io_cortado_jni_NativeLib_netParameter(JNIEnv* env, jclass,
+                                                                        jstring prototxt,
+                                                                        jstring source) {
+  return jni::Guard(env, jbyteArray{nullptr}, [&] {
+    std::string name;
+    caffe::NetParameter param = jni::WholeNet(env, prototxt, source, caffe::TRAIN, &name);
+    cortado::CheckLayerTypes(param, name);
+    return jni::NewByteArray(env, param.SerializeAsString());
+  });
+}
+
 JNIEXPORT jstring JNICALL Java_io_cortado_jni_NativeLib_snapshotPrefix(JNIEnv* env, jclass,
                                                                        jstring solver_file,
                                                                        jstring prefix,

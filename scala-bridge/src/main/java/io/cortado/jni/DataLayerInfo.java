@@ -9,7 +9,12 @@ package io.cortado.jni;
 public final class DataLayerInfo {
   public final String name;
   public final String type;
-  /** {@code source_class} as written (CaffeOnSpark); empty when unset. */
+  /**
+   * {@code source_class} as written (CaffeOnSpark), except that CaffeOnSpark's classes named in
+   * this jar's package ({@code io.cortado.caffeonspark.LMDB}, ...) read as CaffeOnSpark names
+   * them ({@code com.yahoo.ml.caffe.LMDB}, ...: see {@link #canonicalSourceClass}); empty when
+   * unset.
+   */
   public final String sourceClass;
   /**
    * Whether the JVM feeds it: a CoSData layer, or a MemoryData layer with a source_class.
@@ -62,7 +67,7 @@ public final class DataLayerInfo {
       boolean imageEncoded) {
     this.name = name;
     this.type = type;
-    this.sourceClass = sourceClass;
+    this.sourceClass = canonicalSourceClass(sourceClass);
     this.feed = feed;
     this.source = source;
     this.dataframeFormat = dataframeFormat;
@@ -74,5 +79,30 @@ public final class DataLayerInfo {
     this.batchSize = batchSize;
     this.columnSelect = columnSelect;
     this.imageEncoded = imageEncoded;
+  }
+
+  private static final String OUR_PACKAGE = "io.cortado.caffeonspark.";
+  private static final String CAFFE_ON_SPARK_PACKAGE = "com.yahoo.ml.caffe.";
+
+  /**
+   * {@code io.cortado.caffeonspark.X} as {@code com.yahoo.ml.caffe.X} for CaffeOnSpark's
+   * source classes X (LMDB, ImageDataFrame, SeqImageDataSource, DataFrameSource), which this jar
+   * has under its own package too; any other name (null as empty) as it is.
+   */
+  public static String canonicalSourceClass(String sourceClass) {
+    if (sourceClass == null) return "";
+    if (sourceClass.startsWith(OUR_PACKAGE)) {
+      String simple = sourceClass.substring(OUR_PACKAGE.length());
+      switch (simple) {
+        case "LMDB":
+        case "ImageDataFrame":
+        case "SeqImageDataSource":
+        case "DataFrameSource":
+          return CAFFE_ON_SPARK_PACKAGE + simple;
+        default:
+          break;
+      }
+    }
+    return sourceClass;
   }
 }

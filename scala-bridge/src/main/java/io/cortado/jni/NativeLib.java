@@ -45,6 +45,20 @@ public final class NativeLib {
   public static native SolverInfo solverInfo(String prototxt, String source);
 
   /**
+   * A solver prototxt parsed and upgraded as training reads it, as a binary SolverParameter
+   * (Caffe's caffe.proto; {@code caffe.Caffe.SolverParameter.parseFrom} reads it). Validates
+   * as {@link #validateSolver}.
+   */
+  public static native byte[] solverParameter(String prototxt, String source);
+
+  /**
+   * A net prototxt parsed and upgraded (every phase's layers, V1 layers as current ones), as a
+   * binary NetParameter ({@code caffe.Caffe.NetParameter.parseFrom} reads it). Validates as
+   * {@link #validateNet}.
+   */
+  public static native byte[] netParameter(String prototxt, String source);
+
+  /**
    * A snapshot file's bytes (binary proto, as the trainer gives them) in Caffe's HDF5 format
    * ({@code snapshot_format: HDF5}): a model ({@code .caffemodel.h5}), or with {@code state} a
    * solver state ({@code .solverstate.h5}), whose {@code learned_net} becomes {@code learnedNet}

@@ -4,11 +4,15 @@ package io.cortado.caffeonspark
 import scala.util.Try
 
 import org.apache.hadoop.conf.Configuration
-import org.apache.spark.SparkContext
+import org.apache.spark.{SparkConf, SparkContext}
 import org.slf4j.{Logger, LoggerFactory}
 
+import caffe.Caffe.{NetParameter, Phase, SolverParameter}
+
+import io.cortado.CortadoConfigException
 import io.cortado.cli.Options
-import io.cortado.spark.CortadoOnSpark
+import io.cortado.jni.NativeLib
+import io.cortado.spark.{CortadoOnSpark, JobPlan}
 
 /**
  * CaffeOnSpark's `com.yahoo.ml.caffe.Config`, for programs ported by changing their imports:
@@ -17,21 +21,28 @@ import io.cortado.spark.CortadoOnSpark
  * [[io.cortado.spark.Config]] (the native API's, which new code should use).
  *
  * Differences from CaffeOnSpark:
- *  - `solverParameter` and `netParam`, which returned Caffe's Java protobuf classes, are left
- *    out: Cortado has no Java protobuf classes (prototxts are read natively). Neither are
- *    `train_data_layer_id` and `test_data_layer_id`: Cortado finds each phase's feed layer.
+ *  - [[solverParameter]] and [[netParam]] are Caffe's protobuf classes as CaffeOnSpark's
+ *    (`caffe.Caffe.SolverParameter`, `caffe.Caffe.NetParameter`, generated from the same
+ *    caffe.proto the native side reads), parsed and upgraded natively (V1 layers come back as
+ *    current ones), read when first asked for rather than when [[protoFile]] is set; the net is
+ *    the solver's `net` (found as training finds it: as written, else beside the solver) or its
+ *    embedded `net_param`. [[train_data_layer_id]] and [[test_data_layer_id]] are computed from
+ *    it as CaffeOnSpark computed them; a phase without a layer of its own is -1 (CaffeOnSpark
+ *    failed with an index out of bounds). Training does not use them: Cortado finds each phase's
+ *    feed layer itself.
  *  - [[connection]] defaults to [[Config.SOCKET]] (ethernet, Cortado's tcp ring) where
  *    CaffeOnSpark defaulted to [[Config.RDMA]] without `-connection`: RDMA needs InfiniBand or
  *    RoCE hardware that most clusters lack. `-connection infiniband` selects RDMA (UCX), which
  *    every host must then have.
- *  - [[clusterSize]] is `-clusterSize`, or 0 without it: the number of executors when Spark's
- *    configuration fixes it (`spark.executor.instances`), else 1, as
- *    [[io.cortado.spark.Config]]'s 0. CaffeOnSpark read it from YARN's or dynamic allocation's
- *    settings itself.
- *  - [[lmdb_partitions]] is 0 without `-lmdb_partitions`: Spark's default parallelism
- *    (CaffeOnSpark: the cluster size).
+ *  - [[clusterSize]] without `-clusterSize` is, as CaffeOnSpark's, `spark.executor.instances`
+ *    when set, else `spark.dynamicAllocation.minExecutors` when dynamic allocation is on (when
+ *    training, min and max must then be equal), else 1. `-clusterSize` wins over both where
+ *    CaffeOnSpark, on YARN, let `spark.executor.instances` win.
+ *  - [[lmdb_partitions]] without `-lmdb_partitions` is [[clusterSize]], as CaffeOnSpark's; 0
+ *    (set here) means Spark's default parallelism.
  *  - The command line is parsed by [[io.cortado.cli.Options]]: an unknown flag or a bad value
- *    throws IllegalArgumentException naming it (CaffeOnSpark's parser ignored some), and
+ *    throws IllegalArgumentException naming it; a flag given twice (the first value counts, as
+ *    in CaffeOnSpark) and an argument that is not a flag are logged as warnings; and
  *    Cortado's own flags (-comm, -connectionFallback, -maxAttempts, -minWorkers,
  *    -elasticScaling) are taken too.
  *  - A Config made without arguments has the settings of an empty command line (no label,
@@ -66,13 +77,14 @@ class Config(sc: SparkContext) extends Serializable {
   private var _snapshotModelFile = ""
   private var _resize = false
   private var _connection = SOCKET
-  private var _clusterSize = 0
+  private var _clusterSize =
+    Config.defaultClusterSize(Option(sc).map(_.getConf).orNull, training = false)
   private var _transformThreadPerDevice = 1
   private var _features: Array[String] = null
   private var _outputFormat = "json"
   private var _imageRoot: String = null
   private var _labelFile: String = null
-  private var _lmdbPartitions = 0
+  private var _lmdbPartitions = _clusterSize
   private var _captionFile = ""
   private var _captionLength = 20
   private var _vocabSize = -1
@@ -101,6 +113,7 @@ class Config(sc: SparkContext) extends Serializable {
       case Left(message) => throw new IllegalArgumentException(message)
       case Right(parsed) => parsed
     }
+    o.warnings.foreach(w => log.warn(s"command line: $w"))
     val tools = o.toolFlags.toMap
     def int(flag: String, default: Int): Int = tools.get(flag).map { value =>
       Try(value.toInt).getOrElse(
@@ -120,10 +133,12 @@ class Config(sc: SparkContext) extends Serializable {
     snapshotStateFile = o.snapshot
     resize = o.resize
     connection = if (o.connection == "infiniband") RDMA else SOCKET
-    clusterSize = o.clusterSize
+    clusterSize =
+      if (o.clusterSize > 0) o.clusterSize
+      else defaultClusterSize(Option(sc).map(_.getConf).orNull, isTraining)
     features = if (o.features.isEmpty) null else o.features.toArray
     outputFormat = o.outputFormat
-    lmdb_partitions = o.lmdbPartitions
+    lmdb_partitions = if (o.lmdbPartitions > 0) o.lmdbPartitions else clusterSize
     imageRoot = tools.getOrElse("imageRoot", null)
     labelFile = tools.getOrElse("labelFile", null)
     imageCaptionDFDir = tools.getOrElse("imageCaptionDFDir", "")
@@ -145,7 +160,56 @@ class Config(sc: SparkContext) extends Serializable {
   def protoFile_=(value: String): Unit = {
     if (value == null || value.isEmpty) log.warn("solver protofile isn't given")
     _protoFile = value
+    parsed = null
   }
+
+  @transient private var parsed: Parsed = _
+
+  /** The solver and its net, read once per [[protoFile]] (see [[solverParameter]]). */
+  private def parsedProto: Parsed = {
+    if (parsed == null) {
+      val file = Option(protoFile).getOrElse("")
+      if (file.isEmpty) {
+        throw new CortadoConfigException(
+          "Config.protoFile (-conf, the solver prototxt) is not set: the solver and net " +
+            "parameters come from it")
+      }
+      val solverFile = CortadoOnSpark.shippedFile(file)
+      val conf = hadoopConf
+      val text = JobPlan.readText(solverFile, conf)
+      val solver = SolverParameter.parseFrom(NativeLib.solverParameter(text, solverFile))
+      val (netText, netSource) =
+        JobPlan.netOf(solverFile, NativeLib.solverInfo(text, solverFile), conf)
+      val net = NetParameter.parseFrom(NativeLib.netParameter(netText, netSource))
+      parsed = Parsed(solver, net, dataLayerId(net, Phase.TRAIN), dataLayerId(net, Phase.TEST))
+    }
+    parsed
+  }
+
+  /**
+   * The solver prototxt ([[protoFile]], a Hadoop path) as Caffe's SolverParameter, parsed and
+   * upgraded natively. Read when first asked for (and again after [[protoFile]] changes);
+   * throws CortadoConfigException when protoFile is not set or the file is not a valid solver,
+   * naming the file, line and field.
+   */
+  def solverParameter: SolverParameter = parsedProto.solver
+
+  /**
+   * The solver's net as Caffe's NetParameter (every phase's layers, upgraded): its `net` file,
+   * found as training finds it, or its embedded `net_param`. Read as [[solverParameter]].
+   */
+  def netParam: NetParameter = parsedProto.net
+
+  /**
+   * CaffeOnSpark's index (in [[netParam]]'s layers) of the TRAIN phase's data layer: going
+   * through the layers from the first until both phases have one, the last that includes the
+   * TRAIN phase; -1 when none does. Read as [[solverParameter]], so a Config without protoFile
+   * throws.
+   */
+  def train_data_layer_id: Int = parsedProto.trainDataLayerId
+
+  /** As [[train_data_layer_id]], for the TEST phase. */
+  def test_data_layer_id: Int = parsedProto.testDataLayerId
 
   /** Whether the job trains a model (-train). */
   def isTraining: Boolean = _isTraining
@@ -235,8 +299,9 @@ class Config(sc: SparkContext) extends Serializable {
   def connection_=(value: Int): Unit = _connection = value
 
   /**
-   * Workers training together, one Spark task each (-clusterSize); 0: the number of executors
-   * when Spark's configuration fixes it, else 1.
+   * Workers training together, one Spark task each (-clusterSize; without it, as CaffeOnSpark
+   * found it: spark.executor.instances, else dynamic allocation's minExecutors, else 1). 0 (set
+   * here): the number of executors when Spark's configuration fixes it, else 1.
    */
   def clusterSize: Int = _clusterSize
 
@@ -276,7 +341,10 @@ class Config(sc: SparkContext) extends Serializable {
 
   def labelFile_=(value: String): Unit = _labelFile = value
 
-  /** Partitions an LMDB source is read in (-lmdb_partitions); 0: Spark's default parallelism. */
+  /**
+   * Partitions an LMDB source is read in (-lmdb_partitions; without it, [[clusterSize]]); 0:
+   * Spark's default parallelism.
+   */
   def lmdb_partitions: Int = _lmdbPartitions
 
   def lmdb_partitions_=(value: Int): Unit = _lmdbPartitions = value
@@ -356,6 +424,56 @@ class Config(sc: SparkContext) extends Serializable {
 
 /** CaffeOnSpark's connection constants (com.yahoo.ml.jcaffe.CaffeNet's). */
 object Config {
+
+  private final case class Parsed(solver: SolverParameter, net: NetParameter,
+      trainDataLayerId: Int, testDataLayerId: Int)
+
+  /**
+   * CaffeOnSpark's data layer index of `phase`: it went through the layers until both phases
+   * had one, each layer including a phase becoming that phase's (so the TRAIN index is the last
+   * TRAIN layer before the first TEST layer, and the other way round); -1 for a phase with none.
+   */
+  private[caffeonspark] def dataLayerId(net: NetParameter, phase: Phase): Int = {
+    var train = -1
+    var test = -1
+    var i = 0
+    while ((train < 0 || test < 0) && i < net.getLayerCount) {
+      val layer = net.getLayer(i)
+      for (j <- 0 until layer.getIncludeCount) {
+        if (layer.getInclude(j).getPhase == Phase.TRAIN) train = i
+        if (layer.getInclude(j).getPhase == Phase.TEST) test = i
+      }
+      i += 1
+    }
+    if (phase == Phase.TRAIN) train else test
+  }
+
+  /**
+   * The cluster size without -clusterSize, as CaffeOnSpark's: spark.executor.instances when
+   * set, else spark.dynamicAllocation.minExecutors when dynamic allocation is on (for
+   * `training`, maxExecutors must equal it), else 1 (also without a configuration: null).
+   */
+  private[caffeonspark] def defaultClusterSize(conf: SparkConf, training: Boolean): Int = {
+    if (conf == null) return 1
+    def int(key: String, default: Int): Int = {
+      val value = conf.get(key, default.toString)
+      Try(value.trim.toInt).getOrElse(
+        throw new IllegalArgumentException(s"$key must be an integer, not '$value'"))
+    }
+    if (conf.contains("spark.executor.instances")) {
+      math.max(1, int("spark.executor.instances", 1))
+    } else if (conf.getBoolean("spark.dynamicAllocation.enabled", false)) {
+      val min = int("spark.dynamicAllocation.minExecutors", 1)
+      val max = int("spark.dynamicAllocation.maxExecutors", min)
+      if (training && min != max) {
+        throw new IllegalArgumentException(
+          s"training with dynamic allocation needs spark.dynamicAllocation.minExecutors ($min) " +
+            s"and spark.dynamicAllocation.maxExecutors ($max) to be equal: the workers are " +
+            "fixed for a training job (or give -clusterSize)")
+      }
+      math.max(1, min)
+    } else 1
+  }
 
   /** No connection between workers (taken as SOCKET). */
   val NONE: Int = 0

@@ -46,6 +46,11 @@ import scala.util.Try
  *                      default parallelism; CaffeOnSpark's default was the cluster size)
  * @param toolFlags     CaffeOnSpark's flags of its conversion tools, given here (accepted, as
  *                      its main class accepted them, and said to be unused): name -> value
+ * @param testDataFrame -testDataFrame: -test writes its results to -output as a DataFrame
+ *                      (metric, value) in -outputFormat instead of CaffeOnSpark's text file
+ * @param warnings      what the command line had that CaffeOnSpark's parser let through and
+ *                      this one leaves out, one message each: a flag given again (the first
+ *                      value counts, as in CaffeOnSpark) and arguments that are not flags
  */
 final case class Options(
     conf: String = "",
@@ -72,7 +77,9 @@ final case class Options(
     resize: Boolean = false,
     skipCorrupt: Boolean = false,
     lmdbPartitions: Int = 0,
-    toolFlags: Seq[(String, String)] = Seq.empty) {
+    toolFlags: Seq[(String, String)] = Seq.empty,
+    testDataFrame: Boolean = false,
+    warnings: Seq[String] = Seq.empty) {
 
   /** Features requested (CaffeOnSpark: with both -test and -features, only features run). */
   def extractFeatures: Boolean = features.nonEmpty
@@ -92,7 +99,10 @@ object Options {
       |  -conf FILE           solver prototxt (required)
       |  -model PATH          model to write (with -train) or to read (required)
       |  -train               train the model
-      |  -test                test the model; results go to -output
+      |  -test                test the model; results go to -output, a text file of
+      |                       "name: value" lines as CaffeOnSpark wrote
+      |  -testDataFrame       with -test: write the results as a DataFrame (metric, value)
+      |                       in -outputFormat instead
       |  -features B1,B2      extract these blobs to -output (replaces -test)
       |  -label BLOB          label blob to add to the extracted features
       |  -outputFormat F      json (default) or parquet
@@ -140,7 +150,8 @@ object Options {
       "devices", "connection", "connectionFallback", "clusterSize", "comm", "maxAttempts",
       "exchangePrecision", "minWorkers", "elasticScaling",
       "cpuThreads", "lmdb_partitions") ++ ToolFlags
-  private val switches = Set("train", "test", "persistent", "resize", "skipCorrupt")
+  private val switches =
+    Set("train", "test", "persistent", "resize", "skipCorrupt", "testDataFrame")
 
   /** The options, or an error message (followed by Usage when shown to a user). */
   def parse(args: Seq[String]): Either[String, Options] = parseFlags(args).flatMap(check)
@@ -152,32 +163,43 @@ object Options {
    * (io.cortado.caffeonspark.Config).
    */
   private[cortado] def parseFlags(args: Seq[String]): Either[String, Options] = {
+    // seen: each flag given so far, with its value ("" for a switch).
     @tailrec
-    def loop(rest: List[String], seen: Set[String], o: Options): Either[String, Options] =
+    def loop(rest: List[String], seen: Map[String, String], o: Options): Either[String, Options] =
       rest match {
         case Nil => Right(o)
         case flag :: tail =>
           val name = flag.stripPrefix("-").stripPrefix("-")
+          def warn(message: String) = o.copy(warnings = o.warnings :+ message)
           if (!flag.startsWith("-") || name.isEmpty) {
-            Left(s"unexpected argument '$flag'")
-          } else if (seen(name)) {
-            Left(s"-$name given twice")
+            // CaffeOnSpark's parser kept such arguments aside and went on.
+            loop(tail, seen, warn(s"argument '$flag' is not a flag: ignored"))
           } else if (switches(name)) {
-            loop(tail, seen + name, set(o, name, ""))
+            if (seen.contains(name)) loop(tail, seen, warn(s"-$name given twice"))
+            else loop(tail, seen + (name -> ""), set(o, name, ""))
           } else if (!valued(name)) {
             Left(s"unknown flag '$flag'")
           } else {
             tail match {
               case value :: more if !value.startsWith("-") || Try(value.toDouble).isSuccess =>
-                setValue(o, name, value) match {
-                  case Left(error) => Left(error)
-                  case Right(next) => loop(more, seen + name, next)
+                seen.get(name) match {
+                  case Some(first) =>
+                    // As CaffeOnSpark's parser: the first value counts.
+                    val message =
+                      if (first == value) s"-$name given twice"
+                      else s"-$name given twice: '$first' is used, '$value' ignored"
+                    loop(more, seen, warn(message))
+                  case None =>
+                    setValue(o, name, value) match {
+                      case Left(error) => Left(error)
+                      case Right(next) => loop(more, seen + (name -> value), next)
+                    }
                 }
               case _ => Left(s"-$name needs a value")
             }
           }
       }
-    loop(args.toList, Set.empty, Options())
+    loop(args.toList, Map.empty, Options())
   }
 
   private def set(o: Options, name: String, value: String): Options = name match {
@@ -186,6 +208,7 @@ object Options {
     case "persistent" => o.copy(persistent = true)
     case "resize" => o.copy(resize = true)
     case "skipCorrupt" => o.copy(skipCorrupt = true)
+    case "testDataFrame" => o.copy(testDataFrame = true)
     case "conf" => o.copy(conf = value)
     case "label" => o.copy(label = value)
     case "model" => o.copy(model = value)

@@ -29,8 +29,9 @@ import io.cortado.storage.HadoopFiles
  *
  *  - `-train` trains on the TRAIN net's data and writes `-model`;
  *  - `-test` tests `-model` on the TEST net's data, prints each metric as Caffe does
- *    (`accuracy = 0.8912`) and, when `-output` is given, writes them there as rows (metric,
- *    value) in `-outputFormat`;
+ *    (`accuracy = 0.8912`) and, when `-output` is given, writes them there as CaffeOnSpark did:
+ *    a text file of `name: value` lines (with `-testDataFrame`, a DataFrame of rows (metric,
+ *    value) in `-outputFormat` instead);
  *  - `-features b1,b2` (with `-label`) writes the id and one array<float> column per blob for
  *    every row of the TEST data to `-output` in `-outputFormat` (json or parquet); it replaces
  *    `-test`, as in CaffeOnSpark.
@@ -113,6 +114,7 @@ object CortadoOnSpark {
         err.println(Notes)
         UsageExit
       case Right(options) =>
+        options.warnings.foreach(w => err.println(s"CortadoOnSpark: warning: $w"))
         try {
           execute(options, outputGiven(args), spark(), out, err)
           0
@@ -133,7 +135,10 @@ object CortadoOnSpark {
     Iterator.iterate(e)(_.getCause).takeWhile(_ != null).take(16)
       .collectFirst { case c: CortadoException => c }
 
-  /** Whether -output was on the command line (its default only applies to -features). */
+  /**
+   * Whether -output was on the command line: -test writes its results only then (CaffeOnSpark
+   * wrote a file named `output` in the driver's working directory without it).
+   */
   private def outputGiven(args: Seq[String]): Boolean =
     args.exists(a => a == "-output" || a == "--output")
 
@@ -207,12 +212,16 @@ object CortadoOnSpark {
         val metrics = cortado.test(data, config).toSeq.sortBy(_._1)
         metrics.foreach { case (name, value) => out.println(s"$name = ${caffeFormat(value)}") }
         if (outputGiven) {
-          val schema = StructType(Seq(StructField("metric", StringType, nullable = false),
-            StructField("value", DoubleType, nullable = false)))
-          val rows = metrics.map { case (k, v) => Row(k, v) }
-          writeOutput(o.output, hadoopConf) {
-            spark.createDataFrame(spark.sparkContext.parallelize(rows, 1), schema)
-              .write.format(o.outputFormat).save(o.output)
+          if (o.testDataFrame) {
+            val schema = StructType(Seq(StructField("metric", StringType, nullable = false),
+              StructField("value", DoubleType, nullable = false)))
+            val rows = metrics.map { case (k, v) => Row(k, v) }
+            writeOutput(o.output, hadoopConf) {
+              spark.createDataFrame(spark.sparkContext.parallelize(rows, 1), schema)
+                .write.format(o.outputFormat).save(o.output)
+            }
+          } else {
+            HadoopFiles.writeBytesAtomic(o.output, testResultText(metrics), hadoopConf)
           }
           out.println(s"Test results written to ${o.output}")
         }
@@ -337,6 +346,14 @@ object CortadoOnSpark {
         throw e
     }
   }
+
+  /**
+   * Test results as CaffeOnSpark's main class wrote them: one `name: value` line per output
+   * (its values, comma-separated, were the output's mean; one value per scalar output here).
+   */
+  def testResultText(metrics: Seq[(String, Double)]): Array[Byte] =
+    metrics.map { case (name, value) => s"$name: $value\n" }.mkString
+      .getBytes(java.nio.charset.StandardCharsets.UTF_8)
 
   /** A value as Caffe's log prints a float: six significant digits, no trailing zeros. */
   def caffeFormat(value: Double): String =

@@ -6,6 +6,7 @@ import org.apache.spark.sql.{DataFrame, SparkSession}
 
 import io.cortado.CortadoConfigException
 import io.cortado.jni.{DataLayerInfo, NativeLib, NativeNet}
+import io.cortado.storage.HadoopFiles
 
 /**
  * Where CaffeOnSpark's main class finds a phase's data: the source named by the net's feed layer
@@ -37,7 +38,8 @@ trait DataSource {
 final case class DataFrameSource(layer: String, source: String, format: String,
     sourceClass: String) extends DataSource {
 
-  def load(spark: SparkSession): DataFrame = spark.read.format(format).load(source)
+  def load(spark: SparkSession): DataFrame =
+    spark.read.format(format).load(HadoopFiles.absoluteLocal(source))
 }
 
 /**

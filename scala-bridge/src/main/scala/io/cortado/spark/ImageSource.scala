@@ -11,6 +11,7 @@ import org.apache.spark.sql.types._
 import io.cortado.CortadoConfigException
 import io.cortado.data.ImageOptions
 import io.cortado.jni.NativeImage
+import io.cortado.storage.HadoopFiles
 
 /**
  * CaffeOnSpark's image sources of a MemoryData layer, read as a DataFrame of `id` (string),
@@ -93,7 +94,8 @@ final case class ImageSource(layer: String, source: String, sourceClass: String,
   }
 
   private def dataFrameRecords(spark: SparkSession): RDD[ImageSource.Record] = {
-    val read = spark.read.format(if (format.isEmpty) "parquet" else format).load(source)
+    val read = spark.read.format(if (format.isEmpty) "parquet" else format)
+      .load(HadoopFiles.absoluteLocal(source))
     val df = if (columnSelect.isEmpty) read else read.selectExpr(columnSelect: _*)
     val owner = this.owner
     val fields = df.schema.fields.map(f => f.name -> f.dataType).toMap
@@ -126,7 +128,8 @@ final case class ImageSource(layer: String, source: String, sourceClass: String,
 
   private def sequenceRecords(spark: SparkSession): RDD[ImageSource.Record] = {
     val owner = this.owner
-    spark.sparkContext.sequenceFile(source, classOf[BytesWritable], classOf[BytesWritable])
+    spark.sparkContext.sequenceFile(HadoopFiles.absoluteLocal(source), classOf[BytesWritable],
+      classOf[BytesWritable])
       .zipWithIndex.map { case ((key, value), n) =>
         val bytes = if (value == null) null else value.copyBytes()
         if (key == null) ImageSource.Record(n.toString, "", 0, 0, 0, Some(true), bytes)

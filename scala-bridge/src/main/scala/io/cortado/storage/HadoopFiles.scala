@@ -17,6 +17,16 @@ import io.cortado.CortadoIOException
  */
 object HadoopFiles {
 
+  /**
+   * `file:relative/path` as `file:` and the absolute path against this JVM's working
+   * directory (Hadoop's Path refuses a scheme with a relative path, with a URISyntaxException;
+   * CaffeOnSpark's users wrote such paths); any other path as it is.
+   */
+  def absoluteLocal(path: String): String =
+    if (path.startsWith("file:") && !path.startsWith("file:/")) {
+      "file:" + java.nio.file.Paths.get(path.stripPrefix("file:")).toAbsolutePath.normalize
+    } else path
+
   /** The whole file; a missing file or a read failure names the path. */
   def readBytes(path: String, conf: Configuration): Array[Byte] = {
     val p = new Path(path)

@@ -34,11 +34,10 @@ class OptionsSuite extends AnyFunSuite {
     assert(o.outputFormat === "parquet" && o.output === "out")
   }
 
-  test("unknown, repeated, malformed and conflicting flags are errors") {
+  test("unknown, malformed and conflicting flags are errors") {
     val base = "-conf s.prototxt -model m"
     val errors = Seq(
       s"$base -train -frobnicate" -> "unknown flag '-frobnicate'",
-      s"$base -train -train" -> "-train given twice",
       s"$base -train -devices two" -> "-devices must be a positive integer, not 'two'",
       s"$base -train -devices 0" -> "-devices must be a positive integer, not '0'",
       s"$base -test -outputFormat csv" -> "-outputFormat must be json or parquet, not 'csv'",
@@ -54,7 +53,6 @@ class OptionsSuite extends AnyFunSuite {
       s"$base -test -snapshot s.solverstate -weights w" -> "-snapshot resumes training",
       s"$base -test -label label" -> "-label adds a blob to -features",
       s"$base -train -features" -> "-features needs a value",
-      s"$base -train stray" -> "unexpected argument 'stray'",
       "-model m -train" -> "-conf (the solver prototxt) is required",
       "-conf s.prototxt -train" -> "-model is required",
       base -> "nothing to do")
@@ -65,10 +63,27 @@ class OptionsSuite extends AnyFunSuite {
     }
   }
 
+  test("a repeated flag and a stray argument warn, as CaffeOnSpark's parser let them through") {
+    val o = parse("-conf s.prototxt -train stray -model m1 -devices 2 -model m2 -train " +
+      "-devices 2 -testDataFrame -testDataFrame").toOption.get
+    // The first value counts, as in CaffeOnSpark (commons-cli's getOptionValue).
+    assert(o.model === "m1" && o.devices === 2 && o.train && o.testDataFrame)
+    assert(o.warnings === Seq("argument 'stray' is not a flag: ignored",
+      "-model given twice: 'm1' is used, 'm2' ignored", "-train given twice",
+      "-devices given twice", "-testDataFrame given twice"))
+    assert(parse("-conf s.prototxt -model m -train").toOption.get.warnings.isEmpty)
+    // The repeated value is not used, so not checked; the first must still be usable.
+    assert(parse("-conf s -model m -train -devices 2 -devices zero").toOption.get.devices === 2)
+    assert(parse("-conf s -model m -train -devices zero -devices 2").left.toOption.get
+      .contains("-devices must be a positive integer, not 'zero'"))
+    // An unknown flag is still an error, as in CaffeOnSpark.
+    assert(parse("-conf s -model m -train -frobnicate").isLeft)
+  }
+
   test("the usage names every flag") {
     Seq("conf", "model", "train", "test", "features", "label", "outputFormat", "output",
       "weights", "snapshot", "devices", "connection", "connectionFallback", "clusterSize", "comm",
-      "maxAttempts", "persistent", "resize", "exchangePrecision")
+      "maxAttempts", "persistent", "resize", "exchangePrecision", "testDataFrame")
       .foreach(flag => assert(Options.Usage.contains(s"-$flag "), flag))
   }
 }

@@ -147,11 +147,12 @@ class CortadoOnSparkSuite extends AnyFunSuite with PerTest {
     }
   }
 
-  test("-train -test in one run writes the metrics to -output; parquet and json formats") {
+  test("-train -test in one run writes the metrics to -output: CaffeOnSpark's text file, or " +
+    "with -testDataFrame parquet and json") {
     withData { (dir, solver) =>
       val model = uri(dir, "tiny.caffemodel")
       val both = cos("-train", "-test", "-conf", solver, "-model", model,
-        "-output", uri(dir, "metrics"), "-outputFormat", "parquet")
+        "-output", uri(dir, "metrics"), "-outputFormat", "parquet", "-testDataFrame")
       assert(both.code === 0, both.err)
       assert(both.out.contains(s"Model written to $model"))
       val printed = both.out.linesIterator.filter(_.startsWith("accuracy = ")).toSeq
@@ -161,10 +162,27 @@ class CortadoOnSparkSuite extends AnyFunSuite with PerTest {
       assert(saved.keySet === Set("accuracy", "loss"))
       assert(printed.head === s"accuracy = ${CortadoOnSpark.caffeFormat(saved("accuracy"))}")
 
-      val json = cos("-test", "-conf", solver, "-model", model, "-output", uri(dir, "json"))
+      val json = cos("-test", "-conf", solver, "-model", model, "-output", uri(dir, "json"),
+        "-testDataFrame")
       assert(json.code === 0, json.err)
       assert(ss.read.json(uri(dir, "json")).collect()
         .map(r => r.getAs[String]("metric") -> r.getAs[Double]("value")).toMap === saved)
+
+      // Without -testDataFrame: "name: value" lines in a file, as CaffeOnSpark wrote them; an
+      // existing file is replaced, and a repeated flag and a stray argument only warn.
+      Files.write(dir.resolve("results.txt"), "old".getBytes(StandardCharsets.UTF_8))
+      val text = cos("-test", "-conf", solver, "-model", model, "-output",
+        uri(dir, "results.txt"), "-model", uri(dir, "missing.caffemodel"), "stray")
+      assert(text.code === 0, text.err)
+      assert(text.err.contains("CortadoOnSpark: warning: -model given twice"), text.err)
+      assert(text.err.contains("CortadoOnSpark: warning: argument 'stray' is not a flag"))
+      val lines = new String(Files.readAllBytes(dir.resolve("results.txt")),
+        StandardCharsets.UTF_8).linesIterator.toSeq
+      assert(lines.map(_.split(": ")(0)) === Seq("accuracy", "loss"), lines)
+      lines.foreach { line =>
+        val Array(name, value) = line.split(": ")
+        assert(value.toDouble === saved(name), line)
+      }
 
       val parquet = cos("-features", "ip", "-conf", solver, "-model", model,
         "-outputFormat", "parquet", "-output", uri(dir, "features"))

@@ -123,7 +123,8 @@ class ImageSourceSuite extends AnyFunSuite with PerTest {
     }
   }
 
-  test("a sequence file of (id, label) keys and JPEG values (SeqImageDataSource)") {
+  test("a sequence file of (id, label) keys and JPEG values (SeqImageDataSource); a relative " +
+      "file: path") {
     withTempDir("cortado-images-seq") { dir =>
       val (_, _, images) = imageFolder(dir)
       val seq = dir.resolve("images.seq").toUri.toString
@@ -137,7 +138,12 @@ class ImageSourceSuite extends AnyFunSuite with PerTest {
       ss.sparkContext.parallelize(pairs, 2)
         .map { case (k, v) => (new BytesWritable(k), new BytesWritable(v)) }
         .saveAsSequenceFile(seq)
-      write(dir, "net.prototxt", memoryNet("com.yahoo.ml.caffe.SeqImageDataSource", seq, seq))
+      // The TEST phase names it as `file:` and a path relative to the working directory, as
+      // CaffeOnSpark's users wrote such paths.
+      val relative = "file:" + java.nio.file.Paths.get(System.getProperty("user.dir"))
+        .toAbsolutePath.relativize(dir.resolve("images.seq"))
+      write(dir, "net.prototxt",
+        memoryNet("com.yahoo.ml.caffe.SeqImageDataSource", seq, relative))
       val r = cos("-train", "-test", "-conf", solver(dir, "net.prototxt"),
         "-model", dir.resolve("seq.caffemodel").toUri.toString, "-resize")
       assert(r.code === 0, r.err)
