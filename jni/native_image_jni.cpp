@@ -3,6 +3,7 @@
 #include <jni.h>
 
 #include <cstdint>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -14,20 +15,44 @@
 
 namespace {
 
-// `image` as channels x height x width floats, resized to `height` x `width` when `resize`;
-// another size without `resize` is an error naming `what`.
+// NativeImage's crop modes: an image larger than the layer is cut to its size at the centre
+// (Caffe's transformer in TEST) or at a random place drawn from the seed (in TRAIN).
+constexpr int kNoCrop = 0;
+constexpr int kCentreCrop = 1;
+constexpr int kRandomCrop = 2;
+
+// `image` as channels x height x width floats, resized to `height` x `width` when `resize`, else
+// cropped to it when `crop` is not kNoCrop and the image is at least as large on both sides;
+// another size is an error naming `what`.
 jfloatArray ToSamples(JNIEnv* env, const cortado::DecodedImage& decoded, int height, int width,
-                      bool resize, const std::string& what) {
+                      bool resize, int crop, int64_t seed, const std::string& what) {
   const cortado::DecodedImage* image = &decoded;
-  cortado::DecodedImage resized;
+  cortado::DecodedImage changed;
+  if (crop != kNoCrop && crop != kCentreCrop && crop != kRandomCrop) {
+    CORTADO_THROW(kInvalidArgument, "{}: crop mode {} is not 0, 1 or 2", what, crop);
+  }
   if (decoded.height != height || decoded.width != width) {
-    if (!resize) {
-      CORTADO_THROW(kInvalidArgument,
-                    "{} is {} x {}; the layer takes {} x {} (resize it, or run with -resize)", what,
-                    decoded.height, decoded.width, height, width);
+    const bool larger = decoded.height >= height && decoded.width >= width;
+    if (resize) {
+      changed = cortado::ResizeImage(decoded, height, width);
+    } else if (crop != kNoCrop && larger) {
+      // Caffe's DataTransformer: offsets in [0, size - crop], uniform in TRAIN, halved in TEST.
+      int top = (decoded.height - height) / 2;
+      int left = (decoded.width - width) / 2;
+      if (crop == kRandomCrop) {
+        std::mt19937_64 engine(static_cast<uint64_t>(seed));
+        top = std::uniform_int_distribution<int>(0, decoded.height - height)(engine);
+        left = std::uniform_int_distribution<int>(0, decoded.width - width)(engine);
+      }
+      changed = cortado::CropImage(decoded, top, left, height, width);
+    } else {
+      CORTADO_THROW(kInvalidArgument, "{} is {} x {}; the layer takes {} x {} ({})", what,
+                    decoded.height, decoded.width, height, width,
+                    crop != kNoCrop ? "with crop_size, an image is cut to the layer's size when "
+                                      "it is at least as large; resize it, or run with -resize"
+                                    : "resize it, or run with -resize");
     }
-    resized = cortado::ResizeImage(decoded, height, width);
-    image = &resized;
+    image = &changed;
   }
   const size_t n = image->pixels.size();
   std::vector<float> values(n);
@@ -54,7 +79,7 @@ extern "C" {
 
 JNIEXPORT jfloatArray JNICALL Java_io_cortado_jni_NativeImage_decode(
     JNIEnv* env, jclass, jbyteArray data, jint channels, jint height, jint width, jboolean resize,
-    jboolean skip_corrupt, jstring what) {
+    jint crop, jlong seed, jboolean skip_corrupt, jstring what) {
   return cortado::jni::Guard(env, jfloatArray{nullptr}, [&]() -> jfloatArray {
     const std::string name = cortado::jni::ToStdString(env, what, "what");
     CheckShape(channels, height, width, name);
@@ -69,13 +94,13 @@ JNIEXPORT jfloatArray JNICALL Java_io_cortado_jni_NativeImage_decode(
       CORTADO_LOG_WARN("skipped: {}", e.what());
       return nullptr;
     }
-    return ToSamples(env, decoded, height, width, resize, name);
+    return ToSamples(env, decoded, height, width, resize, crop, seed, name);
   });
 }
 
 JNIEXPORT jfloatArray JNICALL Java_io_cortado_jni_NativeImage_fromInterleaved(
     JNIEnv* env, jclass, jbyteArray data, jint channels, jint src_height, jint src_width,
-    jint height, jint width, jboolean resize, jstring what) {
+    jint height, jint width, jboolean resize, jint crop, jlong seed, jstring what) {
   return cortado::jni::Guard(env, jfloatArray{nullptr}, [&]() -> jfloatArray {
     const std::string name = cortado::jni::ToStdString(env, what, "what");
     CheckShape(channels, height, width, name);
@@ -98,7 +123,7 @@ JNIEXPORT jfloatArray JNICALL Java_io_cortado_jni_NativeImage_fromInterleaved(
             static_cast<uint8_t>(bytes[p * static_cast<size_t>(channels) + static_cast<size_t>(c)]);
       }
     }
-    return ToSamples(env, image, height, width, resize, name);
+    return ToSamples(env, image, height, width, resize, crop, seed, name);
   });
 }
 

@@ -96,10 +96,10 @@ jobject NewDataLayerInfo(JNIEnv* env, jclass cls, jmethodID init, const DataLaye
   jstring source = NewString(env, info.source);
   jstring format = NewString(env, info.dataframe_format);
   jobjectArray select = NewStringArray(env, info.column_select);
-  jobject object = env->NewObject(cls, init, name, type, source_class,
-                                  info.feed ? JNI_TRUE : JNI_FALSE, source, format, tops, columns,
-                                  types, transposed, shapes, static_cast<jint>(info.batch_size),
-                                  select, info.image_encoded ? JNI_TRUE : JNI_FALSE);
+  jobject object = env->NewObject(
+      cls, init, name, type, source_class, info.feed ? JNI_TRUE : JNI_FALSE, source, format, tops,
+      columns, types, transposed, shapes, static_cast<jint>(info.batch_size), select,
+      info.image_encoded ? JNI_TRUE : JNI_FALSE, static_cast<jint>(info.crop_size));
   for (jobject ref :
        {static_cast<jobject>(name), static_cast<jobject>(type), static_cast<jobject>(source_class),
         static_cast<jobject>(source), static_cast<jobject>(format), static_cast<jobject>(tops),
@@ -247,7 +247,7 @@ JNIEXPORT jobjectArray JNICALL Java_io_cortado_jni_NativeLib_dataLayers(JNIEnv* 
         cls, "<init>",
         "(Ljava/lang/String;Ljava/lang/String;Ljava/lang/String;ZLjava/lang/String;"
         "Ljava/lang/String;[Ljava/lang/String;[Ljava/lang/String;[Ljava/lang/String;[Z[[II"
-        "[Ljava/lang/String;Z)V");
+        "[Ljava/lang/String;ZI)V");
     jni::CheckJavaException(env);
     jobjectArray result = env->NewObjectArray(static_cast<jsize>(layers.size()), cls, nullptr);
     jni::CheckJavaException(env);

@@ -414,6 +414,39 @@ DecodedImage DecodeImage(const void* bytes, size_t size, ColorMode mode, const s
 #endif
 }
 
+DecodedImage CropImage(const DecodedImage& image, int top, int left, int height, int width) {
+  const size_t in_plane = static_cast<size_t>(std::max(image.height, 0)) *
+                          static_cast<size_t>(std::max(image.width, 0));
+  if (image.channels <= 0 ||
+      image.pixels.size() != in_plane * static_cast<size_t>(image.channels)) {
+    CORTADO_THROW(kInvalidArgument, "cannot crop an image of {} x {} x {} holding {} bytes",
+                  image.channels, image.height, image.width, image.pixels.size());
+  }
+  if (height <= 0 || width <= 0 || top < 0 || left < 0 || top + height > image.height ||
+      left + width > image.width) {
+    CORTADO_THROW(kInvalidArgument,
+                  "cannot crop {} x {} at ({}, {}) from an image of {} x {} (height x width)",
+                  height, width, top, left, image.height, image.width);
+  }
+  DecodedImage out;
+  out.channels = image.channels;
+  out.height = height;
+  out.width = width;
+  out.pixels.resize(static_cast<size_t>(image.channels) * static_cast<size_t>(height) *
+                    static_cast<size_t>(width));
+  uint8_t* to = out.pixels.data();
+  for (int c = 0; c < image.channels; ++c) {
+    for (int y = 0; y < height; ++y) {
+      const uint8_t* from = image.pixels.data() + static_cast<size_t>(c) * in_plane +
+                            static_cast<size_t>(top + y) * static_cast<size_t>(image.width) +
+                            static_cast<size_t>(left);
+      std::copy(from, from + width, to);
+      to += width;
+    }
+  }
+  return out;
+}
+
 DecodedImage ResizeImage(const DecodedImage& image, int height, int width) {
   if (height <= 0 || width <= 0) {
     CORTADO_THROW(kInvalidArgument, "cannot resize an image to {} x {} (height x width)", height,

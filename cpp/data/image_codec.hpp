@@ -75,4 +75,9 @@ DecodedImage DecodeImage(const void* bytes, size_t size, ColorMode mode, const s
 // pixels do not match its shape.
 DecodedImage ResizeImage(const DecodedImage& image, int height, int width);
 
+// The `height` x `width` window of `image` whose top-left pixel is (`top`, `left`), every
+// channel. kInvalidArgument when the window does not lie inside the image (or is empty), or
+// the image's pixels do not match its shape.
+DecodedImage CropImage(const DecodedImage& image, int top, int left, int height, int width);
+
 }  // namespace cortado

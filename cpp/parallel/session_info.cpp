@@ -106,6 +106,8 @@ std::vector<DataLayerInfo> DescribeDataLayers(const caffe::NetParameter& phase_n
                                 memory.dataframe_column_select().end());
       info.image_encoded = memory.image_encoded();
     }
+    if (layer.has_transform_param())
+      info.crop_size = static_cast<int>(layer.transform_param().crop_size());
     const bool cos = layer.type() == "CoSData";
     for (int i = 0; i < layer.top_size(); ++i) {
       info.tops.push_back(layer.top(i));

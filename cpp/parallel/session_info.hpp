@@ -39,6 +39,7 @@ struct DataLayerInfo {
   // A feed layer's sample shape per top as pushed (FeedDataLayer's rule, no batch axis).
   std::vector<std::vector<int>> sample_shapes;
   int batch_size = 0;  // a feed layer's batch size
+  int crop_size = 0;   // the layer's transform_param.crop_size; 0 when unset
 };
 
 // Every layer type of `net` (any phase) is one the engine knows, else kInvalidArgument naming

@@ -469,6 +469,37 @@ TEST(ImageCodecTest, ResizeIsBilinearWithHalfPixelCentres) {
   EXPECT_EQ(ResizeImage(big, 4, 4).pixels, big.pixels);
 }
 
+TEST(ImageCodecTest, CropCutsTheSameWindowFromEveryPlane) {
+  // Two planes of 3 x 4: plane 0 holds 10 y + x, plane 1 100 + 10 y + x.
+  DecodedImage image{2, 3, 4, {}};
+  for (int c = 0; c < 2; ++c) {
+    for (int y = 0; y < 3; ++y) {
+      for (int x = 0; x < 4; ++x)
+        image.pixels.push_back(static_cast<uint8_t>(100 * c + 10 * y + x));
+    }
+  }
+  const DecodedImage window = CropImage(image, 1, 2, 2, 2);
+  EXPECT_EQ(window.channels, 2);
+  EXPECT_EQ(window.height, 2);
+  EXPECT_EQ(window.width, 2);
+  EXPECT_EQ(window.pixels, (std::vector<uint8_t>{12, 13, 22, 23, 112, 113, 122, 123}));
+  EXPECT_EQ(CropImage(image, 0, 0, 3, 4).pixels, image.pixels);
+  // Outside the image, empty, or pixels that do not match the shape: errors saying so.
+  for (const auto& [top, left, h, w] : std::vector<std::tuple<int, int, int, int>>{
+           {2, 0, 2, 2}, {0, 3, 1, 2}, {-1, 0, 1, 1}, {0, 0, 0, 1}}) {
+    try {
+      CropImage(image, top, left, h, w);
+      ADD_FAILURE() << "cropped " << h << " x " << w << " at " << top << ", " << left;
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
+      EXPECT_NE(std::string(e.what()).find("from an image of 3 x 4"), std::string::npos)
+          << e.what();
+    }
+  }
+  const DecodedImage short_pixels{1, 2, 2, {1, 2, 3}};
+  EXPECT_THROW(CropImage(short_pixels, 0, 0, 1, 1), Error);
+}
+
 TEST(ImageCodecTest, ResizeRefusesBadSizes) {
   const DecodedImage small{1, 2, 2, {0, 100, 200, 40}};
   EXPECT_THROW(ResizeImage(small, 0, 4), Error);

@@ -49,6 +49,8 @@ public final class DataLayerInfo {
   public final String[] columnSelect;
   /** {@code memory_data_param.image_encoded} (CaffeOnSpark's ImageDataFrame). */
   public final boolean imageEncoded;
+  /** The layer's {@code transform_param.crop_size}; 0 when unset. */
+  public final int cropSize;
 
   public DataLayerInfo(
       String name,
@@ -64,7 +66,8 @@ public final class DataLayerInfo {
       int[][] sampleShapes,
       int batchSize,
       String[] columnSelect,
-      boolean imageEncoded) {
+      boolean imageEncoded,
+      int cropSize) {
     this.name = name;
     this.type = type;
     this.sourceClass = canonicalSourceClass(sourceClass);
@@ -79,6 +82,7 @@ public final class DataLayerInfo {
     this.batchSize = batchSize;
     this.columnSelect = columnSelect;
     this.imageEncoded = imageEncoded;
+    this.cropSize = cropSize;
   }
 
   private static final String OUR_PACKAGE = "io.cortado.caffeonspark.";

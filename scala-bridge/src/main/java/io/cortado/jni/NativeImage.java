@@ -22,9 +22,16 @@ public final class NativeImage {
    * Returns null for a corrupt or truncated image when {@code skipCorrupt} (the executor's log
    * says which and why).
    *
+   * @param crop with {@link #NO_CROP}, an image of another size than {@code height x width}
+   *     fails without {@code resize}; with {@link #CENTRE_CROP} or {@link #RANDOM_CROP}, one at
+   *     least as large on both sides is cut to that size at its centre, or at a place drawn
+   *     uniformly from {@code seed} (Caffe's transformer's crop in TEST and TRAIN); {@code
+   *     resize} goes first
+   * @param seed the random crop's place, drawn from it (the same seed, the same place)
    * @param what names the image in messages (its row, key or path)
    * @throws io.cortado.CortadoConfigException naming {@code what}: a corrupt image (unless
-   *     {@code skipCorrupt}), other than 1 or 3 channels, or another size without {@code resize}
+   *     {@code skipCorrupt}), other than 1 or 3 channels, or another size that neither {@code
+   *     resize} nor {@code crop} makes fit
    */
   public static native float[] decode(
       byte[] data,
@@ -32,13 +39,24 @@ public final class NativeImage {
       int height,
       int width,
       boolean resize,
+      int crop,
+      long seed,
       boolean skipCorrupt,
       String what);
+
+  /** {@link #decode}'s crop: none (an image of another size fails without resize). */
+  public static final int NO_CROP = 0;
+
+  /** {@link #decode}'s crop: at the centre. */
+  public static final int CENTRE_CROP = 1;
+
+  /** {@link #decode}'s crop: at a place drawn from the seed. */
+  public static final int RANDOM_CROP = 2;
 
   /**
    * Raw pixels interleaved as OpenCV holds them ({@code srcHeight x srcWidth x channels}, as
    * CaffeOnSpark's ImageDataFrame and sequence files carry raw images) to planar floats, resized
-   * as {@link #decode} resizes.
+   * or cropped as {@link #decode} resizes and crops.
    */
   public static native float[] fromInterleaved(
       byte[] data,
@@ -48,6 +66,8 @@ public final class NativeImage {
       int height,
       int width,
       boolean resize,
+      int crop,
+      long seed,
       String what);
 
   /** Whether {@code data} starts as a JPEG or a PNG file does. */

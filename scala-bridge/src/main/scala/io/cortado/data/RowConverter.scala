@@ -135,7 +135,7 @@ final class RowConverter private (specs: Seq[TopSpec], kinds: Seq[DataType],
               "channels x height x width")
           }
           NativeImage.decode(bytes, spec.shape(0), spec.shape(1), spec.shape(2), images.resize,
-            images.skipCorrupt, s"column '${spec.column}', row $index")
+            NativeImage.NO_CROP, 0L, images.skipCorrupt, s"column '${spec.column}', row $index")
         } else {
           checked(row, index, if (bytes == null) -1 else bytes.length)
           val values = new Array[Float](n)

@@ -14,7 +14,7 @@ import org.apache.spark.storage.StorageLevel
 import org.slf4j.LoggerFactory
 
 import io.cortado.{CortadoConfigException, CortadoException}
-import io.cortado.jni.NativeNet
+import io.cortado.jni.{NativeLib, NativeNet}
 import io.cortado.spark.TaskData.{onePartition, selectColumns}
 import io.cortado.storage.{HadoopFiles, SerializableConfiguration}
 
@@ -271,7 +271,8 @@ final class Cortado(@transient val spark: SparkSession) extends Serializable {
           "the task ran; here they are")
       }
       result.unsent.foreach(deliver(listening))
-      HadoopFiles.writeBytesAtomic(config.model, result.model, hadoopConf)
+      HadoopFiles.writeBytesAtomic(config.model,
+        modelFileBytes(result.model, config.model, plan.info.snapshotHdf5), hadoopConf)
       run.foreach(_.finished())
       (config.model, result.tests)
     } catch {
@@ -283,6 +284,20 @@ final class Cortado(@transient val spark: SparkSession) extends Serializable {
       partitioned.values.foreach(_.unpersist(blocking = false))
     }
   }
+
+  /**
+   * The trained model's bytes (a binary NetParameter) as the model file holds them: Caffe's
+   * HDF5 layout when the solver's snapshot_format is HDF5 or the name ends in `.h5` (Caffe's
+   * tools tell the formats apart by that suffix), else the binary proto.
+   */
+  private def modelFileBytes(model: Array[Byte], path: String, hdf5: Boolean): Array[Byte] =
+    if (hdf5 || path.endsWith(".h5")) {
+      if (!path.endsWith(".h5")) {
+        log.warn(s"$path: written in HDF5 (the solver's snapshot_format), but Caffe's tools " +
+          "read a model as HDF5 only when its name ends in .h5")
+      }
+      NativeLib.snapshotToHdf5(model, false, null, path)
+    } else model
 
   /** Logs an event in Caffe's format and hands it to the listeners. */
   private def deliver(listening: Seq[ProgressListener])(event: TrainingEvent): Unit = {

@@ -5,7 +5,7 @@ import org.apache.hadoop.conf.Configuration
 import org.apache.spark.sql.{DataFrame, SparkSession}
 
 import io.cortado.CortadoConfigException
-import io.cortado.jni.{DataLayerInfo, NativeLib, NativeNet}
+import io.cortado.jni.{DataLayerInfo, NativeImage, NativeLib, NativeNet}
 import io.cortado.storage.HadoopFiles
 
 /**
@@ -156,9 +156,15 @@ object DataSource {
           s"$owner: an image source needs channels, height and width (memory_data_param) and " +
             "one or two tops (data, then label) named other than 'id'")
       }
+      // With crop_size, an image larger than the layer is cut to its size as CaffeOnSpark's
+      // transformer cut it: at a random place in TRAIN, at the centre in TEST.
+      val crop =
+        if (layer.cropSize <= 0) NativeImage.NO_CROP
+        else if (phase == "TRAIN") NativeImage.RANDOM_CROP
+        else NativeImage.CENTRE_CROP
       return ImageSource(layer.name, layer.source, sourceClass, layer.dataframeFormat,
         layer.columnSelect.toSeq, layer.imageEncoded, columns.head, columns.lift(1), shape,
-        owner)
+        owner, crop = crop)
     }
     val columns = layer.columns.toSeq
     val lmdb = lmdbSource(layer, owner, columns.headOption.getOrElse("data"), columns.lift(1))

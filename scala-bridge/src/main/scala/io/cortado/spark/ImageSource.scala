@@ -42,7 +42,7 @@ import io.cortado.storage.HadoopFiles
 final case class ImageSource(layer: String, source: String, sourceClass: String,
     format: String, columnSelect: Seq[String], encodedByDefault: Boolean, dataColumn: String,
     labelColumn: Option[String], shape: Seq[Int], owner: String,
-    images: ImageOptions = ImageOptions()) extends DataSource {
+    images: ImageOptions = ImageOptions(), crop: Int = NativeImage.NO_CROP) extends DataSource {
 
   def load(spark: SparkSession): DataFrame = {
     val records = sourceClass match {
@@ -50,7 +50,8 @@ final case class ImageSource(layer: String, source: String, sourceClass: String,
       case ImageSource.SequenceClass => sequenceRecords(spark)
     }
     val Seq(c, h, w) = shape
-    val (owner, images, encodedByDefault) = (this.owner, this.images, this.encodedByDefault)
+    val (owner, images, encodedByDefault, crop) =
+      (this.owner, this.images, this.encodedByDefault, this.crop)
     val rows = records.flatMap { case ImageSource.Record(id, label, channels, height, width,
         encoded, data) =>
       val what = s"$owner: image '$id'"
@@ -61,9 +62,11 @@ final case class ImageSource(layer: String, source: String, sourceClass: String,
       // Flagged encoded, or plainly a JPEG/PNG file that is not a raw image's size.
       val decode = encoded.getOrElse(encodedByDefault) ||
         (data.length != ch * hh * ww && NativeImage.looksEncoded(data))
+      // A random crop's place: the same for an image on every run.
+      val seed = ImageSource.cropSeed(id)
       val values =
         if (decode) {
-          NativeImage.decode(data, c, h, w, images.resize, images.skipCorrupt, what)
+          NativeImage.decode(data, c, h, w, images.resize, crop, seed, images.skipCorrupt, what)
         } else {
           if (data.length != ch * hh * ww) {
             throw new CortadoConfigException(s"$what: a raw image of $ch x $hh x $ww needs " +
@@ -73,7 +76,7 @@ final case class ImageSource(layer: String, source: String, sourceClass: String,
             throw new CortadoConfigException(
               s"$what has $ch channels; the layer takes $c (${shape.mkString(" x ")})")
           }
-          NativeImage.fromInterleaved(data, ch, hh, ww, h, w, images.resize, what)
+          NativeImage.fromInterleaved(data, ch, hh, ww, h, w, images.resize, crop, seed, what)
         }
       Option(values).map { v =>
         val number =
@@ -152,6 +155,14 @@ final case class ImageSource(layer: String, source: String, sourceClass: String,
 }
 
 object ImageSource {
+
+  /** The seed of an image's random crop: from its id (a 64-bit mix of the id's hash). */
+  def cropSeed(id: String): Long = {
+    var z = id.hashCode.toLong + 0x9E3779B97F4A7C15L
+    z = (z ^ (z >>> 30)) * 0xBF58476D1CE4E5B9L
+    z = (z ^ (z >>> 27)) * 0x94D049BB133111EBL
+    z ^ (z >>> 31)
+  }
 
   val DataFrameClass = "com.yahoo.ml.caffe.ImageDataFrame"
   val SequenceClass = "com.yahoo.ml.caffe.SeqImageDataSource"

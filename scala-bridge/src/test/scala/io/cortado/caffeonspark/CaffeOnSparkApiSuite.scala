@@ -90,12 +90,13 @@ class CaffeOnSparkApiSuite extends AnyFunSuite with PerTest {
       // Snapshots beside the model, under the solver's snapshot_prefix, as the CLI puts them.
       assert(cortado.snapshotPrefix === s"file:${dir.resolve("models")}/mnist_lenet")
 
-      // Without flags: CaffeOnSpark's command-line defaults, but SOCKET and clusterSize 0.
+      // Without flags: CaffeOnSpark's command-line defaults (clusterSize 1 without a
+      // SparkContext, the LMDB partitions following it), but SOCKET.
       val plain = new Config(null, Array("-conf", solver))
       assert(!plain.isTraining && !plain.isTest && !plain.isFeature)
       assert(plain.features === null && plain.label === "")
       assert(plain.outputPath === "output" && plain.outputFormat === "json")
-      assert(plain.devices === 1 && plain.clusterSize === 0 && plain.lmdb_partitions === 0)
+      assert(plain.devices === 1 && plain.clusterSize === 1 && plain.lmdb_partitions === 1)
       assert(plain.connection === Config.SOCKET)
       assert(plain.imageRoot === null && plain.labelFile === null)
       assert(plain.captionLength === 20 && plain.vocabSize === -1)

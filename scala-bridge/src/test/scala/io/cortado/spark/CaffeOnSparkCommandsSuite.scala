@@ -8,7 +8,7 @@ import scala.util.Random
 import org.scalatest.funsuite.AnyFunSuite
 
 import io.cortado.TestDirs.withTempDir
-import io.cortado.jni.NativeLmdbSuite
+import io.cortado.jni.{NativeLib, NativeLmdbSuite}
 
 /** The LeNet-shaped MemoryData/LMDB net and data of [[CaffeOnSparkCommandsSuite]]. */
 object CaffeOnSparkCommandsSuite {
@@ -192,8 +192,8 @@ class CaffeOnSparkCommandsSuite extends AnyFunSuite with PerTest {
     }
   }
 
-  test("snapshot_format: HDF5 writes Caffe's HDF5 snapshots; -weights and -snapshot resume " +
-      "from them") {
+  test("snapshot_format: HDF5 writes Caffe's HDF5 snapshots and model; -weights and -snapshot " +
+      "resume from them") {
     withLeNet { (dir, _) =>
       val text = solverText("lenet_memory_train_test.prototxt") + "snapshot_format: HDF5\n"
       val h5 = write(dir.resolve("conf"), "h5_solver.prototxt", text)
@@ -210,6 +210,22 @@ class CaffeOnSparkCommandsSuite extends AnyFunSuite with PerTest {
         val bytes = Files.readAllBytes(models.resolve(s"mnist_lenet_iter_100.$ext"))
         assert(bytes.take(8).toSeq === signature, ext)
       }
+      // The -model file is HDF5 too, whatever its name (the driver's log warns that Caffe
+      // reads HDF5 by the .h5 suffix), and it holds the same weights as the last snapshot.
+      val model = Files.readAllBytes(models.resolve("lenet.caffemodel"))
+      assert(model.take(8).toSeq === signature)
+      assert(NativeLib.snapshotFromHdf5(model, false, "lenet.caffemodel").toSeq ===
+        NativeLib.snapshotFromHdf5(Files.readAllBytes(
+          models.resolve("mnist_lenet_iter_100.caffemodel.h5")), false, "snapshot").toSeq)
+      // A .h5 name with the binary snapshot_format: HDF5, as Caffe will read it by its name.
+      val named = cos("-train", "-conf", write(dir.resolve("conf"), "short.prototxt",
+        solverText("lenet_memory_train_test.prototxt").replace("max_iter: 100", "max_iter: 10")),
+        "-model", uri(models, "named.caffemodel.h5"))
+      assert(named.code === 0, named.err)
+      assert(Files.readAllBytes(models.resolve("named.caffemodel.h5")).take(8).toSeq ===
+        signature)
+      val testedNamed = cos("-test", "-conf", h5, "-model", uri(models, "named.caffemodel.h5"))
+      assert(testedNamed.code === 0 && testedNamed.out.contains("accuracy = "), testedNamed.err)
       val longer = write(dir.resolve("conf"), "h5_longer.prototxt",
         text.replace("max_iter: 100", "max_iter: 150"))
       val resumed = cos("-train", "-conf", longer, "-model", uri(models, "more.caffemodel"),

@@ -11,8 +11,10 @@ import scala.util.Random
 import org.apache.hadoop.io.BytesWritable
 import org.scalatest.funsuite.AnyFunSuite
 
+import io.cortado.CortadoConfigException
 import io.cortado.TestDirs.withTempDir
 import io.cortado.data.ImageFolder
+import io.cortado.jni.NativeImage
 
 /**
  * Images through Spark as CaffeOnSpark's users bring them: a folder of JPEG files with a label
@@ -146,6 +148,53 @@ class ImageSourceSuite extends AnyFunSuite with PerTest {
         memoryNet("com.yahoo.ml.caffe.SeqImageDataSource", seq, relative))
       val r = cos("-train", "-test", "-conf", solver(dir, "net.prototxt"),
         "-model", dir.resolve("seq.caffemodel").toUri.toString, "-resize")
+      assert(r.code === 0, r.err)
+      assert(accuracy(r.out).exists(_ >= 0.95), r.out)
+    }
+  }
+
+  test("crop_size: an image larger than the layer is cut to its size, at a random place in " +
+      "TRAIN and at the centre in TEST, as Caffe's transformer cuts it") {
+    // 1 channel, 4 x 5, pixel (y, x) = 5y + x, interleaved (one channel: the same bytes).
+    val pixels = Array.tabulate[Byte](20)(_.toByte)
+    def window(top: Int, left: Int) =
+      for (y <- top until top + 2; x <- left until left + 3) yield (5 * y + x).toFloat
+    val centre = NativeImage.fromInterleaved(pixels, 1, 4, 5, 2, 3, false,
+      NativeImage.CENTRE_CROP, 0L, "centre")
+    assert(centre.toSeq === window(1, 1))
+    // Random: every place with top in 0..2 and left in 0..2 turns up, each a window of the
+    // image; the same seed gives the same place.
+    val places = (0L until 200L).map { seed =>
+      val got = NativeImage.fromInterleaved(pixels, 1, 4, 5, 2, 3, false,
+        NativeImage.RANDOM_CROP, seed, "random").toSeq
+      val place = for (t <- 0 to 2; l <- 0 to 2 if window(t, l) == got) yield (t, l)
+      assert(place.size === 1, got)
+      assert(NativeImage.fromInterleaved(pixels, 1, 4, 5, 2, 3, false, NativeImage.RANDOM_CROP,
+        seed, "again").toSeq === got)
+      place.head
+    }
+    assert(places.toSet === (for (t <- 0 to 2; l <- 0 to 2) yield (t, l)).toSet)
+    // -resize goes first; an image smaller than the layer is still refused, saying why.
+    assert(NativeImage.fromInterleaved(pixels, 1, 4, 5, 4, 5, true, NativeImage.CENTRE_CROP,
+      0L, "same").toSeq === pixels.map(_.toFloat).toSeq)
+    val small = intercept[CortadoConfigException](NativeImage.fromInterleaved(pixels, 1, 4, 5,
+      6, 3, false, NativeImage.CENTRE_CROP, 0L, "image 'small'"))
+    assert(small.getMessage.contains("image 'small' is 4 x 5; the layer takes 6 x 3") &&
+      small.getMessage.contains("crop_size"), small.getMessage)
+
+    // The 16 x 16 JPEG folder on a layer of 8 x 8 with crop_size 8 (CaffeOnSpark's CaffeNet
+    // layout: memory_data_param of the crop's size), no -resize: it trains and tests.
+    withTempDir("cortado-images-crop") { dir =>
+      val (root, labels, _) = imageFolder(dir)
+      val parquet = dir.resolve("images.parquet").toUri.toString
+      ImageFolder.load(ss, root, labels).write.parquet(parquet)
+      write(dir, "net.prototxt", memoryNet("com.yahoo.ml.caffe.ImageDataFrame", parquet,
+        parquet, """dataframe_column_select: "SampleID as id" """ +
+          """dataframe_column_select: "label" dataframe_column_select: "data" image_encoded: true""")
+        .replace("transform_param { scale: 0.00390625 }",
+          "transform_param { scale: 0.00390625 crop_size: 8 mirror: true }"))
+      val r = cos("-train", "-test", "-conf", solver(dir, "net.prototxt"),
+        "-model", dir.resolve("crop.caffemodel").toUri.toString, "-skipCorrupt")
       assert(r.code === 0, r.err)
       assert(accuracy(r.out).exists(_ >= 0.95), r.out)
     }
