@@ -19,7 +19,7 @@ import io.cortado.TestDirs.withTempDir
 import io.cortado.caffeonspark.tools.{Binary2DataFrame, Binary2Sequence, LMDB2DataFrame,
   LMDB2Sequence, Tool}
 import io.cortado.jni.NativeLmdbSuite
-import io.cortado.spark.{ImageSource, PerTest}
+import io.cortado.spark.{CortadoOnSparkSuite, CortadoSuite, ImageSource, LmdbSourceSuite, PerTest}
 
 object ToolsSuite {
 
@@ -275,6 +275,46 @@ class ToolsSuite extends AnyFunSuite with PerTest {
         assert(read(key(i)) ===
           ((NativeLmdbSuite.image(i, 6).map(_.toFloat), (i % 4).toFloat)))
       }
+    }
+  }
+
+  test("LMDB databases converted by LMDB2Sequence and LMDB2DataFrame train a net and test it") {
+    withTempDir("cortado-tools-train") { dir =>
+      val (trainImages, trainLabels) = LmdbSourceSuite.separable(200, seed = 7)
+      val (testImages, testLabels) = LmdbSourceSuite.separable(100, seed = 11)
+      val trainDb = NativeLmdbSuite.lmdb(dir, "train_lmdb", 2, 2, trainImages, trainLabels)
+      val testDb = NativeLmdbSuite.lmdb(dir, "test_lmdb", 2, 2, testImages, testLabels)
+      val (seq, parquet) = (s"file:$dir/train.seq", s"file:$dir/test.parquet")
+      assert(runTool(l2s, ss, "-imageRoot", s"file:$trainDb", "-output", seq).code === 0)
+      assert(runTool(l2df, ss, "-imageRoot", s"file:$testDb", "-output", parquet,
+        "-outputFormat", "parquet").code === 0)
+      def layer(phase: String, batch: Int, sourceClass: String, source: String) =
+        s"""layer { name: "data" type: "MemoryData" top: "data" top: "label"
+          |  include { phase: $phase } source_class: "$sourceClass"
+          |  memory_data_param { source: "$source" batch_size: $batch channels: 1 height: 2
+          |    width: 2 }
+          |  transform_param { scale: 0.00390625 } }
+          |""".stripMargin
+      CortadoSuite.write(dir, "net.prototxt",
+        layer("TRAIN", 8, "com.yahoo.ml.caffe.SeqImageDataSource", seq) +
+          layer("TEST", 10, "com.yahoo.ml.caffe.ImageDataFrame", parquet) +
+          CortadoOnSparkSuite.Body)
+      val solver = CortadoSuite.write(dir, "solver.prototxt",
+        """net: "net.prototxt"
+          |base_lr: 0.1
+          |momentum: 0.9
+          |lr_policy: "fixed"
+          |max_iter: 100
+          |random_seed: 1701
+          |""".stripMargin)
+      val model = s"file:$dir/net.caffemodel"
+      val r = CortadoOnSparkSuite.runMain(ss, Seq("-train", "-test", "-conf", solver, "-model",
+        model))
+      assert(r.code === 0, r.err)
+      val accuracy = r.out.linesIterator.collectFirst {
+        case line if line.startsWith("accuracy = ") => line.stripPrefix("accuracy = ").toDouble
+      }
+      assert(accuracy.exists(_ >= 0.95), r.out)
     }
   }
 
