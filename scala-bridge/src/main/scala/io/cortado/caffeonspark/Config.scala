@@ -51,7 +51,8 @@ import io.cortado.spark.{CortadoOnSpark, JobPlan}
  *  - [[isRddPersistent]], [[transform_thread_per_device]] and the flags of
  *    CaffeOnSpark's conversion tools ([[imageRoot]], [[labelFile]], [[captionFile]],
  *    [[captionLength]], [[vocabSize]], [[imageCaptionDFDir]], [[vocabDir]], [[embeddingDFDir]])
- *    are kept for programs that read them; training does not use them.
+ *    are kept for programs that read them and for the conversion tools
+ *    (`io.cortado.caffeonspark.tools`); training does not use them.
  *
  * Not thread-safe, as CaffeOnSpark's. Serializable; the SparkContext is not kept in the copies.
  *

@@ -192,7 +192,7 @@ object LmdbSource {
    * database is opened on the first record and closed after the last one, or when the task
    * ends (a `limit` may stop early).
    */
-  private[spark] def read(db: LmdbInfo, owner: String, start: Long, end: Long,
+  private[cortado] def read(db: LmdbInfo, owner: String, start: Long, end: Long,
       chunkBytes: Int = ChunkBytes): Iterator[LmdbRecord] = {
     if (start >= end) return Iterator.empty
     val sample = db.sampleSize
