@@ -280,7 +280,7 @@ object Conversions {
         val id = row.get(0).toString
         val file = row.get(1).toString
         val path = new Path(s"$root/$file")
-        val bytes = CocoCaptions.readFile(path, conf.value, s"the image of row $id,")
+        val bytes = CocoCaptions.readFile(path, conf.value, s"row $id's image")
         val ((height, width), logged) =
           imageSize(path, bytes, dimension(row, 2), dimension(row, 3), warned)
         warned = logged
