@@ -236,7 +236,7 @@ object Conversions {
     val schema = StructType(Array(
       StructField("id", LongType, nullable = true),
       StructField(captionColumn, StringType, nullable = true)))
-    embeddingDF.sqlContext.createDataFrame(rows, schema)
+    embeddingDF.sparkSession.createDataFrame(rows, schema)
   }
 
   /**
@@ -269,7 +269,7 @@ object Conversions {
       captions: Option[(Map[String, Int], Int)]): DataFrame = {
     val columns = Seq("id", "file", "height", "width") ++ captions.map(_ => "caption")
     requireColumns(df, columns, "embed")
-    val conf = new SerializableConfiguration(df.sqlContext.sparkContext.hadoopConfiguration)
+    val conf = new SerializableConfiguration(df.sparkSession.sparkContext.hadoopConfiguration)
     val root = imageRootFolder.stripSuffix("/")
     val rows = df.select(columns.map(col): _*).rdd.mapPartitions { it =>
       var warned = false
@@ -299,7 +299,7 @@ object Conversions {
       StructField("label", IntegerType, nullable = true))
     val sentences = captions.toSeq.flatMap(_ => Seq("input_sentence", "cont_sentence",
       "target_sentence").map(StructField(_, ArrayType(IntegerType), nullable = true)))
-    df.sqlContext.createDataFrame(rows, StructType(base ++ sentences))
+    df.sparkSession.createDataFrame(rows, StructType(base ++ sentences))
   }
 
   /** A height or width of a row: a number, or None when null. */
