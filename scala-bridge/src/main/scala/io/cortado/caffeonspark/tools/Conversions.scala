@@ -244,7 +244,8 @@ object Conversions {
    * `captionLength` long.
    */
   private[caffeonspark] def embedCaption(caption: String,
-      wordIndex: scala.collection.Map[String, Int], captionLength: Int): (Array[Int], Array[Int], Array[Int]) = {
+      wordIndex: scala.collection.Map[String, Int],
+      captionLength: Int): (Array[Int], Array[Int], Array[Int]) = {
     val words = sentence2Words(caption)
     val n = math.min(words.length, captionLength - 1)
     val input = Array.fill(captionLength)(Vocab.NO_TOKEN)
