@@ -14,9 +14,9 @@
 #
 # Run from anywhere, after the jar is built (mvn -f scala-bridge/pom.xml package):
 #   bash tests/caffeonspark/upstream_suites.sh [SUITE...]
-# SUITE: DataFrameTest, InterleaveTest, ToolTest, SourceTest (default: every suite that ports;
-# SourceTest drives com.yahoo.ml.jcaffe.CaffeNet and ToolTest needs CaffeOnSpark's COCO
-# conversion tools, neither of which the jar has: named, they are tried and fail to compile).
+# SUITE: DataFrameTest, InterleaveTest, ToolTest, SourceTest (default: the first three;
+# SourceTest drives com.yahoo.ml.jcaffe.CaffeNet, CaffeOnSpark's low-level net API, which the
+# jar does not have: named, it is tried and fails to compile).
 # Settings (environment):
 #   CAFFEONSPARK=    a CaffeOnSpark checkout (a work tree or a bare git directory); default:
 #                    cloned from https://github.com/yahoo/CaffeOnSpark into the work folder
@@ -32,7 +32,7 @@ BUILD_DIR=${BUILD_DIR:-$ROOT/build}
 FASHION_MNIST_DIR=${FASHION_MNIST_DIR:-/usr/share/datasets/fashion-mnist}
 KEEP=${KEEP:-0}
 suites=("$@")
-((${#suites[@]})) || suites=(DataFrameTest InterleaveTest)
+((${#suites[@]})) || suites=(DataFrameTest InterleaveTest ToolTest)
 
 if [[ -z ${CORTADO_JAR:-} ]]; then
   for f in "$ROOT"/scala-bridge/target/cortado-*.jar; do
