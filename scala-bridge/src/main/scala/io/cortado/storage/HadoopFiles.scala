@@ -81,6 +81,38 @@ object HadoopFiles {
   }
 
   /**
+   * Runs `write` with a temporary path beside `path` (a hidden name, which Hadoop's and Spark's
+   * readers skip) and renames it to `path` once `write` returns, so that `path` never holds
+   * half an output (a file or a directory, such as a DataFrame's); the temporary path is removed
+   * when `write` fails. An existing `path` fails before any work, with CortadoIOException
+   * naming `what` it is and the path, and is never overwritten.
+   */
+  def writeAtomically(path: String, conf: Configuration, what: String)(
+      write: String => Unit): Unit = {
+    val target = new Path(path)
+    val fs =
+      try target.getFileSystem(conf)
+      catch { case e: IOException => throw new CortadoIOException(s"$what $path: $e", e) }
+    def refuse(): Unit = if (fs.exists(target)) {
+      throw new CortadoIOException(s"$what $path already exists: remove it or name another")
+    }
+    refuse()
+    val temp = new Path(target.getParent, s".${target.getName}.${UUID.randomUUID()}.tmp")
+    try {
+      write(temp.toString)
+      refuse()
+      if (!fs.rename(temp, target)) {
+        throw new CortadoIOException(s"cannot rename $temp to $path ($what)")
+      }
+    } catch {
+      case scala.util.control.NonFatal(e) =>
+        try fs.delete(temp, true)
+        catch { case scala.util.control.NonFatal(d) => e.addSuppressed(d) }
+        throw e
+    }
+  }
+
+  /**
    * Fails unless a file can be written at `path` (as writeBytesAtomic writes it): `path` is not
    * a directory and a file can be created, then deleted, beside it (creating its directory
    * when missing). Checked before long work whose result would otherwise be lost.

@@ -22,6 +22,34 @@ class HadoopFilesSuite extends AnyFunSuite {
     }
   }
 
+  test("writeAtomically: the output appears whole under its name, never over an existing one; " +
+      "a failed write leaves nothing") {
+    withTempDir("cortado-hadoop-atomic") { tempDir =>
+      val dir = tempDir.toUri.toString
+      val out = dir + "out"
+      var seen = ""
+      HadoopFiles.writeAtomically(out, conf, "the output") { temp =>
+        seen = temp
+        assert(!HadoopFiles.exists(out, conf))  // not under its name while being written
+        HadoopFiles.writeBytesAtomic(temp + "/part-0", Array[Byte](7), conf)
+      }
+      assert(seen.contains("/.out.") && seen.endsWith(".tmp"), seen)
+      assert(HadoopFiles.readBytes(out + "/part-0", conf).toSeq === Seq[Byte](7))
+      val again = intercept[CortadoIOException] {
+        HadoopFiles.writeAtomically(out, conf, "the output")(_ => fail("ran over an existing one"))
+      }
+      assert(again.getMessage === s"the output $out already exists: remove it or name another")
+      val failed = dir + "failed"
+      intercept[IllegalStateException] {
+        HadoopFiles.writeAtomically(failed, conf, "the output") { temp =>
+          HadoopFiles.writeBytesAtomic(temp + "/part-0", Array[Byte](1), conf)
+          throw new IllegalStateException("the job failed")
+        }
+      }
+      assert(tempDir.toFile.list().toSeq === Seq("out"))  // no temporary left, nor "failed"
+    }
+  }
+
   test("a missing file names its path") {
     val e = intercept[CortadoIOException] {
       HadoopFiles.readBytes("file:///nonexistent/cortado/model.bin", conf)

@@ -2,13 +2,12 @@
 package io.cortado.caffeonspark.tools
 
 import java.io.IOException
-import java.util.UUID
 
 import org.apache.hadoop.conf.Configuration
 import org.apache.hadoop.fs.Path
-import org.apache.hadoop.io.IOUtils
 
 import io.cortado.CortadoIOException
+import io.cortado.storage.HadoopFiles
 
 /**
  * What the caption tools ([[Conversions]], [[Vocab]], [[CocoDataSetConverter]]) share: image
@@ -65,20 +64,10 @@ private[caffeonspark] object CocoCaptions {
 
   /** The whole of the file `path`; CortadoIOException naming it and `what` it is otherwise. */
   def readFile(path: Path, conf: Configuration, what: String): Array[Byte] =
-    try {
-      val fs = path.getFileSystem(conf)
-      val length = fs.getFileStatus(path).getLen
-      if (length > Int.MaxValue - 8) {
-        throw new CortadoIOException(s"cannot read $what $path: $length bytes is too large")
-      }
-      val bytes = new Array[Byte](length.toInt)
-      val in = fs.open(path)
-      try IOUtils.readFully(in, bytes, 0, bytes.length) finally in.close()
-      bytes
-    } catch {
-      case e: java.io.FileNotFoundException =>
-        throw new CortadoIOException(s"cannot read $what $path: it does not exist", e)
-      case e: IOException => throw new CortadoIOException(s"cannot read $what $path: $e", e)
+    try HadoopFiles.readBytes(path.toString, conf)
+    catch {
+      case e: CortadoIOException =>
+        throw new CortadoIOException(s"cannot read $what: ${e.getMessage}", e)
     }
 
   /** Throws CortadoIOException, naming `what` it is, when `path` does not exist. */
@@ -101,28 +90,6 @@ private[caffeonspark] object CocoCaptions {
     if (p.getFileSystem(conf).exists(p)) {
       throw new CortadoIOException(
         s"$what $path already exists: remove it or name another (it is not overwritten)")
-    }
-  }
-
-  /**
-   * Runs `write` with a temporary path beside `path` (a hidden name, which Hadoop's and Spark's
-   * readers skip) and renames it to `path` when it returns; refused when `path` exists. The
-   * temporary path is removed when `write` fails.
-   */
-  def writeAtomically(path: String, conf: Configuration, what: String)(
-      write: String => Unit): Unit = {
-    refuseExisting(path, conf, what)
-    val target = new Path(path)
-    val fs = target.getFileSystem(conf)
-    val temp = new Path(target.getParent, s".${target.getName}.${UUID.randomUUID()}.tmp")
-    try {
-      write(temp.toString)
-      refuseExisting(path, conf, what)
-      if (!fs.rename(temp, target)) {
-        throw new CortadoIOException(s"cannot rename $temp to $target ($what)")
-      }
-    } finally {
-      if (fs.exists(temp)) fs.delete(temp, true)
     }
   }
 

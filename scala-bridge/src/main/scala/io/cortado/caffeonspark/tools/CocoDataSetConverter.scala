@@ -7,6 +7,7 @@ import org.slf4j.{Logger, LoggerFactory}
 
 import io.cortado.CortadoConfigException
 import io.cortado.caffeonspark.Config
+import io.cortado.storage.HadoopFiles
 
 /**
  * CaffeOnSpark's COCO converter (`com.yahoo.ml.caffe.tools.CocoDataSetConverter`): a COCO
@@ -78,7 +79,7 @@ object CocoDataSetConverter {
         "-vocabDir must name the vocabulary's folder under -output")
     }
     imageCaptionDir.foreach { dir =>
-      CocoCaptions.writeAtomically(dir, hadoop, "the image-caption DataFrame") { temp =>
+      HadoopFiles.writeAtomically(dir, hadoop, "the image-caption DataFrame") { temp =>
         imageCaptions.write.json(temp)
       }
       log.info(s"images and captions of ${conf.captionFile} written to $dir")
@@ -102,7 +103,7 @@ object CocoDataSetConverter {
       } else {
         Conversions.Image2Embedding(conf.imageRoot, imageCaptions)
       }
-    CocoCaptions.writeAtomically(embeddingDir, hadoop, "the embedding DataFrame") { temp =>
+    HadoopFiles.writeAtomically(embeddingDir, hadoop, "the embedding DataFrame") { temp =>
       embedded.write.format(conf.outputFormat).save(temp)
     }
     log.info(s"embedded images of ${conf.captionFile} written to $embeddingDir")

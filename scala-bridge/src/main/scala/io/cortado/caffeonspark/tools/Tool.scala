@@ -2,7 +2,6 @@
 package io.cortado.caffeonspark.tools
 
 import java.io.{FileNotFoundException, IOException, PrintStream}
-import java.util.UUID
 
 import scala.util.control.NonFatal
 
@@ -124,30 +123,9 @@ private[caffeonspark] object Tool {
    * never holds half an output; removed when `save` fails. An existing `output` fails with
    * CortadoIOException naming it, before any work.
    */
-  def writeOutput(sc: SparkContext, output: String)(save: String => Unit): Unit = {
-    val given = new Path(HadoopFiles.absoluteLocal(output))
-    val fs =
-      try given.getFileSystem(sc.hadoopConfiguration)
-      catch {
-        case e: IOException => throw new CortadoIOException(s"-output $output: $e", e)
-      }
-    val target = fs.makeQualified(given)
-    if (fs.exists(target)) {
-      throw new CortadoIOException(s"-output $output already exists; remove it or name another")
-    }
-    val temp = new Path(target.getParent, s".${target.getName}.${UUID.randomUUID()}.tmp")
-    try {
-      save(temp.toString)
-      if (!fs.rename(temp, target)) {
-        throw new CortadoIOException(s"cannot rename $temp to $target")
-      }
-    } catch {
-      case NonFatal(e) =>
-        try fs.delete(temp, true)
-        catch { case NonFatal(d) => e.addSuppressed(d) }
-        throw e
-    }
-  }
+  def writeOutput(sc: SparkContext, output: String)(save: String => Unit): Unit =
+    HadoopFiles.writeAtomically(HadoopFiles.absoluteLocal(output), sc.hadoopConfiguration,
+      "-output")(save)
 
   /** The first CortadoException in `e`'s causes (a task's reaches the driver wrapped). */
   def cortadoCause(e: Throwable): Option[Throwable] =

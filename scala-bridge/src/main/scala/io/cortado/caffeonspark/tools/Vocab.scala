@@ -8,6 +8,7 @@ import org.apache.spark.sql.types.StringType
 import org.slf4j.{Logger, LoggerFactory}
 
 import io.cortado.CortadoConfigException
+import io.cortado.storage.HadoopFiles
 
 /**
  * CaffeOnSpark's vocabulary constants: the indices caption embeddings use besides the words'.
@@ -108,7 +109,7 @@ class Vocab(val sqlContext: SQLContext) {
         s"word '$w' holds a line break, and the file has one word a line")
     }
     val sc = sqlContext.sparkContext
-    CocoCaptions.writeAtomically(vocabFilePath, sc.hadoopConfiguration, "the vocabulary") {
+    HadoopFiles.writeAtomically(vocabFilePath, sc.hadoopConfiguration, "the vocabulary") {
       temp => sc.parallelize(current.toSeq, 1).saveAsTextFile(temp)
     }
   }
