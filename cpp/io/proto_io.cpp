@@ -8,6 +8,8 @@
 #include <google/protobuf/text_format.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <climits>
 #include <cstdio>
@@ -25,18 +27,45 @@ namespace {
 // Collects the text parser's first error as "source:line:column: message".
 class ErrorCollector : public google::protobuf::io::ErrorCollector {
  public:
-  explicit ErrorCollector(std::string source) : source_(std::move(source)) {}
+  ErrorCollector(std::string source, const std::string& text)
+      : source_(std::move(source)), text_(text) {}
   void AddError(int line, int column, const std::string& message) override {
     if (first_.empty()) {
-      // The parser counts from zero; editors count from one.
+      // The parser counts from zero; editors count from one. The line's text follows, so that
+      // the field is named also where the parser's message names only the value ("Expected
+      // double, got: fast").
       first_ = fmt::format("{}:{}:{}: {}", source_, line + 1, column + 1, message);
+      const std::string quoted = LineText(line);
+      if (!quoted.empty()) first_ += fmt::format(" (in `{}`)", quoted);
     }
   }
   void AddWarning(int, int, const std::string&) override {}
   const std::string& first() const { return first_; }
 
  private:
+  // Line `line` (from zero) of the text, trimmed, at most 80 characters, anything but printable
+  // ASCII shown as '?'; empty when there is no such line.
+  std::string LineText(int line) const {
+    size_t start = 0;
+    for (int i = 0; i < line; ++i) {
+      start = text_.find('\n', start);
+      if (start == std::string::npos) return "";
+      ++start;
+    }
+    size_t end = text_.find('\n', start);
+    if (end == std::string::npos) end = text_.size();
+    while (start < end && std::isspace(static_cast<unsigned char>(text_[start])) != 0) ++start;
+    while (end > start && std::isspace(static_cast<unsigned char>(text_[end - 1])) != 0) --end;
+    std::string out = text_.substr(start, std::min<size_t>(end - start, 80));
+    for (char& c : out) {
+      if (c < 0x20 || c > 0x7e) c = '?';
+    }
+    if (end - start > 80) out += "...";
+    return out;
+  }
+
   std::string source_;
+  const std::string& text_;
   std::string first_;
 };
 
@@ -88,7 +117,7 @@ void WriteFileAtomic(const std::string& path, const std::string& bytes) {
 void ReadProtoFromTextString(const std::string& text, const std::string& source,
                              google::protobuf::Message* message) {
   google::protobuf::TextFormat::Parser parser;
-  ErrorCollector errors(source);
+  ErrorCollector errors(source, text);
   parser.RecordErrorsTo(&errors);
   if (!parser.ParseFromString(text, message)) {
     CORTADO_THROW(kParse, "{}",

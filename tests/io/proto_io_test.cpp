@@ -35,6 +35,31 @@ TEST(ProtoIoTest, SyntaxErrorReportsFileLineColumn) {
   std::remove(path.c_str());
 }
 
+TEST(ProtoIoTest, ABadValueNamesItsFieldThroughTheLinesText) {
+  // The parser's own message names only the value; the line's text names the field.
+  caffe::SolverParameter solver;
+  try {
+    ReadProtoFromTextString("net: \"n.prototxt\"\n  base_lr: fast   \n", "s.prototxt", &solver);
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kParse);
+    EXPECT_EQ(std::string(e.what()),
+              "s.prototxt:2:12: Expected double, got: fast (in `base_lr: fast`)");
+  }
+  // A long line is cut, bytes outside printable ASCII shown as '?'.
+  const std::string lr = "base_lr: \"" + std::string(100, 'x') + "\xff\"\n";
+  try {
+    ReadProtoFromTextString(lr, "long.prototxt", &solver);
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    const std::string msg = e.what();
+    const size_t quoted = msg.find("(in `base_lr: \"xxxx");
+    ASSERT_NE(quoted, std::string::npos) << msg;
+    EXPECT_EQ(msg.substr(msg.size() - 5), "...`)") << msg;
+    EXPECT_EQ(msg.find('\xff', quoted), std::string::npos) << msg;
+  }
+}
+
 TEST(ProtoIoTest, MissingFileIsNotFound) {
   caffe::NetParameter param;
   try {
