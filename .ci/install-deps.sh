@@ -13,6 +13,7 @@ packages=(
   libopenmpi-dev openmpi-bin libibverbs-dev libucx-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   clang-format-14
+  libonnx-dev python3-onnx python3-opencv
   dataset-fashion-mnist
 )
 

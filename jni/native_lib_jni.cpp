@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
-// Natives of io.cortado.jni.NativeLib: version, devices, prototxt validation, and what the Spark
-// driver needs to know of a solver and a net (io.cortado.jni.SolverInfo, DataLayerInfo).
+// Natives of io.cortado.jni.NativeLib: version, devices, prototxt validation, what the Spark
+// driver needs to know of a solver and a net (io.cortado.jni.SolverInfo, DataLayerInfo), and
+// a trained net's ONNX export.
 #include <google/protobuf/text_format.h>
 #include <unistd.h>
 
@@ -8,11 +9,13 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "comm/rdma_devices.hpp"
 #include "core/config.hpp"
+#include "core/context.hpp"
 #include "core/device_info.hpp"
 #include "core/error.hpp"
 #include "io/hdf5_io.hpp"
@@ -20,6 +23,10 @@
 #include "io/upgrade.hpp"
 #include "io_cortado_jni_NativeLib.h"
 #include "jni/jni_util.hpp"
+#include "net/net.hpp"
+#if CORTADO_WITH_ONNX
+#include "onnx/onnx_export.hpp"
+#endif
 #include "parallel/session_info.hpp"
 #include "parallel/trainer.hpp"
 #include "plot/training_plot.hpp"
@@ -454,6 +461,55 @@ JNIEXPORT jbyteArray JNICALL Java_io_cortado_jni_NativeLib_plotLog(JNIEnv* env, 
     return jni::NewByteArray(
         env, cortado::plot::PlotTrainingLog(jni::ToStdString(env, log_text, "logText"),
                                             jni::ToStdString(env, source, "source"), options));
+  });
+}
+
+}  // extern "C"
+
+extern "C" {
+
+JNIEXPORT jbyteArray JNICALL
+Java_io_cortado_jni_NativeLib_exportOnnx(JNIEnv* env, jclass, jstring prototxt, jstring source,
+                                         jbyteArray weights, jint opset, jboolean dynamic_batch) {
+  return jni::Guard(env, jbyteArray{nullptr}, [&]() -> jbyteArray {
+    std::string name;
+    caffe::NetParameter param = jni::WholeNet(env, prototxt, source, caffe::TEST, &name);
+#if CORTADO_WITH_ONNX
+    cortado::io::CheckNetHasLayers(param, name);
+    cortado::CheckLayerTypes(param, name);
+    param.mutable_state()->set_phase(caffe::TEST);
+    // The context outlives the net, which runs in it.
+    auto ctx = std::make_unique<cortado::Context>(cortado::Device::Cpu(), /*seed=*/1);
+    std::unique_ptr<cortado::Net> net;
+    cortado::WithContext(name, [&] {
+      net = std::make_unique<cortado::Net>(param, ctx.get(), cortado::OnnxExportNetOptions());
+    });
+    if (weights != nullptr && env->GetArrayLength(weights) > 0) {
+      const std::string weights_name = name + " weights";
+      caffe::NetParameter trained;
+      jni::ParseBinaryProto(env, weights, weights_name, &trained);
+      cortado::io::UpgradeNetAsNeeded(weights_name, &trained);
+      cortado::WithContext(weights_name, [&] { net->CopyTrainedLayersFrom(trained); });
+    }
+    cortado::OnnxExportOptions options;
+    options.opset = opset;
+    options.dynamic_batch = dynamic_batch == JNI_TRUE;
+    const onnx::ModelProto model =
+        cortado::WithContext(name, [&] { return cortado::ExportOnnx(*net, options); });
+    // onnx.proto asks for protobuf's lite runtime: a MessageLite, serialised here.
+    std::string bytes;
+    if (!model.SerializeToString(&bytes)) {
+      CORTADO_THROW(kInvalidArgument, "{}: cannot serialise the ONNX model (over 2 GiB?)", name);
+    }
+    return jni::NewByteArray(env, bytes);
+#else
+    (void)weights;
+    (void)opset;
+    (void)dynamic_batch;
+    CORTADO_THROW(kUnimplemented,
+                  "{}: ONNX export needs a build with ONNX (WITH_ONNX, libonnx-dev's onnx.proto)",
+                  name);
+#endif
   });
 }
 

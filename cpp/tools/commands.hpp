@@ -28,6 +28,8 @@ int DeviceQueryCommand(int argc, char** argv);
 int ConvertIdxCommand(int argc, char** argv);
 // cortado plot LOG [--output=PNG] [--width=1200 --height=900] [--smooth=N]
 int PlotCommand(int argc, char** argv);
+// `cortado export`: a net and its weights as an ONNX model.
+int ExportCommand(int argc, char** argv);
 
 // Helpers shared by the commands.
 // "a,b,,c" -> {"a", "b", "c"}.

@@ -43,6 +43,7 @@ const char kUsage[] =
     "  device_query  show the CPU, CUDA and RDMA devices this build can use\n"
     "  convert_idx   convert IDX (MNIST-format) images and labels into an LMDB of Datum\n"
     "  plot          draw the training curves of a training log as a PNG\n"
+    "  export        write a trained model as ONNX (for ONNX Runtime, TensorRT, OpenCV, ...)\n"
     "Run 'cortado <command> --help' for a command's flags.\n";
 
 }  // namespace
@@ -57,6 +58,7 @@ int main(int argc, char** argv) {
       {"device_query", cortado::tools::DeviceQueryCommand},
       {"convert_idx", cortado::tools::ConvertIdxCommand},
       {"plot", cortado::tools::PlotCommand},
+      {"export", cortado::tools::ExportCommand},
   };
   if (argc < 2 || std::strcmp(argv[1], "--help") == 0 || std::strcmp(argv[1], "-h") == 0) {
     std::fputs(kUsage, argc < 2 ? stderr : stdout);

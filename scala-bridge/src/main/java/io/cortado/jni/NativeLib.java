@@ -4,8 +4,8 @@ package io.cortado.jni;
 import io.cortado.NativeLoader;
 
 /**
- * Natives about the library itself: version, devices, and prototxt validation (the driver
- * checks solver and net before any task starts). Implemented in jni/native_lib_jni.cpp.
+ * Natives about the library itself: version, devices, prototxt validation (the driver checks
+ * solver and net before any task starts), and ONNX export. Implemented in jni/native_lib_jni.cpp.
  *
  * <p>Errors arrive as the exceptions of docs/dev/errors.md (io.cortado.Cortado*Exception). All
  * methods are thread-safe.
@@ -131,6 +131,27 @@ public final class NativeLib {
    * none, or when libibverbs is missing.
    */
   public static native String[] rdmaDevices();
+
+  /**
+   * A trained net as an ONNX model (docs/onnx.md): the TEST phase of the net prototxt {@code
+   * prototxt} (parsed and upgraded as {@link #validateNet} does; {@code source} names it in
+   * messages) is built on the CPU, every layer on its own, with the weights of {@code weights}
+   * (a binary .caffemodel, a NetParameter; null or empty: the fillers' values), and exported:
+   * the data layers' tops become the graph's inputs (holding what the data layer's transform
+   * gives, e.g. pixels times its {@code scale}), losses and accuracies are left out, and the
+   * graph's outputs are the remaining output blobs, named after them.
+   *
+   * @param opset the default-domain opset the model declares, 13 to 17
+   * @param dynamicBatch axis 0 of every graph input and output is the symbolic "N" (any batch
+   *     size); false: the net's own shapes
+   * @return the serialized onnx.ModelProto
+   * @throws io.cortado.CortadoConfigException naming the source and the layer with its type for
+   *     a layer without an ONNX counterpart, or the opset out of range; a weights mismatch
+   *     names the layer and shapes
+   * @throws io.cortado.CortadoException when the build has no ONNX export (WITH_ONNX off)
+   */
+  public static native byte[] exportOnnx(
+      String prototxt, String source, byte[] weights, int opset, boolean dynamicBatch);
 
   /**
    * The training curves of a training log as a PNG image of {@code width} x {@code height}

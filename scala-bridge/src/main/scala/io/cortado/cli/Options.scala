@@ -48,6 +48,8 @@ import scala.util.Try
  *                      its main class accepted them, and said to be unused): name -> value
  * @param testDataFrame -testDataFrame: -test writes its results to -output as a DataFrame
  *                      (metric, value) in -outputFormat instead of CaffeOnSpark's text file
+ * @param exportOnnx    -exportOnnx: where the ONNX model of -model goes (after -train when
+ *                      given); not CaffeOnSpark's
  * @param warnings      what the command line had that CaffeOnSpark's parser let through and
  *                      this one leaves out, one message each: a flag given again (the first
  *                      value counts, as in CaffeOnSpark) and arguments that are not flags
@@ -79,6 +81,7 @@ final case class Options(
     lmdbPartitions: Int = 0,
     toolFlags: Seq[(String, String)] = Seq.empty,
     testDataFrame: Boolean = false,
+    exportOnnx: String = "",
     warnings: Seq[String] = Seq.empty) {
 
   /** Features requested (CaffeOnSpark: with both -test and -features, only features run). */
@@ -105,6 +108,8 @@ object Options {
       |                       in -outputFormat instead
       |  -features B1,B2      extract these blobs to -output (replaces -test)
       |  -label BLOB          label blob to add to the extracted features
+      |  -exportOnnx PATH     write -model (after -train, when given) as an ONNX model to
+      |                       PATH, which must not exist (docs/onnx.md)
       |  -outputFormat F      json (default) or parquet
       |  -output PATH         where test results and features go (default: output)
       |  -weights FILE        .caffemodel to start from (the -snapshot's model when resuming)
@@ -149,7 +154,7 @@ object Options {
     Set("conf", "features", "label", "outputFormat", "model", "output", "weights", "snapshot",
       "devices", "connection", "connectionFallback", "clusterSize", "comm", "maxAttempts",
       "exchangePrecision", "minWorkers", "elasticScaling",
-      "cpuThreads", "lmdb_partitions") ++ ToolFlags
+      "cpuThreads", "lmdb_partitions", "exportOnnx") ++ ToolFlags
   private val switches =
     Set("train", "test", "persistent", "resize", "skipCorrupt", "testDataFrame")
 
@@ -215,6 +220,7 @@ object Options {
     case "output" => o.copy(output = value)
     case "weights" => o.copy(weights = value)
     case "snapshot" => o.copy(snapshot = value)
+    case "exportOnnx" => o.copy(exportOnnx = value)
     case _ => o
   }
 
@@ -265,8 +271,8 @@ object Options {
   private def check(o: Options): Either[String, Options] =
     if (o.conf.isEmpty) Left("-conf (the solver prototxt) is required")
     else if (o.model.isEmpty) Left("-model is required")
-    else if (!o.train && !o.test && o.features.isEmpty) {
-      Left("nothing to do: give -train, -test or -features")
+    else if (!o.train && !o.test && o.features.isEmpty && o.exportOnnx.isEmpty) {
+      Left("nothing to do: give -train, -test, -features or -exportOnnx")
     } else if (o.snapshot.nonEmpty && o.weights.isEmpty) {
       Left("-snapshot needs -weights (the snapshot's model file), as in CaffeOnSpark")
     } else if (o.snapshot.nonEmpty && !o.train) {

@@ -20,7 +20,7 @@ import org.apache.spark.sql.types.StructType
 
 import io.cortado.CortadoConfigException
 import io.cortado.jni.NativeLib
-import io.cortado.spark.JobPlan
+import io.cortado.spark.{JobPlan, OnnxExport}
 import io.cortado.storage.HadoopFiles
 
 /**
@@ -148,6 +148,28 @@ class CortadoClassificationModel private[ml] (
   def saveTrainingCurves(path: String, width: Int = 1200, height: Int = 900): Unit =
     HadoopFiles.writeBytesAtomic(path, trainingCurves(width, height),
       SparkSession.active.sparkContext.hadoopConfiguration)
+
+  /**
+   * Writes this model as an ONNX model (see docs/onnx.md) to `path`, any Hadoop path: the TEST
+   * phase of [[netText]] with [[weights]]. The feed layer's (or a deploy net's Input's) tops
+   * become the graph's inputs, holding what the layer's transform gives (for Caffe's LeNet, the
+   * pixels times 0.00390625), losses and accuracies are left out, and the other output blobs
+   * (the class scores) are the graph's outputs, named after them. Runs in the driver; no Spark
+   * job. The model is written under a temporary name and renamed into place; an existing
+   * `path` is refused before any work.
+   *
+   * @param opset        the default-domain opset the model declares, 13 (the default) to 17
+   * @param dynamicBatch axis 0 of every graph input and output is the symbolic "N", so that the
+   *                     model takes any batch size (the default); false: the net's own shapes
+   * @throws io.cortado.CortadoConfigException naming the net and the layer with its type when
+   *                     a layer has no ONNX counterpart, or an opset out of range
+   */
+  def exportOnnx(path: String, opset: Int = OnnxExport.DefaultOpset,
+      dynamicBatch: Boolean = true): Unit = {
+    val conf = SparkSession.getActiveSession.orElse(SparkSession.getDefaultSession)
+      .map(_.sparkContext.hadoopConfiguration).getOrElse(new Configuration())
+    OnnxExport.write(netText, netSource, weights, opset, dynamicBatch, path, conf)
+  }
 
   override def write: MLWriter = new CortadoClassificationModel.Writer(this)
 

@@ -390,6 +390,30 @@ final class Cortado(@transient val spark: SparkSession) extends Serializable {
   /** [[features]] for Java. */
   def features(source: DataFrame, blobs: java.util.List[String], config: Config): DataFrame =
     features(source, blobs.asScala.toSeq, config)
+
+  /**
+   * Writes the TEST net of `config`'s solver (its net file or embedded net, with
+   * Config.solverOverrides) with the weights of `config.model` (binary, or Caffe's HDF5) as an
+   * ONNX model to `path`, any Hadoop path (see docs/onnx.md): the data layers' tops become the
+   * graph's inputs, holding what the layer's transform gives (pixels times its `scale`, say),
+   * losses and accuracies are left out, and the other output blobs are the graph's outputs,
+   * named after them. Runs in the driver; no Spark job. The model is written under a temporary
+   * name and renamed into place; an existing `path` is refused before any work.
+   *
+   * @param opset        the default-domain opset the model declares, 13 (the default) to 17
+   * @param dynamicBatch axis 0 of every graph input and output is the symbolic "N", so that the
+   *                     model takes any batch size (the default); false: the net's own shapes
+   * @throws io.cortado.CortadoConfigException naming the net and the layer with its type when
+   *                     a layer has no ONNX counterpart, or an opset out of range
+   */
+  def exportOnnx(config: Config, path: String, opset: Int = OnnxExport.DefaultOpset,
+      dynamicBatch: Boolean = true): Unit = {
+    require(config.model.nonEmpty, "Config.model: the model to export is required")
+    val info = NativeLib.solverInfo(JobPlan.solverTextOf(config, hadoopConf), config.solverFile)
+    val (netText, netSource) = JobPlan.netOf(config.solverFile, info, hadoopConf)
+    OnnxExport.write(netText, netSource, readModel(config), opset, dynamicBatch, path,
+      hadoopConf)
+  }
 }
 
 object Cortado {

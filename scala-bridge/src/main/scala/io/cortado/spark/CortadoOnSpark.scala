@@ -13,7 +13,7 @@ import org.apache.spark.sql.{Row, SparkSession}
 import org.apache.spark.sql.functions.col
 import org.apache.spark.sql.types.{DoubleType, StringType, StructField, StructType}
 
-import io.cortado.{CortadoConfigException, CortadoException}
+import io.cortado.{CortadoConfigException, CortadoException, CortadoIOException}
 import io.cortado.cli.Options
 import io.cortado.jni.{NativeLib, SolverInfo}
 import io.cortado.storage.HadoopFiles
@@ -34,7 +34,9 @@ import io.cortado.storage.HadoopFiles
  *    value) in `-outputFormat` instead);
  *  - `-features b1,b2` (with `-label`) writes the id and one array<float> column per blob for
  *    every row of the TEST data to `-output` in `-outputFormat` (json or parquet); it replaces
- *    `-test`, as in CaffeOnSpark.
+ *    `-test`, as in CaffeOnSpark;
+ *  - `-exportOnnx path` (Cortado's own) writes `-model`, after training when `-train` is
+ *    given, as an ONNX model to `path` ([[Cortado.exportOnnx]]), before any test or features.
  *
  * The data of a phase is what its feed layer names (see [[DataSource]]): the DataFrame of a
  * CoSData layer's `cos_data_param.source`, or the LMDB database of a MemoryData (or CoSData)
@@ -166,6 +168,12 @@ object CortadoOnSpark {
     // Both sources are checked before any work, so that a bad -test source fails before
     // a long training run rather than after it.
     val trainSource = if (o.train) Some(DataSource.of(o.conf, "TRAIN", hadoopConf)) else None
+    // An existing -exportOnnx path fails now rather than after a long training run.
+    if (o.exportOnnx.nonEmpty && HadoopFiles.exists(HadoopFiles.absoluteLocal(o.exportOnnx),
+        hadoopConf)) {
+      throw new CortadoIOException(
+        s"-exportOnnx ${o.exportOnnx} already exists: remove it or name another")
+    }
     val testSource =
       if (o.runTest || o.extractFeatures) Some(DataSource.of(o.conf, "TEST", hadoopConf)) else None
     def load(source: DataSource) = source match {
@@ -195,6 +203,10 @@ object CortadoOnSpark {
           val model = cortado.train(load(source), config)
           out.println(s"Model written to $model")
       }
+    }
+    if (o.exportOnnx.nonEmpty) {
+      cortado.exportOnnx(config, o.exportOnnx)
+      out.println(s"ONNX model written to ${o.exportOnnx}")
     }
     testSource.foreach { source =>
       val data = load(source)

@@ -34,6 +34,18 @@ class OptionsSuite extends AnyFunSuite {
     assert(o.outputFormat === "parquet" && o.output === "out")
   }
 
+  test("-exportOnnx: after -train, or from -model alone") {
+    val alone = parse("-conf s.prototxt -model m.caffemodel -exportOnnx hdfs:///m/lenet.onnx")
+    assert(alone.toOption.get.exportOnnx === "hdfs:///m/lenet.onnx")
+    assert(!alone.toOption.get.train && !alone.toOption.get.test)
+    assert(parse("-train -conf s.prototxt -model m -exportOnnx m.onnx").toOption.get
+      .exportOnnx === "m.onnx")
+    assert(parse("-train -conf s.prototxt -model m").toOption.get.exportOnnx === "")
+    assert(parse("-conf s.prototxt -model m -exportOnnx").left.toOption.get ===
+      "-exportOnnx needs a value")
+    assert(parse("-conf s.prototxt -exportOnnx m.onnx").left.toOption.get === "-model is required")
+  }
+
   test("unknown, malformed and conflicting flags are errors") {
     val base = "-conf s.prototxt -model m"
     val errors = Seq(

@@ -16,9 +16,11 @@ import org.apache.spark.sql.SparkSession
 import org.scalatest.BeforeAndAfterAll
 import org.scalatest.funsuite.AnyFunSuite
 
+import io.cortado.{CortadoException, CortadoIOException}
 import io.cortado.Arm.withResource
 import io.cortado.api.Solver
-import io.cortado.jni.{NativeLmdbSuite, NativeTrainerSuite}
+import io.cortado.jni.{NativeLib, NativeLmdbSuite, NativeTrainerSuite}
+import io.cortado.ml.CortadoClassificationModel
 import io.cortado.storage.{HadoopFiles, Snapshots}
 
 /**
@@ -230,6 +232,30 @@ class HdfsSuite extends AnyFunSuite with BeforeAndAfterAll with PerTest {
       HadoopFiles.readBytes(s"$base/snapshots/tiny_iter_180.caffemodel", dfsConf))
     val metrics = cortado.test(separable(ss, 100, 11), Config(solver, model = model))
     assert(metrics("accuracy") >= 0.95, metrics)
+  }
+
+  test("exportOnnx writes to HDFS, from Config (solver and model there) and from a model") {
+    val base = s"$uri/onnx"
+    val net = writeText(s"$base/conf/net.prototxt", TinyNet)
+    val solver = writeText(s"$base/conf/solver.prototxt", TinySolver)
+    val cortado = new Cortado(ss)
+    val model = cortado.train(separable(ss, 200, 7),
+      Config(solver, model = s"$base/tiny.caffemodel"))
+    val expected =
+      try NativeLib.exportOnnx(TinyNet, net, HadoopFiles.readBytes(model, dfsConf), 13, true)
+      catch {
+        case e: CortadoException if e.getMessage.contains("needs a build with ONNX") =>
+          cancel(e.getMessage)
+      }
+    cortado.exportOnnx(Config(solver, model = model), s"$base/out/tiny.onnx")
+    assert(HadoopFiles.readBytes(s"$base/out/tiny.onnx", dfsConf) === expected)
+    // A plain path is on the default file system: the cluster.
+    CortadoClassificationModel.fromCaffe(net, model).exportOnnx("/onnx/out/model.onnx")
+    assert(HadoopFiles.readBytes(s"$base/out/model.onnx", dfsConf) === expected)
+    val refused = intercept[CortadoIOException](
+      cortado.exportOnnx(Config(solver, model = model), s"$base/out/tiny.onnx", opset = 17))
+    assert(refused.getMessage.contains("already exists"), refused)
+    assert(HadoopFiles.listNames(s"$base/out", dfsConf).sorted === Seq("model.onnx", "tiny.onnx"))
   }
 
   test("an LMDB database on HDFS is copied to every node, as CaffeOnSpark copied it") {
