@@ -1134,7 +1134,9 @@ void Exporter::Recurrent(int l, bool lstm) {
   SetAttr(node, "hidden_size", h);
   node->set_doc_string("cont taken as 0 at t = 0 and 1 after: each stream one sequence");
   const std::string hs = lstm ? Out(l, 0) : Temp(l, "h");
-  Node(l, "Squeeze", {y, Int64Init(name + "/axes", {1})}, {hs});
+  // Y is T x 1 x N x H (one direction): T x N x H by a Reshape, which more runtimes read than
+  // opset 13's Squeeze with its axes as an input.
+  Node(l, "Reshape", {y, Int64Init(name + "/y_shape", {0, -1, h})}, {hs});
   if (lstm) return;
   std::vector<float> who(static_cast<size_t>(h * h));  // W_ho transposed, for h_t W_ho^T
   for (int64_t i = 0; i < h; ++i) {

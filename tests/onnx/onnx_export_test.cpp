@@ -366,7 +366,7 @@ const LayerCase kLayerCases[] = {
      "2 dim: 4 } shape { dim: 3 dim: 2 } } }\n"
      "layer { name: 'l' type: 'LSTM' bottom: 'data' bottom: 'cont' top: 'l' recurrent_param { "
      "num_output: 5 " FILLERS " } }",
-     "OpenCV 4.6 reads Squeeze only with axes as an attribute (before opset 13)"},
+     "OpenCV 4.6 fails an assertion sizing its LSTM on this T x N x I input"},
     {"RNN",
      "layer { name: 'data' type: 'Input' top: 'data' top: 'cont' input_param { shape { dim: 3 dim: "
      "2 dim: 4 } shape { dim: 3 dim: 2 } } }\n"
