@@ -91,7 +91,8 @@ JNIEXPORT jbyteArray JNICALL Java_io_cortado_jni_NativeComm_rootRendezvous(JNIEn
 JNIEXPORT jlong JNICALL Java_io_cortado_jni_NativeComm_connect(
     JNIEnv* env, jclass, jlong listener, jstring backend, jint rank, jint world, jobjectArray peers,
     jstring token, jint attempt, jbyteArray rendezvous, jint device, jdouble connect_timeout_s,
-    jdouble timeout_s, jint first_port, jint last_port) {
+    jdouble timeout_s, jint first_port, jint last_port, jstring allreduce, jint latency_kb,
+    jboolean hierarchical) {
   // The listener is this call's, whatever happens.
   std::unique_ptr<comm::TcpListener> owned(
       reinterpret_cast<comm::TcpListener*>(static_cast<intptr_t>(listener)));
@@ -108,6 +109,21 @@ JNIEXPORT jlong JNICALL Java_io_cortado_jni_NativeComm_connect(
     options.timeout_s = timeout_s;
     options.first_port = first_port;
     options.last_port = last_port;
+    // Checked here for every backend, as `cortado train` checks its flags: tcp's AllReduce
+    // follows them; the tcp ring that ucx and nccl set up over takes `hierarchical` only; mpi
+    // reads none.
+    options.allreduce_algorithm = jni::ToStdString(env, allreduce, "allreduce");
+    if (options.allreduce_algorithm != "auto" && options.allreduce_algorithm != "ring" &&
+        options.allreduce_algorithm != "doubling" && options.allreduce_algorithm != "halving") {
+      CORTADO_THROW(kInvalidArgument, "allreduce must be auto, ring, doubling or halving, not '{}'",
+                    options.allreduce_algorithm);
+    }
+    if (latency_kb < 1) {
+      CORTADO_THROW(kInvalidArgument, "latencyKb must be a positive number of KB, not {}",
+                    latency_kb);
+    }
+    options.latency_bytes = static_cast<size_t>(latency_kb) << 10;
+    options.hierarchical = hierarchical == JNI_TRUE;
     // Null: nothing from rank 0.
     comm::SetRootRendezvous(
         rendezvous == nullptr ? std::string() : jni::ToBytes(env, rendezvous, "rendezvous"),

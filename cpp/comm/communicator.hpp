@@ -100,7 +100,8 @@ class Communicator {
   // "tcp", "ucx", "mpi" or "nccl".
   virtual const char* backend() const = 0;
   // One line for the log: the backend, this rank and what carries its data (for ucx, the
-  // transport of each connection, e.g. "tcp/eth0" or "rc_mlx5/mlx5_0:1").
+  // transport of each connection, e.g. "tcp/eth0" or "rc_mlx5/mlx5_0:1"; for tcp, how
+  // AllReduce goes: "tcp: rank 0 of 2; allreduce: doubling").
   virtual std::string Describe() const;
   // From any thread: what the operation in progress waits for, when no byte has moved for at
   // least `min_seconds`, as one line ("31 s for data from rank 1 (10.0.0.2:4000) during

@@ -286,6 +286,42 @@ TEST(TcpDoublingTest, AutoTakesTheAlgorithmTheModelSaysIsFastest) {
   }
 }
 
+// Describe() says how AllReduce goes (the training log's "Connection:" line, Spark's included):
+// the algorithm each communicator was built with, auto with its step cost, and the hierarchy of
+// hosts where there is one.
+TEST(TcpDoublingTest, DescribeSaysHowAllReduceGoes) {
+  auto describe = [](const std::vector<int>& hosts, const std::string& algorithm,
+                     size_t latency_bytes, bool hierarchical) {
+    LoopbackRing ring(hosts);
+    const auto outcomes = testing::RunRanksAsThreads(ring.size(), [&](int rank) {
+      CommOptions options = WithAlgorithm(ring, rank, algorithm);
+      options.latency_bytes = latency_bytes;
+      options.hierarchical = hierarchical;
+      auto comm = ring.Join(options);
+      comm->Barrier();  // no rank closes its connections while another is still setting up
+      return comm->Describe();
+    });
+    if (!AllOk(outcomes)) throw std::runtime_error(Describe(outcomes));
+    return outcomes[0].result;
+  };
+  EXPECT_EQ(describe({0, 0}, "doubling", 32 << 10, true), "tcp: rank 0 of 2; allreduce: doubling");
+  EXPECT_EQ(describe({0, 0, 0}, "ring", 32 << 10, true), "tcp: rank 0 of 3; allreduce: ring");
+  EXPECT_EQ(describe({0, 0, 0}, "halving", 32 << 10, true), "tcp: rank 0 of 3; allreduce: halving");
+  EXPECT_EQ(describe({0, 0}, "halving", 32 << 10, true),
+            "tcp: rank 0 of 2; allreduce: ring (halving's steps on two ranks)");
+  EXPECT_EQ(describe({0, 0, 0}, "auto", 32 << 10, true),
+            "tcp: rank 0 of 3; allreduce: auto (a step costs 32 KB)");
+  EXPECT_EQ(describe({0, 0}, "auto", 2560, true),
+            "tcp: rank 0 of 2; allreduce: auto (a step costs 2.5 KB)");
+  EXPECT_EQ(describe({0, 0, 1, 1}, "doubling", 32 << 10, true),
+            "tcp: rank 0 of 4; allreduce: within each host by the ring, between the 2 hosts by "
+            "doubling");
+  EXPECT_EQ(describe({0, 0, 1, 1}, "doubling", 32 << 10, false),
+            "tcp: rank 0 of 4; allreduce: doubling");
+  // One rank moves nothing.
+  EXPECT_EQ(describe({0}, "doubling", 32 << 10, true), "tcp: rank 0 of 1");
+}
+
 TEST(TcpDoublingTest, UnknownAlgorithmIsRefusedWhenBuilt) {
   LoopbackRing ring(3);
   CommOptions options = WithAlgorithm(ring, 0, "butterfly");

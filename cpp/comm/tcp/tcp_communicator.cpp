@@ -387,7 +387,10 @@ class TcpCommunicator final : public Communicator {
 
   const char* backend() const override { return "tcp"; }
   std::string Describe() const override {
-    return Communicator::Describe() + (shared_connection_ ? ", one connection both ways" : "");
+    std::string line =
+        Communicator::Describe() + (shared_connection_ ? ", one connection both ways" : "");
+    if (size() > 1) line += "; allreduce: " + DescribeAllReduce();
+    return line;
   }
   void AllReduce(float* data, size_t count) override;
   void AllReduceAs(float* data, size_t count, WireType wire) override;
@@ -495,6 +498,11 @@ class TcpCommunicator final : public Communicator {
   bool MakeHierarchy(const CommOptions& options);
   // AllReduceAs through it: within the host, between the hosts (on `wire`), back to the host.
   void Hierarchical(float* data, size_t count, WireType wire);
+  // How AllReduce goes, for Describe(): the algorithm it was built with (CommOptions::
+  // allreduce_algorithm's name; halving on two ranks runs the ring's steps), auto with its step
+  // cost, and within the hierarchy of hosts where there is one ("doubling", "auto (a step costs
+  // 32 KB)", "within each host by the ring, between the 2 hosts by doubling").
+  std::string DescribeAllReduce() const;
 
   bool part_ = false;  // part of another communicator (the constructor's `part`)
   std::unique_ptr<TcpCommunicator> host_;   // this host's ranks (null when it is alone)
@@ -502,7 +510,8 @@ class TcpCommunicator final : public Communicator {
   Algorithm algorithm_ = Algorithm::kRing;
   size_t latency_bytes_ = 0;
   size_t doubling_max_bytes_ = 0;
-  int power_ = 1;  // the largest power of two not above size()
+  int power_ = 1;       // the largest power of two not above size()
+  int host_count_ = 0;  // hosts of the hierarchy (MakeHierarchy); 0 when there is none
   std::vector<std::unique_ptr<TcpCommunicator>> levels_;  // below power_: level k's pair
   std::unique_ptr<TcpCommunicator> fold_;                 // with rank r + power_ or r - power_
   std::vector<float> theirs_;                             // a partner's buffer
@@ -592,6 +601,7 @@ bool TcpCommunicator::MakeHierarchy(const CommOptions& options) {
   }
   const int host_count = static_cast<int>(hosts.size());
   if (host_count < 2 || host_count == n) return false;
+  host_count_ = host_count;
   std::vector<int> mine, firsts;  // this host's ranks; every host's first rank
   for (int q = 0; q < n; ++q) {
     if (host_of[q] == host_of[r]) mine.push_back(q);
@@ -657,6 +667,30 @@ bool TcpCommunicator::MakeHierarchy(const CommOptions& options) {
                               : "; recursive doubling and halving where faster")
             : fmt::format("rank {} between the hosts", mine.front()));
   return true;
+}
+
+std::string TcpCommunicator::DescribeAllReduce() const {
+  // The hosts' ring runs the algorithm this communicator was built with (MakeHierarchy).
+  const int ranks = host_count_ > 0 ? host_count_ : size();
+  std::string algorithm;
+  switch (algorithm_) {
+    case Algorithm::kRing:
+      algorithm = "ring";
+      break;
+    case Algorithm::kDoubling:
+      algorithm = "doubling";
+      break;
+    case Algorithm::kHalving:
+      algorithm = ranks == 2 ? "ring (halving's steps on two ranks)" : "halving";
+      break;
+    case Algorithm::kAuto:
+      algorithm =
+          fmt::format("auto (a step costs {:g} KB)", static_cast<double>(latency_bytes_) / 1024);
+      break;
+  }
+  if (host_count_ == 0) return algorithm;
+  return fmt::format("within each host by the ring, between the {} hosts by {}", host_count_,
+                     algorithm);
 }
 
 void TcpCommunicator::Hierarchical(float* data, size_t count, WireType wire) {

@@ -3,7 +3,9 @@
 // (its next) and accepts the connection of rank (r - 1 + N) % N (its prev); with N = 2 the pair
 // connects both ways, and when the two are on different machines sends the data both ways over
 // rank 0's connection (Describe() says so); with N = 1 there are none and every operation is
-// trivial.
+// trivial. Describe() also says how AllReduce goes (CommOptions::allreduce_algorithm, auto's
+// latency_bytes, the hierarchy of hosts), as in
+//   tcp: rank 0 of 4; allreduce: auto (a step costs 32 KB)
 // The handshake, the wire format and the algorithms are described in tcp_communicator.cpp and
 // ring.hpp.
 //

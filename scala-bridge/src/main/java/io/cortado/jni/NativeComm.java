@@ -72,6 +72,15 @@ public final class NativeComm {
    * @param timeoutSeconds a collective fails when no byte moved for this long
    * @param firstPort with {@code lastPort}: the ports tcp's recursive doubling listens on (the
    *     first free ones of the range; 0 and 0 for any free port)
+   * @param allreduce tcp: how a buffer is summed, as {@code cortado train --allreduce}: "ring",
+   *     "doubling" (recursive doubling), "halving" (recursive halving then doubling) or "auto"
+   *     (the one the cost model says is fastest for the buffer and the world); {@link #describe}
+   *     names it. A CortadoConfigException for any other value, whatever the backend
+   * @param latencyKb tcp, with "auto": a step's fixed cost in KB of the link's rate (its latency
+   *     times its rate; about 3 on 1 Gbit/s, 32 on 10 Gbit/s), at least 1
+   * @param hierarchical tcp (and the set-up ring of ucx and nccl): where ranks share hosts (the
+   *     same host in {@code peers}) and there are two hosts or more, sum within each host first,
+   *     then between one rank per host
    */
   public static native long connect(
       long listener,
@@ -86,7 +95,10 @@ public final class NativeComm {
       double connectTimeoutSeconds,
       double timeoutSeconds,
       int firstPort,
-      int lastPort);
+      int lastPort,
+      String allreduce,
+      int latencyKb,
+      boolean hierarchical);
 
   /**
    * What the gradients of a trainer built with this communicator travel as between the ranks:
@@ -104,7 +116,8 @@ public final class NativeComm {
 
   /**
    * One line for the log: the backend, this rank and what carries its data to and from each
-   * peer ("ucx: rank 0 of 2; to rank 1: tcp/lo, from rank 1: tcp/lo").
+   * peer ("ucx: rank 0 of 2; to rank 1: tcp/lo, from rank 1: tcp/lo"); for tcp, how an
+   * allreduce goes ("tcp: rank 0 of 2; allreduce: doubling").
    */
   public static native String describe(long comm);
 

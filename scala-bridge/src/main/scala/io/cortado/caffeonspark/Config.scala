@@ -43,8 +43,9 @@ import io.cortado.spark.{CortadoOnSpark, JobPlan}
  *  - The command line is parsed by [[io.cortado.cli.Options]]: an unknown flag or a bad value
  *    throws IllegalArgumentException naming it; a flag given twice (the first value counts, as
  *    in CaffeOnSpark) and an argument that is not a flag are logged as warnings; and
- *    Cortado's own flags (-comm, -connectionFallback, -maxAttempts, -minWorkers,
- *    -elasticScaling) are taken too.
+ *    Cortado's own flags (-comm, -connectionFallback, -exchangePrecision, -maxAttempts,
+ *    -minWorkers, -elasticScaling, -cpuThreads, -allreduce, -latencyKb, -hierarchical) are
+ *    taken too.
  *  - A Config made without arguments has the settings of an empty command line (no label,
  *    output "output", 1 device, SOCKET), not CaffeOnSpark's bare defaults (label "label",
  *    0 devices, RDMA).
@@ -92,13 +93,19 @@ class Config(sc: SparkContext) extends Serializable {
   private var _imageCaptionDFDir = ""
   private var _vocabDir = ""
   private var _embeddingDFDir = ""
-  // Cortado's own flags (-comm, -connectionFallback, -maxAttempts, -minWorkers,
-  // -elasticScaling), passed on by toCortado.
+  // Cortado's own flags (-comm, -connectionFallback, -exchangePrecision, -maxAttempts,
+  // -minWorkers, -elasticScaling, -cpuThreads, -allreduce, -latencyKb, -hierarchical), passed
+  // on by toCortado.
   private var backend = ""
   private var connectionFallback = ""
+  private var exchangePrecision = "auto"
   private var maxAttempts = 3
   private var minWorkers = 0
   private var elasticScaling = "keepGlobalBatch"
+  private var cpuThreads = 0
+  private var allreduce = "auto"
+  private var latencyKb = 32
+  private var hierarchical = true
 
   /**
    * CaffeOnSpark's command line (`-conf solver.prototxt -train -model hdfs:///m ...`, see
@@ -150,9 +157,14 @@ class Config(sc: SparkContext) extends Serializable {
     vocabSize = int("vocabSize", -1)
     backend = o.comm
     connectionFallback = o.connectionFallback
+    exchangePrecision = o.exchangePrecision
     maxAttempts = o.maxAttempts
     minWorkers = o.minWorkers
     elasticScaling = o.elasticScaling
+    cpuThreads = o.cpuThreads
+    allreduce = o.allreduce
+    latencyKb = o.latencyKb
+    hierarchical = o.hierarchical
   }
 
   /** The solver prototxt (-conf), a Hadoop path. */
@@ -386,9 +398,11 @@ class Config(sc: SparkContext) extends Serializable {
 
   /**
    * The native API's Config: the solver, model, weights and snapshot, devices, cluster size and
-   * connection ("infiniband" for RDMA, else "ethernet") of this one, and Cortado's -comm,
-   * -connectionFallback, -maxAttempts, -minWorkers and -elasticScaling when given; snapshots go beside the model, as
-   * CortadoOnSpark's main class puts them (see CortadoOnSpark.snapshotsBesideModel).
+   * connection ("infiniband" for RDMA, else "ethernet") of this one, and Cortado's own flags
+   * when given (-comm, -connectionFallback, -exchangePrecision, -maxAttempts, -minWorkers,
+   * -elasticScaling, -cpuThreads, -allreduce, -latencyKb, -hierarchical); snapshots go beside
+   * the model, as CortadoOnSpark's main class puts them (see
+   * CortadoOnSpark.snapshotsBesideModel).
    */
   private[cortado] def toCortado: io.cortado.spark.Config = {
     // A bare name shipped with --files, as CaffeOnSpark's jobs on YARN name it.
@@ -402,9 +416,10 @@ class Config(sc: SparkContext) extends Serializable {
       snapshot = Option(snapshotStateFile).getOrElse(""), devices = devices,
       clusterSize = clusterSize, backend = backend,
       connection = if (connection == RDMA) "infiniband" else "ethernet",
-      connectionFallback = connectionFallback, maxAttempts = maxAttempts,
-      minWorkers = minWorkers, elasticScaling = elasticScaling,
-      snapshotPrefix = snapshotPrefix, resizeImages = resize)
+      connectionFallback = connectionFallback, exchangePrecision = exchangePrecision,
+      maxAttempts = maxAttempts, minWorkers = minWorkers, elasticScaling = elasticScaling,
+      cpuThreads = cpuThreads, allreduce = allreduce, latencyKb = latencyKb,
+      hierarchical = hierarchical, snapshotPrefix = snapshotPrefix, resizeImages = resize)
   }
 
   /** The settings, one `name:value` per line, as CaffeOnSpark lists them. */

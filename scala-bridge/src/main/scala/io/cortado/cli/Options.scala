@@ -37,6 +37,12 @@ import scala.util.Try
  * @param elasticScaling -elasticScaling keepGlobalBatch|linearLr: what a run on fewer workers
  *                      changes
  * @param cpuThreads    -cpuThreads: CPU threads per worker (0: from the executor's share)
+ * @param allreduce     -allreduce auto|ring|doubling|halving: how the tcp backend sums the
+ *                      gradients, as `cortado train --allreduce`
+ * @param latencyKb     -latencyKb: with -allreduce auto, a step's fixed cost in KB (as
+ *                      `cortado train --latency_kb`)
+ * @param hierarchical  -hierarchical true|false: workers sharing hosts sum within each host
+ *                      first (as `cortado train --hierarchical`)
  * @param persistent    -persistent: accepted for CaffeOnSpark's command lines; no effect (the
  *                      tasks keep their data in memory)
  * @param resize        -resize: resize input images to the data layer's shape
@@ -75,6 +81,9 @@ final case class Options(
     minWorkers: Int = 0,
     elasticScaling: String = "keepGlobalBatch",
     cpuThreads: Int = 0,
+    allreduce: String = "auto",
+    latencyKb: Int = 32,
+    hierarchical: Boolean = true,
     persistent: Boolean = false,
     resize: Boolean = false,
     skipCorrupt: Boolean = false,
@@ -126,6 +135,13 @@ object Options {
       |                       device check), mpi (OpenMPI) or nccl (overrides -connection)
       |  -exchangePrecision P gradients travel between workers as float32, bfloat16 or float16
       |                       (half the bytes; tcp), or auto: the compute precision (default)
+      |  -allreduce A         how the tcp backend sums the gradients: ring, doubling
+      |                       (recursive doubling), halving (recursive halving then
+      |                       doubling) or auto (default: the one modelled fastest)
+      |  -latencyKb N         with -allreduce auto, a step's fixed cost in KB of the link's
+      |                       rate (default 32, for 10 Gbit/s; about 3 on 1 Gbit/s)
+      |  -hierarchical B      true (default) or false: workers sharing hosts sum within each
+      |                       host first, then between one worker per host (tcp)
       |  -maxAttempts N       training jobs before giving up, each after a failure resuming
       |                       from the newest snapshot (default 3)
       |  -minWorkers N        elastic training: after a lost executor, go on with at least
@@ -154,7 +170,8 @@ object Options {
     Set("conf", "features", "label", "outputFormat", "model", "output", "weights", "snapshot",
       "devices", "connection", "connectionFallback", "clusterSize", "comm", "maxAttempts",
       "exchangePrecision", "minWorkers", "elasticScaling",
-      "cpuThreads", "lmdb_partitions", "exportOnnx") ++ ToolFlags
+      "cpuThreads", "allreduce", "latencyKb", "hierarchical", "lmdb_partitions",
+      "exportOnnx") ++ ToolFlags
   private val switches =
     Set("train", "test", "persistent", "resize", "skipCorrupt", "testDataFrame")
 
@@ -238,6 +255,18 @@ object Options {
       case "elasticScaling" =>
         if (Set("keepGlobalBatch", "linearLr")(value)) Right(o.copy(elasticScaling = value))
         else Left(s"-elasticScaling must be keepGlobalBatch or linearLr, not '$value'")
+      case "allreduce" =>
+        if (Set("auto", "ring", "doubling", "halving")(value)) Right(o.copy(allreduce = value))
+        else Left(s"-allreduce must be auto, ring, doubling or halving, not '$value'")
+      case "latencyKb" =>
+        Try(value.toInt).toOption.filter(_ > 0).map(n => o.copy(latencyKb = n))
+          .toRight(s"-latencyKb must be a positive number of KB, not '$value'")
+      case "hierarchical" =>
+        value.toLowerCase match {
+          case "true" => Right(o.copy(hierarchical = true))
+          case "false" => Right(o.copy(hierarchical = false))
+          case _ => Left(s"-hierarchical must be true or false, not '$value'")
+        }
       case "lmdb_partitions" => positive(name).map(n => o.copy(lmdbPartitions = n))
       case tool if ToolFlags.contains(tool) => Right(o.copy(toolFlags = o.toolFlags :+ (tool -> value)))
       case "features" =>

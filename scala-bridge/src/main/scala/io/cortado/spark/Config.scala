@@ -89,6 +89,18 @@ import io.cortado.cli.Options
  *                   default): spark.executorEnv.OMP_NUM_THREADS where the user sets it, else
  *                   the executor's cores when it runs one training task, else spark.task.cpus
  *                   (see docs/spark.md, "CPU threads")
+ * @param allreduce  how the tcp backend sums the gradients between workers (-allreduce), as
+ *                   `cortado train --allreduce`: "ring", "doubling" (recursive doubling: log2 N
+ *                   steps of the whole buffer), "halving" (recursive halving then doubling:
+ *                   2 log2 N steps moving the ring's bytes) or "auto": the one the cost model
+ *                   says is fastest for each buffer and the number of workers; the training log's
+ *                   `Connection:` line names it. Other backends ignore it
+ * @param latencyKb  with `allreduce` "auto", a step's fixed cost in KB of the link's rate
+ *                   (-latencyKb; its latency times its rate: about 3 on 1 Gbit/s, 32 on
+ *                   10 Gbit/s), at least 1; tcp only
+ * @param hierarchical where workers share hosts and there are two hosts or more, the tcp
+ *                   backend sums within each host first, then between one worker per host
+ *                   (-hierarchical); false: one ring of every worker
  */
 final case class Config(
     solverFile: String,
@@ -115,7 +127,27 @@ final case class Config(
     elasticScaling: String = "keepGlobalBatch",
     elasticTimeoutSeconds: Double = 60,
     elasticGrowSeconds: Double = 120,
-    cpuThreads: Int = 0) {
+    cpuThreads: Int = 0,
+    allreduce: String = "auto",
+    latencyKb: Int = 32,
+    hierarchical: Boolean = true) {
+
+  /**
+   * Every field up to `cpuThreads`, in order: the constructor Java code called before the
+   * allreduce fields (allreduce "auto", latencyKb 32, hierarchical true) were added.
+   */
+  def this(solverFile: String, model: String, weights: String, snapshot: String, devices: Int,
+      idColumn: String, snapshotPrefix: String, snapshotInterval: Int, resumeLatest: Boolean,
+      clusterSize: Int, backend: String, connection: String, connectionFallback: String,
+      startTimeoutSeconds: Double, commTimeoutSeconds: Double, maxAttempts: Int,
+      resizeImages: Boolean, skipCorruptImages: Boolean, solverOverrides: String,
+      exchangePrecision: String, minWorkers: Int, elasticScaling: String,
+      elasticTimeoutSeconds: Double, elasticGrowSeconds: Double, cpuThreads: Int) =
+    this(solverFile, model, weights, snapshot, devices, idColumn, snapshotPrefix,
+      snapshotInterval, resumeLatest, clusterSize, backend, connection, connectionFallback,
+      startTimeoutSeconds, commTimeoutSeconds, maxAttempts, resizeImages, skipCorruptImages,
+      solverOverrides, exchangePrecision, minWorkers, elasticScaling, elasticTimeoutSeconds,
+      elasticGrowSeconds, cpuThreads, "auto", 32, true)
 
   /** The image settings as the row converters and image sources take them. */
   def imageOptions: io.cortado.data.ImageOptions =
@@ -126,6 +158,9 @@ object Config {
 
   /** The values of `exchangePrecision`. */
   val ExchangePrecisions: Set[String] = Set("auto", "float32", "bfloat16", "float16")
+
+  /** The values of `allreduce`, as `cortado train --allreduce` takes them. */
+  val AllreduceAlgorithms: Seq[String] = Seq("auto", "ring", "doubling", "halving")
 
   /**
    * Every field but `exchangePrecision` ("auto"), in order: the positional call py4j makes
@@ -174,6 +209,23 @@ object Config {
       solverOverrides, exchangePrecision, minWorkers, elasticScaling, elasticTimeoutSeconds,
       elasticGrowSeconds, 0)
 
+  /**
+   * Every field up to `cpuThreads`, in order: the positional call py4j makes, as it was before
+   * the allreduce fields (allreduce "auto", latencyKb 32, hierarchical true) were added.
+   */
+  def apply(solverFile: String, model: String, weights: String, snapshot: String, devices: Int,
+      idColumn: String, snapshotPrefix: String, snapshotInterval: Int, resumeLatest: Boolean,
+      clusterSize: Int, backend: String, connection: String, connectionFallback: String,
+      startTimeoutSeconds: Double, commTimeoutSeconds: Double, maxAttempts: Int,
+      resizeImages: Boolean, skipCorruptImages: Boolean, solverOverrides: String,
+      exchangePrecision: String, minWorkers: Int, elasticScaling: String,
+      elasticTimeoutSeconds: Double, elasticGrowSeconds: Double, cpuThreads: Int): Config =
+    new Config(solverFile, model, weights, snapshot, devices, idColumn, snapshotPrefix,
+      snapshotInterval, resumeLatest, clusterSize, backend, connection, connectionFallback,
+      startTimeoutSeconds, commTimeoutSeconds, maxAttempts, resizeImages, skipCorruptImages,
+      solverOverrides, exchangePrecision, minWorkers, elasticScaling, elasticTimeoutSeconds,
+      elasticGrowSeconds, cpuThreads, "auto", 32, true)
+
   /** The Config of CaffeOnSpark's command line flags. */
   def fromOptions(o: Options): Config =
     Config(o.conf, model = o.model, weights = o.weights, snapshot = o.snapshot,
@@ -181,5 +233,6 @@ object Config {
       connection = o.connection, connectionFallback = o.connectionFallback,
       exchangePrecision = o.exchangePrecision, minWorkers = o.minWorkers,
       elasticScaling = o.elasticScaling, cpuThreads = o.cpuThreads,
-      maxAttempts = o.maxAttempts, resizeImages = o.resize, skipCorruptImages = o.skipCorrupt)
+      maxAttempts = o.maxAttempts, resizeImages = o.resize, skipCorruptImages = o.skipCorrupt,
+      allreduce = o.allreduce, latencyKb = o.latencyKb, hierarchical = o.hierarchical)
 }

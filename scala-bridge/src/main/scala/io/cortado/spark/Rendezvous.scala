@@ -15,7 +15,8 @@ import io.cortado.jni.{NativeComm, NativeLib}
  * [[Peer]] (host, port, executor, GPUs, samples, with -connection infiniband its host's active
  * RDMA ports, and rank 0's backend rendezvous: the MPI port or NCCL id), the workers check what
  * must hold between them, and each joins the communicator (NativeComm.connect) with the
- * driver's token and the stage attempt.
+ * driver's token, the stage attempt and the plan's allreduce settings (every backend is handed
+ * them; tcp's allreduce follows them).
  */
 private[spark] object Rendezvous {
 
@@ -108,7 +109,7 @@ private[spark] object Rendezvous {
       val comm = NativeComm.connect(taken, plan.backend, rank, plan.count, addresses, plan.token,
         context.stageAttemptNumber(), peers.head.rendezvous, gpus.headOption.getOrElse(-1),
         plan.connectTimeoutSeconds, plan.timeoutSeconds, plan.network.firstPort,
-        plan.network.lastPort)
+        plan.network.lastPort, plan.allreduce, plan.latencyKb, plan.hierarchical)
       val wire =
         try NativeComm.setExchangePrecision(comm, plan.exchangePrecision)
         catch {

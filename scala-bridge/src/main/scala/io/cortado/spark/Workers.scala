@@ -31,6 +31,10 @@ import io.cortado.jni.NativeComm
  *                  spark.cortado.portRange)
  * @param cpuThreads Config.cpuThreads: each worker's CPU threads (0: from its share, see
  *                  [[CpuThreads]])
+ * @param allreduce Config.allreduce: how the tcp backend sums ("auto", "ring", "doubling",
+ *                  "halving")
+ * @param latencyKb Config.latencyKb: with "auto", a step's fixed cost in KB
+ * @param hierarchical Config.hierarchical: workers sharing hosts sum within each host first
  */
 private[spark] final case class WorkerPlan(
     count: Int,
@@ -43,7 +47,10 @@ private[spark] final case class WorkerPlan(
     rdmaFallback: Boolean = false,
     exchangePrecision: String = "auto",
     network: NetworkSettings = NetworkSettings(),
-    cpuThreads: Int = 0)
+    cpuThreads: Int = 0,
+    allreduce: String = "auto",
+    latencyKb: Int = 32,
+    hierarchical: Boolean = true)
 
 private[spark] object Workers {
 
@@ -80,6 +87,14 @@ private[spark] object Workers {
       throw new CortadoConfigException("Config.exchangePrecision must be auto, float32, " +
         s"bfloat16 or float16, not '${config.exchangePrecision}'")
     }
+    if (!Config.AllreduceAlgorithms.contains(config.allreduce)) {
+      throw new CortadoConfigException("Config.allreduce (-allreduce) must be auto, ring, " +
+        s"doubling or halving, not '${config.allreduce}'")
+    }
+    if (config.latencyKb < 1) {
+      throw new CortadoConfigException("Config.latencyKb (-latencyKb) must be a positive " +
+        s"number of KB, not ${config.latencyKb}")
+    }
     val network = NetworkSettings.of(sc.getConf)
     val known = NativeComm.backends().toSeq
     if (!known.contains(backend)) {
@@ -108,7 +123,8 @@ private[spark] object Workers {
     WorkerPlan(count, backend, newToken(), config.devices, config.startTimeoutSeconds,
       config.commTimeoutSeconds, requireRdma = requiresRdma(config), rdmaFallback = fallback,
       exchangePrecision = config.exchangePrecision, network = network,
-      cpuThreads = config.cpuThreads)
+      cpuThreads = config.cpuThreads, allreduce = config.allreduce,
+      latencyKb = config.latencyKb, hierarchical = config.hierarchical)
   }
 
   /**

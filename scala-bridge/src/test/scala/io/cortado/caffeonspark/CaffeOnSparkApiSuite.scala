@@ -50,7 +50,8 @@ class CaffeOnSparkApiSuite extends AnyFunSuite with PerTest {
         "-clusterSize", "3", "-lmdb_partitions", "4", "-imageRoot", "file:/images",
         "-labelFile", "file:/labels.txt", "-captionFile", "c.json", "-captionLength", "30",
         "-vocabSize", "100", "-imageCaptionDFDir", "df", "-vocabDir", "vocab",
-        "-embeddingDFDir", "emb"))
+        "-embeddingDFDir", "emb", "-exchangePrecision", "float16", "-cpuThreads", "2",
+        "-allreduce", "halving", "-latencyKb", "8", "-hierarchical", "false"))
       assert(conf.protoFile === solver)
       assert(conf.isTraining && !conf.isTest && conf.isFeature)
       assert(conf.features.toSeq === Seq("ip1", "ip2", "label"))
@@ -87,6 +88,9 @@ class CaffeOnSparkApiSuite extends AnyFunSuite with PerTest {
       assert(cortado.snapshot === "file:/s.solverstate")
       assert(cortado.devices === 2 && cortado.clusterSize === 3)
       assert(cortado.connection === "infiniband")
+      // Cortado's own flags go on too.
+      assert(cortado.exchangePrecision === "float16" && cortado.cpuThreads === 2)
+      assert(cortado.allreduce === "halving" && cortado.latencyKb === 8 && !cortado.hierarchical)
       // Snapshots beside the model, under the solver's snapshot_prefix, as the CLI puts them.
       assert(cortado.snapshotPrefix === s"file:${dir.resolve("models")}/mnist_lenet")
 
@@ -103,6 +107,8 @@ class CaffeOnSparkApiSuite extends AnyFunSuite with PerTest {
       assert(plain.modelPath === "" && plain.snapshotModelFile === "")
       assert(!plain.toString.contains("features:"))
       assert(plain.toCortado.connection === "ethernet")
+      assert(plain.toCortado.allreduce === "auto" && plain.toCortado.latencyKb === 32 &&
+        plain.toCortado.hierarchical && plain.toCortado.exchangePrecision === "auto")
       assert(new Config(null, Array("-connection", "ethernet")).connection === Config.SOCKET)
       assert((Config.NONE, Config.RDMA, Config.SOCKET) === ((0, 1, 2)))
 

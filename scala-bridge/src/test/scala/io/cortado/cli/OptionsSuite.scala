@@ -26,6 +26,24 @@ class OptionsSuite extends AnyFunSuite {
     assert(d.connectionFallback === "")
   }
 
+  test("-allreduce, -latencyKb and -hierarchical: as cortado train's, with its defaults") {
+    val d = parse("-train -conf s.prototxt -model m").toOption.get
+    assert(d.allreduce === "auto" && d.latencyKb === 32 && d.hierarchical)
+    Seq("auto", "ring", "doubling", "halving").foreach { a =>
+      assert(parse(s"-train -conf s.prototxt -model m -allreduce $a").toOption.get.allreduce === a)
+    }
+    val o = parse("-train -conf s.prototxt -model m -clusterSize 4 -allreduce doubling " +
+      "-latencyKb 3 -hierarchical false").toOption.get
+    assert(o.allreduce === "doubling" && o.latencyKb === 3 && !o.hierarchical)
+    assert(parse("-train -conf s.prototxt -model m -hierarchical TRUE").toOption.get.hierarchical)
+    // What the Spark API gets.
+    val config = io.cortado.spark.Config.fromOptions(o)
+    assert(config.allreduce === "doubling" && config.latencyKb === 3 && !config.hierarchical)
+    val defaults = io.cortado.spark.Config.fromOptions(d)
+    assert(defaults.allreduce === "auto" && defaults.latencyKb === 32 && defaults.hierarchical)
+    assert(defaults === io.cortado.spark.Config("s.prototxt", model = "m"))
+  }
+
   test("features with a label; features replace test, as in CaffeOnSpark") {
     val o = parse("-features accuracy,ip1,ip2 -label label -test -conf s.prototxt -model m " +
       "-outputFormat parquet --output out").toOption.get
@@ -57,6 +75,16 @@ class OptionsSuite extends AnyFunSuite {
       s"$base -train -comm gloo" -> "-comm must be tcp, ucx, mpi or nccl, not 'gloo'",
       s"$base -train -exchangePrecision fp8" ->
         "-exchangePrecision must be auto, float32, bfloat16 or float16, not 'fp8'",
+      s"$base -train -allreduce tree" ->
+        "-allreduce must be auto, ring, doubling or halving, not 'tree'",
+      s"$base -train -allreduce Ring" ->
+        "-allreduce must be auto, ring, doubling or halving, not 'Ring'",
+      s"$base -train -allreduce" -> "-allreduce needs a value",
+      s"$base -train -latencyKb 0" -> "-latencyKb must be a positive number of KB, not '0'",
+      s"$base -train -latencyKb -3" -> "-latencyKb must be a positive number of KB, not '-3'",
+      s"$base -train -latencyKb 2.5" -> "-latencyKb must be a positive number of KB, not '2.5'",
+      s"$base -train -hierarchical yes" -> "-hierarchical must be true or false, not 'yes'",
+      s"$base -train -hierarchical" -> "-hierarchical needs a value",
       s"$base -train -connection infiniband -connectionFallback tcp" ->
         "-connectionFallback must be ethernet (or left out), not 'tcp'",
       s"$base -train -connectionFallback" -> "-connectionFallback needs a value",
@@ -95,7 +123,8 @@ class OptionsSuite extends AnyFunSuite {
   test("the usage names every flag") {
     Seq("conf", "model", "train", "test", "features", "label", "outputFormat", "output",
       "weights", "snapshot", "devices", "connection", "connectionFallback", "clusterSize", "comm",
-      "maxAttempts", "persistent", "resize", "exchangePrecision", "testDataFrame")
+      "maxAttempts", "persistent", "resize", "exchangePrecision", "testDataFrame", "allreduce",
+      "latencyKb", "hierarchical")
       .foreach(flag => assert(Options.Usage.contains(s"-$flag "), flag))
   }
 }

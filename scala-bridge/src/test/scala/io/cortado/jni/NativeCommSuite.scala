@@ -13,11 +13,19 @@ import io.cortado.{CortadoCommException, CortadoConfigException}
  */
 class NativeCommSuite extends AnyFunSuite {
 
-  /** Runs `body(rank, comm)` on `world` ranks joined with the tokens given, one thread each. */
-  private def onRanks[T](world: Int, tokens: Int => String)(body: (Int, Long) => T)
-      : Seq[Either[Throwable, T]] = {
-    val listeners = (0 until world).map(_ => NativeComm.listen("127.0.0.1"))
-    val peers = listeners.map(l => s"127.0.0.1:${NativeComm.port(l)}").toArray
+  /** How a ring is summed: NativeComm.connect's allreduce, latencyKb and hierarchical. */
+  private case class Sums(allreduce: String = "auto", latencyKb: Int = 32,
+      hierarchical: Boolean = true)
+
+  /**
+   * Runs `body(rank, comm)` on `world` ranks joined with the tokens given, one thread each;
+   * rank r listens on 127.0.0.(hosts(r) + 1) (every rank on 127.0.0.1 by default).
+   */
+  private def onRanks[T](world: Int, tokens: Int => String, sums: Sums = Sums(),
+      hosts: Int => Int = _ => 0)(body: (Int, Long) => T): Seq[Either[Throwable, T]] = {
+    val listeners = (0 until world).map(r => NativeComm.listen(s"127.0.0.${hosts(r) + 1}"))
+    val peers = listeners.indices.map(r =>
+      s"127.0.0.${hosts(r) + 1}:${NativeComm.port(listeners(r))}").toArray
     val pool = Executors.newFixedThreadPool(world)
     try {
       val futures = (0 until world).map { rank =>
@@ -25,7 +33,8 @@ class NativeCommSuite extends AnyFunSuite {
           override def call(): Either[Throwable, T] =
             try {
               val comm = NativeComm.connect(listeners(rank), "tcp", rank, world, peers,
-                tokens(rank), 0, Array.emptyByteArray, -1, 5, 5, 0, 0)
+                tokens(rank), 0, Array.emptyByteArray, -1, 5, 5, 0, 0, sums.allreduce,
+                sums.latencyKb, sums.hierarchical)
               try Right(body(rank, comm))
               finally NativeComm.dispose(comm)
             } catch {
@@ -59,6 +68,40 @@ class NativeCommSuite extends AnyFunSuite {
         "float16, not 'fp8'")
     }
     results.foreach(r => assert(r.isRight, r))
+  }
+
+  test("the allreduce settings reach the tcp communicator, which says how it sums") {
+    def described(world: Int, sums: Sums, hosts: Int => Int = _ => 0): Seq[String] =
+      onRanks(world, _ => "job", sums, hosts) { (rank, comm) =>
+        val data = Array.tabulate(301)(i => rank + 1f + i)
+        NativeComm.allReduce(comm, data)
+        assert(data(0) === (1 to world).sum.toFloat && data(300) === data(0) + 300 * world)
+        NativeComm.describe(comm)
+      }.map(_.fold(throw _, identity))
+    assert(described(2, Sums("doubling")) ===
+      Seq("tcp: rank 0 of 2; allreduce: doubling", "tcp: rank 1 of 2; allreduce: doubling"))
+    assert(described(2, Sums()).head === "tcp: rank 0 of 2; allreduce: auto (a step costs 32 KB)")
+    assert(described(3, Sums("auto", latencyKb = 3)).head ===
+      "tcp: rank 0 of 3; allreduce: auto (a step costs 3 KB)")
+    assert(described(3, Sums("halving")).head === "tcp: rank 0 of 3; allreduce: halving")
+    assert(described(2, Sums("ring")).head === "tcp: rank 0 of 2; allreduce: ring")
+    // Two ranks on each of two hosts (loopback addresses): summed within each host first,
+    // unless hierarchical is off.
+    val twoHosts = (r: Int) => r / 2
+    assert(described(4, Sums("doubling"), twoHosts).head === "tcp: rank 0 of 4; allreduce: " +
+      "within each host by the ring, between the 2 hosts by doubling")
+    assert(described(4, Sums("doubling", hierarchical = false), twoHosts).head ===
+      "tcp: rank 0 of 4; allreduce: doubling")
+  }
+
+  test("bad allreduce settings are refused for every backend, naming the values") {
+    val listener = NativeComm.listen("127.0.0.1")
+    val bad = intercept[CortadoConfigException](NativeComm.connect(listener, "tcp", 0, 1,
+      Array("127.0.0.1:1"), "t", 0, Array.emptyByteArray, -1, 1, 1, 0, 0, "tree", 32, true))
+    assert(bad.getMessage === "allreduce must be auto, ring, doubling or halving, not 'tree'")
+    val latency = intercept[CortadoConfigException](NativeComm.connect(0L, "mpi", 0, 1,
+      Array.empty[String], "t", 0, Array.emptyByteArray, -1, 1, 1, 0, 0, "auto", 0, true))
+    assert(latency.getMessage === "latencyKb must be a positive number of KB, not 0")
   }
 
   test("a rank with another job's token is refused, naming the rank") {
@@ -101,7 +144,7 @@ class NativeCommSuite extends AnyFunSuite {
     assert(NativeComm.port(listener) > 0)
     NativeComm.closeListener(listener)
     val one = NativeComm.connect(0L, "tcp", 0, 1, Array("127.0.0.1:1"), "t", 0,
-      Array.emptyByteArray, -1, 1, 1, 0, 0)
+      Array.emptyByteArray, -1, 1, 1, 0, 0, "auto", 32, true)
     try {
       val data = Array(2f, 3f)
       NativeComm.allReduce(one, data)

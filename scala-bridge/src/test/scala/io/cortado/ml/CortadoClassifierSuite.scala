@@ -338,6 +338,28 @@ class CortadoClassifierSuite extends AnyFunSuite with PerTest {
         Boolean.box(false), "max_iter: 5", "auto", Int.box(2), "linearLr", Double.box(30.0),
         Double.box(60.0), Int.box(4))
       assert(call(threads, "cpuThreads") === Int.box(4))
+      assert(call(threads, "allreduce") === "auto")
+      assert(call(threads, "latencyKb") === Int.box(32))
+      assert(call(threads, "hierarchical") === Boolean.box(true))
+      // And with the allreduce fields, last.
+      val allreduce = call(configClass, "apply", solver, dir.resolve("c.caffemodel").toString,
+        "", "", Int.box(1), "id", "", Int.box(-1), Boolean.box(false), Int.box(3), "", "", "",
+        Double.box(120.0), Double.box(120.0), Int.box(3), Boolean.box(false),
+        Boolean.box(false), "max_iter: 5", "auto", Int.box(2), "linearLr", Double.box(30.0),
+        Double.box(60.0), Int.box(4), "doubling", Int.box(3), Boolean.box(false))
+      assert(call(allreduce, "cpuThreads") === Int.box(4))
+      assert(call(allreduce, "allreduce") === "doubling")
+      assert(call(allreduce, "latencyKb") === Int.box(3))
+      assert(call(allreduce, "hierarchical") === Boolean.box(false))
+      // Java's constructor as it was before the allreduce fields, still there.
+      val javaArgs: Seq[AnyRef] = Seq(solver, "m", "", "", Int.box(1), "id", "", Int.box(-1),
+        Boolean.box(false), Int.box(0), "", "", "", Double.box(120.0), Double.box(120.0),
+        Int.box(3), Boolean.box(false), Boolean.box(false), "", "auto", Int.box(0),
+        "keepGlobalBatch", Double.box(60.0), Double.box(120.0), Int.box(0))
+      val constructor = configClass.getConstructors.find(_.getParameterCount == javaArgs.size)
+        .getOrElse(fail(s"no constructor of ${javaArgs.size} parameters on Config"))
+      val old = constructor.newInstance(javaArgs: _*).asInstanceOf[AnyRef]
+      assert(call(old, "allreduce") === "auto" && call(old, "latencyKb") === Int.box(32))
     }
   }
 

@@ -124,8 +124,8 @@ class WorkersSuite extends AnyFunSuite with PerTest {
     assert(joined.head.endsWith("; 128 training rows, 64 to 64 per worker"), joined.head)
     // Beside it, what the backend says about its connections.
     val connection = events.collect { case LogEvent(t) if t.startsWith("Connection: ") => t }
-    assert(connection.size === 1 && connection.head.startsWith("Connection: tcp: rank 0 of 2"),
-      events)
+    assert(connection === Seq("Connection: tcp: rank 0 of 2; allreduce: auto (a step costs 32 " +
+      "KB)"), events)
     // Images per second count every worker's batch: 2 x 4 per iteration.
     val speeds = events.collect { case i: IterationEvent if i.iterations > 0 => i }
     assert(speeds.nonEmpty)
@@ -165,6 +165,32 @@ class WorkersSuite extends AnyFunSuite with PerTest {
       assert(wire === Seq("Gradients travel between the workers as bfloat16"), events)
       val trained = losses(events)
       assert(trained.size === 20 && trained.last._2 < trained.head._2 / 2, trained)
+    }
+  }
+
+  test("2 workers with allreduce = \"doubling\" sum by recursive doubling, as the log says") {
+    val samples = separable(ss, 128, 5).collect().toSeq
+    withTempDir("cortado-doubling") { dir =>
+      val config = files(dir, 4).copy(clusterSize = 2, allreduce = "doubling", latencyKb = 3,
+        hierarchical = false)
+      val (_, events) = trainRecording(ss, partitioned(ss, samples, 2), config)
+      // Worker 0's communicator, built from the plan, names the algorithm its AllReduce runs
+      // (with two ranks, doubling is one swap of the whole buffer, for every allreduce).
+      val connection = events.collect { case LogEvent(t) if t.startsWith("Connection: ") => t }
+      assert(connection === Seq("Connection: tcp: rank 0 of 2; allreduce: doubling"), events)
+      val trained = losses(events)
+      assert(trained.size === 20 && trained.last._2 < trained.head._2 / 2, trained)
+    }
+    // A bad value fails in the driver, before any job, naming the field and the values.
+    withTempDir("cortado-bad-allreduce") { dir =>
+      val e = intercept[CortadoConfigException](new Cortado(ss).train(
+        partitioned(ss, samples, 2), files(dir, 4).copy(clusterSize = 2, allreduce = "tree")))
+      assert(e.getMessage === "Config.allreduce (-allreduce) must be auto, ring, doubling or " +
+        "halving, not 'tree'")
+      val latency = intercept[CortadoConfigException](new Cortado(ss).train(
+        partitioned(ss, samples, 2), files(dir, 4).copy(clusterSize = 2, latencyKb = 0)))
+      assert(latency.getMessage === "Config.latencyKb (-latencyKb) must be a positive number " +
+        "of KB, not 0")
     }
   }
 

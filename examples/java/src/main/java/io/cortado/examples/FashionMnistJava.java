@@ -92,7 +92,8 @@ public final class FashionMnistJava {
         120, 120, 3,                   // startTimeoutSeconds, commTimeoutSeconds, maxAttempts
         false, false, overrides,       // resizeImages, skipCorruptImages, solverOverrides
         "auto", 0, "keepGlobalBatch",  // exchangePrecision, minWorkers, elasticScaling
-        60, 120, 0);                   // elasticTimeoutSeconds, elasticGrowSeconds, cpuThreads
+        60, 120, 0,                    // elasticTimeoutSeconds, elasticGrowSeconds, cpuThreads
+        "auto", 32, true);             // allreduce, latencyKb, hierarchical
     Cortado cortado = new Cortado(spark);
     // Called on a thread of the driver while training runs: Caffe's log lines of each event.
     cortado.addProgressListener(event -> System.out.println(event.logLines().mkString("\n")));
