@@ -598,7 +598,6 @@ void Exporter::EmitLayer(int l) {
     SetAttr(Node(l, "Gather", {In(l, 0), idx}, {Out(l, 0)}), "axis", int64_t{0});
     return;
   }
-  if (type == "Pooling") return Pooling(l);
   static const std::map<std::string, std::string> kWhyNot = {
       {"SPP", "its pyramid of poolings depends on the input's size at run time"},
       {"Filter", "its output's size depends on the values of its selector"},
@@ -697,18 +696,15 @@ void Exporter::Pooling(int l) {
       pp.has_stride_h() ? Dims{pp.stride_h(), pp.stride_w()} : Dims{pp.stride(), pp.stride()};
   const Dims pad = pp.has_pad_h() ? Dims{pp.pad_h(), pp.pad_w()} : Dims{pp.pad(), pp.pad()};
   Dims extra(2, 0);
-  bool any_extra = false;  // for the check below
   for (int i = 0; i < 2; ++i) {
     const int64_t in = x.shape(2 + i);
     const int64_t out = y.shape(2 + i);
     extra[i] = std::max<int64_t>(0, (out - 1) * stride[i] + kernel[i] - (in + 2 * pad[i]));
-    any_extra = any_extra || extra[i] > 0;
     if ((in + 2 * pad[i] + extra[i] - kernel[i]) / stride[i] + 1 != out) {
       CORTADO_THROW(kInternal, "{}: spatial axis {} is {} in the net, not ONNX's", Describe(l), i,
                     out);
     }
   }
-  (void)any_extra;
   std::string input = In(l, 0);
   Dims pads = {pad[0], pad[1], pad[0] + extra[0], pad[1] + extra[1]};
   if (!max && (pad[0] > 0 || pad[1] > 0)) {
