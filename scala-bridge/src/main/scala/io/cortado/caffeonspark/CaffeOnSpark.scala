@@ -45,10 +45,7 @@ class CaffeOnSpark(@transient val sc: SparkContext) extends Serializable {
   @transient val floatarray2doublevectorUDF: UserDefinedFunction =
     udf((values: Seq[Float]) => Vectors.dense(values.map(_.toDouble).toArray): Vector)
 
-  @transient private lazy val spark: SparkSession =
-    SparkSession.getActiveSession.orElse(SparkSession.getDefaultSession)
-      .filter(_.sparkContext eq sc)
-      .getOrElse(SparkSession.builder().config(sc.getConf).getOrCreate())
+  @transient private lazy val spark: SparkSession = DataSource.session(sc)
 
   @transient private lazy val cortado = new Cortado(spark)
 

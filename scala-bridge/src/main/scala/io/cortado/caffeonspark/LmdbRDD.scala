@@ -3,7 +3,6 @@ package io.cortado.caffeonspark
 
 import org.apache.spark.{Partition, SparkContext, TaskContext}
 import org.apache.spark.rdd.RDD
-import org.apache.spark.sql.SparkSession
 
 import io.cortado.CortadoConfigException
 import io.cortado.spark.{LmdbInfo, LmdbSource}
@@ -50,9 +49,7 @@ class LmdbRDD(@transient val sc: SparkContext, val lmdb_path: String, val numPar
 
   override protected def getPartitions: Array[Partition] = {
     // A database on another file system is copied through the session's SparkContext.
-    SparkSession.getActiveSession.orElse(SparkSession.getDefaultSession)
-      .filter(_.sparkContext eq sc)
-      .getOrElse(SparkSession.builder().config(sc.getConf).getOrCreate())
+    DataSource.session(sc)
     val db = LmdbSource.info(lmdb_path)
     val wanted = if (numPartitions > 0) numPartitions else sc.defaultParallelism
     val n = math.max(1L, math.min(wanted.toLong, db.count)).toInt

@@ -118,7 +118,7 @@ object CortadoOnSpark {
       case Right(options) =>
         options.warnings.foreach(w => err.println(s"CortadoOnSpark: warning: $w"))
         try {
-          execute(options, outputGiven(args), spark(), out, err)
+          execute(options, args, spark(), out, err)
           0
         } catch {
           case NonFatal(e) if cortadoCause(e).isDefined =>
@@ -144,7 +144,7 @@ object CortadoOnSpark {
   private def outputGiven(args: Seq[String]): Boolean =
     args.exists(a => a == "-output" || a == "--output")
 
-  private def execute(given: Options, outputGiven: Boolean, spark: SparkSession,
+  private def execute(given: Options, args: Seq[String], spark: SparkSession,
       out: PrintStream, err: PrintStream): Unit = {
     val o = given.copy(conf = shippedFile(given.conf))
     if (o.persistent) {
@@ -181,6 +181,8 @@ object CortadoOnSpark {
         LmdbSource.load(spark, l.source, l.dataColumn, l.labelColumn,
           partitions = o.lmdbPartitions, owner = l.owner)
       case i: ImageSource => i.copy(images = config.imageOptions).load(spark)
+      case c: ClassSource =>
+        io.cortado.caffeonspark.DataSource.applicationData(spark, args, c.phase == "TRAIN")
       case other => other.load(spark)
     }
 
@@ -223,7 +225,7 @@ object CortadoOnSpark {
       } else {
         val metrics = cortado.test(data, config).toSeq.sortBy(_._1)
         metrics.foreach { case (name, value) => out.println(s"$name = ${caffeFormat(value)}") }
-        if (outputGiven) {
+        if (outputGiven(args)) {
           if (o.testDataFrame) {
             val schema = StructType(Seq(StructField("metric", StringType, nullable = false),
               StructField("value", DoubleType, nullable = false)))

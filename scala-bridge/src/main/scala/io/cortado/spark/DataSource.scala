@@ -57,6 +57,23 @@ final case class LmdbDataSource(layer: String, source: String, sourceClass: Stri
     LmdbSource.load(spark, source, dataColumn, labelColumn, owner = owner)
 }
 
+/**
+ * A feed layer whose `source_class` names a class of the application's own (on the driver's and
+ * executors' class path, e.g. through `--jars`) rather than one of CaffeOnSpark's built-in
+ * sources: a subclass of `io.cortado.caffeonspark.DataSource`, which makes the samples' RDD and
+ * turns them into batches (see that class). Its data is read through
+ * `io.cortado.caffeonspark.DataSource.getSource`, which makes the class with CaffeOnSpark's
+ * Config; [[load]] here fails saying so.
+ */
+final case class ClassSource(layer: String, source: String, sourceClass: String, phase: String,
+    owner: String) extends DataSource {
+
+  def load(spark: SparkSession): DataFrame =
+    throw new CortadoConfigException(
+      s"$owner: source_class $sourceClass is a class of the application's: read it through " +
+        "io.cortado.caffeonspark.DataSource.getSource (CaffeOnSpark's API or main class)")
+}
+
 object DataSource {
 
   /**
@@ -80,10 +97,13 @@ object DataSource {
    * The data source of the `phase` ("TRAIN" or "TEST") net of the solver at `solverFile`,
    * whose net is found as [[Cortado]] finds it; the layers are read natively
    * (NativeLib.dataLayers). An LMDB database is opened here (in the driver), so a missing one
-   * fails now, naming it. Throws CortadoConfigException, naming the net and the layer, when
-   * the phase has no feed layer with a source (a CoSData layer, or a MemoryData layer with
-   * source_class LMDB), or its source cannot be read through Spark (LevelDB, sequence files,
-   * LMDB on HDFS); CortadoIOException for a missing LMDB database.
+   * fails now, naming it. A source_class that is none of CaffeOnSpark's built-in sources
+   * gives a [[ClassSource]] when the class is on the class path and extends
+   * io.cortado.caffeonspark.DataSource. Throws CortadoConfigException, naming the net and the
+   * layer, when the phase has no feed layer with a source (a CoSData layer, or a MemoryData
+   * layer with source_class), its source cannot be read through Spark (Data layers: LevelDB,
+   * LMDB), or its source_class names no such class; CortadoIOException for a missing LMDB
+   * database.
    */
   def of(solverFile: String, phase: String, conf: Configuration): DataSource = {
     val (netSource, layers) = dataLayers(solverFile, phase, conf)
@@ -136,11 +156,11 @@ object DataSource {
     val sourceClass = layer.sourceClass
     val imageClasses = Set(ImageSource.DataFrameClass, ImageSource.SequenceClass)
     if (sourceClass != LmdbSource.SourceClass && !imageClasses(sourceClass)) {
-      throw new CortadoConfigException(
-        s"$owner: source_class $sourceClass is not supported on a MemoryData layer; it reads " +
-          s"an LMDB database with source_class: $Quoted, a DataFrame of images with " +
-          s"${ImageSource.DataFrameClass} or a sequence file of images with " +
-          s"${ImageSource.SequenceClass} (other DataFrames are read by CoSData layers)")
+      return classSource(layer, owner, phase,
+        s"on a MemoryData layer Cortado reads an LMDB database with source_class: $Quoted, a " +
+          s"DataFrame of images with ${ImageSource.DataFrameClass} or a sequence file of " +
+          s"images with ${ImageSource.SequenceClass} (other DataFrames are read by CoSData " +
+          "layers)")
     }
     if (layer.source.isEmpty) {
       throw new CortadoConfigException(
@@ -184,10 +204,9 @@ object DataSource {
     val sourceClass = layer.sourceClass
     val known = DataFrameClasses + LmdbSource.SourceClass
     if (!known(sourceClass)) {
-      throw new CortadoConfigException(
-        s"$owner: source_class $sourceClass is not supported; CoSData layers read DataFrames " +
-          s"(${DataFrameClasses.filter(_.nonEmpty).mkString(", ")}, or none) or LMDB " +
-          s"databases (${LmdbSource.SourceClass})")
+      return classSource(layer, owner, phase,
+        s"CoSData layers read DataFrames (${DataFrameClasses.filter(_.nonEmpty).mkString(", ")}" +
+          s", or none) or LMDB databases (${LmdbSource.SourceClass})")
     }
     if (layer.source.isEmpty) {
       throw new CortadoConfigException(
@@ -210,6 +229,34 @@ object DataSource {
       }
       val names = ordered.map(layer.columns(_))
       lmdbSource(layer, owner, names.head, names.lift(1))
+    }
+  }
+
+  /** The name of the base class of the application's source classes. */
+  val UserSourceBase = "io.cortado.caffeonspark.DataSource"
+
+  /**
+   * A source_class that is none of the built-in sources: a class of the application's that
+   * extends [[UserSourceBase]], found now (in the driver) so that a misspelt name fails before
+   * any job, naming the layer, the class and what the built-in sources are (`builtIn`).
+   */
+  private def classSource(layer: DataLayerInfo, owner: String, phase: String,
+      builtIn: String): ClassSource = {
+    val name = layer.sourceClass
+    val loader = Option(Thread.currentThread.getContextClassLoader)
+      .getOrElse(getClass.getClassLoader)
+    val found =
+      try Some(Class.forName(name, false, loader))
+      catch { case _: ClassNotFoundException | _: LinkageError => None }
+    found match {
+      case None =>
+        throw new CortadoConfigException(
+          s"$owner: source_class $name is not a class on the class path (add the jar that " +
+            s"holds it with --jars); $builtIn; a class of one's own extends $UserSourceBase")
+      case Some(c) if !Class.forName(UserSourceBase, false, loader).isAssignableFrom(c) =>
+        throw new CortadoConfigException(
+          s"$owner: source_class $name does not extend $UserSourceBase; $builtIn")
+      case Some(_) => ClassSource(layer.name, layer.source, name, phase, owner)
     }
   }
 

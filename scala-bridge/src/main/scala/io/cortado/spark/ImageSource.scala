@@ -45,15 +45,36 @@ final case class ImageSource(layer: String, source: String, sourceClass: String,
     images: ImageOptions = ImageOptions(), crop: Int = NativeImage.NO_CROP) extends DataSource {
 
   def load(spark: SparkSession): DataFrame = {
-    val records = sourceClass match {
+    val decode = pixels
+    val rows = records(spark).flatMap { r =>
+      Option(decode(r)).map(values => Row(r.id, values, ImageSource.labelValue(r, owner)))
+    }
+    val unused = "_cortado_no_label"
+    val schema = StructType(Seq(StructField("id", StringType),
+      StructField(dataColumn, ArrayType(FloatType, containsNull = false), nullable = false),
+      StructField(labelColumn.getOrElse(unused), FloatType, nullable = false)))
+    val df = spark.createDataFrame(rows, schema)
+    if (labelColumn.isDefined) df else df.drop(unused)
+  }
+
+  /** The images as the source holds them, one record each, not yet decoded. */
+  private[cortado] def records(spark: SparkSession): RDD[ImageSource.Record] =
+    sourceClass match {
       case ImageSource.DataFrameClass => dataFrameRecords(spark)
       case ImageSource.SequenceClass => sequenceRecords(spark)
     }
+
+  /**
+   * The function (serialisable, for the executors) that turns a record into the data top's
+   * sample: the layer's channels x height x width, planar; null for a corrupt image left out
+   * with `images.skipCorrupt`.
+   */
+  private[cortado] def pixels: ImageSource.Record => Array[Float] = {
     val Seq(c, h, w) = shape
     val (owner, images, encodedByDefault, crop) =
       (this.owner, this.images, this.encodedByDefault, this.crop)
-    val rows = records.flatMap { case ImageSource.Record(id, label, channels, height, width,
-        encoded, data) =>
+    record => {
+      val ImageSource.Record(id, _, channels, height, width, encoded, data) = record
       val what = s"$owner: image '$id'"
       if (data == null) throw new CortadoConfigException(s"$what has no data")
       // A raw image's shape: the record's, where it gives one, else the layer's.
@@ -64,36 +85,20 @@ final case class ImageSource(layer: String, source: String, sourceClass: String,
         (data.length != ch * hh * ww && NativeImage.looksEncoded(data))
       // A random crop's place: the same for an image on every run.
       val seed = ImageSource.cropSeed(id)
-      val values =
-        if (decode) {
-          NativeImage.decode(data, c, h, w, images.resize, crop, seed, images.skipCorrupt, what)
-        } else {
-          if (data.length != ch * hh * ww) {
-            throw new CortadoConfigException(s"$what: a raw image of $ch x $hh x $ww needs " +
-              s"${ch * hh * ww} bytes, it has ${data.length}")
-          }
-          if (ch != c) {
-            throw new CortadoConfigException(
-              s"$what has $ch channels; the layer takes $c (${shape.mkString(" x ")})")
-          }
-          NativeImage.fromInterleaved(data, ch, hh, ww, h, w, images.resize, crop, seed, what)
+      if (decode) {
+        NativeImage.decode(data, c, h, w, images.resize, crop, seed, images.skipCorrupt, what)
+      } else {
+        if (data.length != ch * hh * ww) {
+          throw new CortadoConfigException(s"$what: a raw image of $ch x $hh x $ww needs " +
+            s"${ch * hh * ww} bytes, it has ${data.length}")
         }
-      Option(values).map { v =>
-        val number =
-          try label.trim.toFloat
-          catch {
-            case _: NumberFormatException =>
-              throw new CortadoConfigException(s"$what has the label '$label', not a number")
-          }
-        Row(id, v, number)
+        if (ch != c) {
+          throw new CortadoConfigException(
+            s"$what has $ch channels; the layer takes $c (${shape.mkString(" x ")})")
+        }
+        NativeImage.fromInterleaved(data, ch, hh, ww, h, w, images.resize, crop, seed, what)
       }
     }
-    val unused = "_cortado_no_label"
-    val schema = StructType(Seq(StructField("id", StringType),
-      StructField(dataColumn, ArrayType(FloatType, containsNull = false), nullable = false),
-      StructField(labelColumn.getOrElse(unused), FloatType, nullable = false)))
-    val df = spark.createDataFrame(rows, schema)
-    if (labelColumn.isDefined) df else df.drop(unused)
   }
 
   private def dataFrameRecords(spark: SparkSession): RDD[ImageSource.Record] = {
@@ -167,7 +172,16 @@ object ImageSource {
   val DataFrameClass = "com.yahoo.ml.caffe.ImageDataFrame"
   val SequenceClass = "com.yahoo.ml.caffe.SeqImageDataSource"
 
+  /** A record's label as a number, failing with the image's name when it is not one. */
+  private[cortado] def labelValue(r: Record, owner: String): Float =
+    try Option(r.label).getOrElse("").trim.toFloat
+    catch {
+      case _: NumberFormatException =>
+        throw new CortadoConfigException(
+          s"$owner: image '${r.id}' has the label '${r.label}', not a number")
+    }
+
   /** One image as the sources give it; 0 for a dimension they do not give. */
-  private final case class Record(id: String, label: String, channels: Int, height: Int,
+  private[cortado] final case class Record(id: String, label: String, channels: Int, height: Int,
       width: Int, encoded: Option[Boolean], data: Array[Byte])
 }

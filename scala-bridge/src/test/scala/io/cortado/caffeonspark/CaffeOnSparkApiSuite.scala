@@ -162,7 +162,9 @@ class CaffeOnSparkApiSuite extends AnyFunSuite with PerTest {
     withLeNet { (dir, solver) =>
       val conf = new Config(null, Array("-conf", solver, "-model", uri(dir, "m")))
       val train = DataSource.getSource(conf, true)
-      assert(train.isInstanceOf[LMDB] && train.isTrain && train.layerId === -1)
+      assert(train.isInstanceOf[LMDB] && train.isTrain)
+      // CaffeOnSpark's index of the layer: the TRAIN data layer is the net's first.
+      assert(train.layerId === conf.train_data_layer_id && train.layerId === 0)
       assert(train.batchSize() === 20)
       assert(train.sourceFilePath === s"file:${dir.resolve("mnist_train_lmdb")}")
       val test = DataSource.getSource(conf, false)

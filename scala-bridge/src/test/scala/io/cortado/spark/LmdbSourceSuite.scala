@@ -262,8 +262,10 @@ class LmdbSourceSuite extends AnyFunSuite with PerTest {
         "MemoryData layer is fed through the DataFrame API"), fed)
       val otherClass = error("class.prototxt",
         memoryLayer("TRAIN", 2, db).replace("com.yahoo.ml.caffe.LMDB", "com.yahoo.ml.caffe.X"))
-      assert(otherClass.contains("source_class com.yahoo.ml.caffe.X is not supported on a " +
-        "MemoryData layer"), otherClass)
+      assert(otherClass.contains("class.prototxt: layer 'data' (MemoryData): source_class " +
+        "com.yahoo.ml.caffe.X is not a class on the class path (add the jar that holds it " +
+        "with --jars); on a MemoryData layer Cortado reads an LMDB database"), otherClass)
+      assert(otherClass.contains("extends io.cortado.caffeonspark.DataSource"), otherClass)
       val dataLayer = error("data.prototxt",
         s"""layer { name: "mnist" type: "Data" top: "data" top: "label"
           |  data_param { source: "$db" batch_size: 2 backend: LMDB } }
