@@ -62,7 +62,7 @@ class Link:
         self.alpha = alpha  # seconds: the fixed cost of one step of an allreduce
         self.efficiency = efficiency  # fraction of the rate the ring reaches on large buffers
         self.backend = backend  # "tcp" (16-bit wire; ring, doubling or halving) or "ucx"
-        # (float32, ring only)
+        # (16-bit wire; ring only)
         self.source = source
 
     @property
@@ -90,7 +90,8 @@ LINKS = [
     Link("25GbE", 25, 20e-6, 0.93, "tcp", "assumed (alpha and efficiency of 10GbE)"),
     Link("100GbE", 100, 20e-6, 0.93, "tcp", "assumed (alpha and efficiency of 10GbE)"),
     # InfiniBand HDR (200 Gbit/s, 25 GB/s) through the ucx backend, which carries the tcp
-    # backend's ring in float32 only (docs/distributed.md, "Backends"). Achievable bandwidth:
+    # backend's ring (float32 or 16-bit) and no other algorithm (docs/distributed.md,
+    # "Backends"). Achievable bandwidth:
     # 21.1-21.3 GB/s, osu_bw over UCX 1.15 between two ConnectX-6 HDR hosts on PCIe Gen4 x16,
     # https://github.com/openucx/ucx/issues/8852 -> efficiency 21.3 / 25 = 0.85.
     # Step cost: assumed 3 us. UCX's own estimate of an HCA's latency is 1.36 us
@@ -384,8 +385,8 @@ def flat_allreduce(count, wire, n, link, latency_bytes=None, ceiling=False, algo
     latency_bytes: the communicator's --latency_kb in bytes (None: alpha * rate of the link);
     algorithm: its --allreduce (None: ALLREDUCE, "auto" unless --allreduce says otherwise)."""
     if link.backend == "ucx":
-        # The ucx backend carries float32 only, by its ring.
-        return "ring", ring_time(count * 4, n, link)
+        # The ucx backend has the ring only, in the wire's type.
+        return "ring", ring_time(count * WIRE_BYTES[wire], n, link)
     nbytes = count * WIRE_BYTES[wire]
     nbytes32 = count * 4
     ring_bw = float32_bw = link.bandwidth
@@ -508,7 +509,7 @@ def fmt_ms(ms):
 
 
 def wire_label(link, wire):
-    return "float32 (ucx)" if link.backend == "ucx" else wire
+    return f"{wire} (ucx)" if link.backend == "ucx" else wire
 
 
 def table(platform, rows, links, ranks, scenario):
@@ -824,13 +825,8 @@ def plot(path):
     sc32 = Scenario(latency_bytes=DEFAULT_LATENCY_BYTES)
     for colour, link in zip(colours, LINKS):
         for wire, style in (("float16", "-"), ("float32", ":")):
-            if link.backend == "ucx" and wire == "float32":
-                continue  # ucx carries float32 whatever the compute: one line
             eff = [iteration(net, "gpu", wire, n, link)["efficiency"] * 100 for n in ranks]
-            if link.backend == "ucx":
-                label = f"{link.name}: float16 compute, float32 wire"
-            else:
-                label = f"{link.name}: {wire} ({COMPUTE_MS[('gpu', 'ResNet-50', wire)]:.0f} ms compute)"
+            label = f"{link.name}: {wire} ({COMPUTE_MS[('gpu', 'ResNet-50', wire)]:.0f} ms compute)"
             ax.plot(ranks, eff, style, color=colour, marker="o", markersize=3, label=label)
         if link.name == "100GbE":  # the code's default --latency_kb, not tuned to the link
             eff = [iteration(net, "gpu", "float16", n, link, sc32)["efficiency"] * 100

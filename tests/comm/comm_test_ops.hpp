@@ -14,7 +14,9 @@
 #include <vector>
 
 #include "comm/communicator.hpp"
+#include "comm/tcp/ring.hpp"
 #include "core/error.hpp"
+#include "math/half_host.hpp"
 #include "support/spawn_ranks.hpp"
 
 namespace cortado::testing {
@@ -79,6 +81,49 @@ inline void CheckAllReduce(Communicator* comm, size_t count, uint32_t seed, Dige
       throw std::runtime_error("allreduce of " + std::to_string(count) + " floats: element " +
                                std::to_string(i) + " is " + std::to_string(data[i]) +
                                ", expected " + std::to_string(expected[i]));
+    }
+  }
+  digest->Add(data.data(), count * sizeof(float));
+}
+
+// What AllReduceAs(wire) leaves in element i by the ring: its segment's first rank sends its
+// value rounded to the wire type, and each next rank adds its own float32 value and rounds again.
+inline float RingSumOnTheWire(const std::vector<std::vector<float>>& inputs, size_t count, size_t i,
+                              comm::WireType wire) {
+  const int n = static_cast<int>(inputs.size());
+  const bool bf16 = wire == comm::WireType::kBFloat16;
+  auto narrow = [&](float x) { return bf16 ? math::FloatToBFloat16(x) : math::FloatToFloat16(x); };
+  auto widen = [&](uint16_t h) {
+    return bf16 ? math::BFloat16ToFloat(h) : math::Float16ToFloat(h);
+  };
+  const comm::RingSegments segments(count, n);
+  int j = 0;
+  while (i >= segments.begin(j) + segments.size(j)) ++j;
+  uint16_t v = narrow(inputs[j][i]);
+  for (int k = 1; k < n; ++k) v = narrow(inputs[(j + k) % n][i] + widen(v));
+  return widen(v);
+}
+
+// AllReduceAs(wire) by the ring of `count` values, each rank's Input (element 3 of 7 is 40000,
+// which overflows float16 once summed over 2 ranks), every element exactly as
+// RingSumOnTheWire gives it (one rank: the values stay). Throws naming the first that is not.
+inline void CheckAllReduceOnTheWire(Communicator* comm, size_t count, comm::WireType wire,
+                                    Digest* digest) {
+  const int n = comm->size();
+  const auto seed = static_cast<uint32_t>(count + 7);
+  std::vector<std::vector<float>> inputs;
+  for (int r = 0; r < n; ++r) {
+    inputs.push_back(Input(r, count, seed));
+    if (count == 7) inputs.back()[3] = 40000.0f;
+  }
+  std::vector<float> data = inputs[comm->rank()];
+  comm->AllReduceAs(data.data(), count, wire);
+  for (size_t i = 0; i < count; ++i) {
+    const float want = n == 1 ? inputs[0][i] : RingSumOnTheWire(inputs, count, i, wire);
+    if (!(data[i] == want || (std::isnan(data[i]) && std::isnan(want)))) {
+      throw std::runtime_error("count " + std::to_string(count) + ", element " + std::to_string(i) +
+                               ": " + std::to_string(data[i]) + ", expected " +
+                               std::to_string(want));
     }
   }
   digest->Add(data.data(), count * sizeof(float));

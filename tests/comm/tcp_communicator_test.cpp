@@ -108,25 +108,6 @@ TEST(TcpCommunicatorTest, TwoRanksOnTwoAddressesShareOneConnectionBothWays) {
   }
 }
 
-// What AllReduceAs(wire) leaves in element i: its segment's first rank sends its value rounded
-// to the wire type, and each next rank adds its own float32 value and rounds again.
-float RingSumOnTheWire(const std::vector<std::vector<float>>& inputs, size_t count, size_t i,
-                       WireType wire) {
-  const int n = static_cast<int>(inputs.size());
-  auto narrow = [&](float x) {
-    return wire == WireType::kBFloat16 ? math::FloatToBFloat16(x) : math::FloatToFloat16(x);
-  };
-  auto widen = [&](uint16_t h) {
-    return wire == WireType::kBFloat16 ? math::BFloat16ToFloat(h) : math::Float16ToFloat(h);
-  };
-  const RingSegments segments(count, n);
-  int j = 0;
-  while (i >= segments.begin(j) + segments.size(j)) ++j;
-  uint16_t v = narrow(inputs[j][i]);
-  for (int k = 1; k < n; ++k) v = narrow(inputs[(j + k) % n][i] + widen(v));
-  return widen(v);
-}
-
 // AllReduceAs in bfloat16 and float16: half the bytes on the wire, each rank's values and each
 // partial sum rounded on the way, every rank with exactly the values the ring's order of
 // summation gives (one rank: nothing travels, the values stay).
@@ -142,24 +123,7 @@ TEST(TcpCommunicatorTest, AllReduceOnASixteenBitWireSumsInTheRingsOrder) {
         Expect(comm->SupportsWire(wire), "tcp carries a 16-bit wire");
         Digest digest;
         for (size_t count : {size_t{0}, size_t{1}, size_t{7}, size_t{1001}, size_t{300000}}) {
-          const auto seed = static_cast<uint32_t>(count + 7);
-          std::vector<float> data = testing::Input(rank, count, seed);
-          if (count == 7) data[3] = 40000.0f;  // float16: 40000 * n overflows from 2 ranks
-          comm->AllReduceAs(data.data(), count, wire);
-          std::vector<std::vector<float>> inputs;
-          for (int r = 0; r < n; ++r) {
-            inputs.push_back(testing::Input(r, count, seed));
-            if (count == 7) inputs.back()[3] = 40000.0f;
-          }
-          for (size_t i = 0; i < count; ++i) {
-            const float want = n == 1 ? inputs[0][i] : RingSumOnTheWire(inputs, count, i, wire);
-            if (!(data[i] == want || (std::isnan(data[i]) && std::isnan(want)))) {
-              throw std::runtime_error("count " + std::to_string(count) + ", element " +
-                                       std::to_string(i) + ": " + std::to_string(data[i]) +
-                                       ", expected " + std::to_string(want));
-            }
-          }
-          digest.Add(data.data(), count * sizeof(float));
+          testing::CheckAllReduceOnTheWire(comm.get(), count, wire, &digest);
         }
         // The buffer is the communicator's own: float32 AllReduce right after is exact again.
         CheckAllReduce(comm.get(), 1001, 5, &digest);

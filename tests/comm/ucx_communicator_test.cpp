@@ -160,6 +160,56 @@ TEST(UcxCommunicatorTest, ChunkSizesThatAreNoWholeNumberOfFloatsSumCorrectly) {
   }
 }
 
+// AllReduceAs in bfloat16 and float16: the tcp ring's order and roundings (its test's
+// reference), bit for bit, through staging slots whatever the transport, with chunks that cut
+// the segments; float32 right after is exact again.
+TEST(UcxCommunicatorTest, AllReduceOnASixteenBitWireSumsInTheRingsOrder) {
+  for (WireType wire : {WireType::kBFloat16, WireType::kFloat16}) {
+    for (int n = 1; n <= 4; ++n) {
+      SCOPED_TRACE(std::string(WireTypeName(wire)) + ", " + std::to_string(n) + " ranks");
+      LoopbackRing ring(n);
+      const auto outcomes = testing::RunRanksAsThreads(n, [&](int rank) {
+        CommOptions options = ring.Options(rank);
+        options.chunk_bytes = 4096;
+        auto comm = JoinUcx(&ring, options);
+        testing::Expect(comm->SupportsWire(wire), "ucx carries a 16-bit wire");
+        Digest digest;
+        for (size_t count : {size_t{0}, size_t{1}, size_t{7}, size_t{1001}, size_t{300000}}) {
+          testing::CheckAllReduceOnTheWire(comm.get(), count, wire, &digest);
+        }
+        CheckAllReduce(comm.get(), 1001, 5, &digest);
+        return digest.Hex();
+      });
+      ASSERT_TRUE(AllOk(outcomes)) << Describe(outcomes);
+      for (int r = 1; r < n; ++r) EXPECT_EQ(outcomes[r].result, outcomes[0].result);
+    }
+  }
+}
+
+// The same as processes over UCX's TCP transport, where float32 sums go through RangeSum: the
+// 16-bit wire still takes the staging slots.
+TEST(UcxCommunicatorTest, SixteenBitWireAsProcessesOverTcp) {
+  testing::ScopedEnv tls("UCX_TLS", "tcp");
+  const int n = 3;
+  LoopbackRing ring(n);
+  const auto outcomes = testing::RunRanksAsProcesses(
+      n,
+      [&](int rank) {
+        ring.CloseOthers(rank);
+        auto comm = JoinUcx(&ring, rank);
+        Digest digest;
+        for (WireType wire : {WireType::kBFloat16, WireType::kFloat16}) {
+          for (size_t count : {size_t{7}, size_t{1001}, size_t{100000}}) {
+            testing::CheckAllReduceOnTheWire(comm.get(), count, wire, &digest);
+          }
+        }
+        return digest.Hex();
+      },
+      /*timeout_s=*/60);
+  ASSERT_TRUE(AllOk(outcomes)) << Describe(outcomes);
+  for (int r = 1; r < n; ++r) EXPECT_EQ(outcomes[r].result, outcomes[0].result);
+}
+
 // Over TCP the summing receives add each range UCX unpacks straight into place (RangeSum). With
 // segments of an odd number of bytes, UCX's ranges split floats between them.
 TEST(UcxCommunicatorTest, SegmentsThatSplitFloatsSumCorrectlyOverTcp) {

@@ -14,6 +14,11 @@
 // then may the send gated on the piece go out. Sends are posted as soon as their gate allows, a
 // window at a time.
 //
+// A 16-bit wire (AllReduceAs with float16 or bfloat16) runs the same ring over a copy of the
+// buffer in the wire type, as the tcp ring does: a summed piece always lands in a staging slot,
+// and each received value is added to this rank's own float32 value at its place, the sum
+// rounded into the copy, which is what goes on. The result is the tcp ring's, bit for bit.
+//
 // Progress. One thread (the caller's) drives the UCX worker: it progresses until nothing is
 // left to do, then arms the worker's event descriptor and polls it beside an eventfd that Abort
 // writes, so a quiet wait costs no CPU.
@@ -51,6 +56,7 @@
 #include "comm/tcp/tcp_communicator.hpp"
 #include "core/error.hpp"
 #include "core/logging.hpp"
+#include "math/half_host.hpp"
 
 namespace cortado::comm {
 namespace {
@@ -219,6 +225,8 @@ class UcxCommunicator final : public Communicator {
   const char* backend() const override { return "ucx"; }
   std::string Describe() const override { return description_; }
   void AllReduce(float* data, size_t count) override;
+  void AllReduceAs(float* data, size_t count, WireType wire) override;
+  bool SupportsWire(WireType /*wire*/) const override { return true; }
   void Broadcast(void* data, size_t bytes, int root) override;
   std::vector<std::string> AllGather(const std::string& mine) override;
   void Barrier() override;
@@ -242,7 +250,13 @@ class UcxCommunicator final : public Communicator {
   void PostSend(size_t i, uint64_t tag, const char* op);
   // Appends the pieces of `bytes` at `data` (one per chunk) to the streams.
   void AddSends(const char* data, size_t bytes, int first_gate);
-  void AddRecvs(char* data, size_t bytes, bool sum);
+  // `accumulate`: with a 16-bit wire, the float32 values at the place of data's (see RecvPiece).
+  void AddRecvs(char* data, size_t bytes, bool sum, const float* accumulate = nullptr);
+  // The ring of AllReduce over `count` values of `value_bytes` each at `data`; `accumulate(i)`
+  // gives a summed segment's float32 values on a 16-bit wire.
+  template <typename Accumulate>
+  void AddAllReducePieces(char* data, size_t count, size_t value_bytes,
+                          const Accumulate& accumulate);
   // Adds the received staging slot of piece i into place.
   void Sum(size_t i);
   // Progresses until nothing moves; true when something did.
@@ -295,6 +309,9 @@ class UcxCommunicator final : public Communicator {
   Link next_;
   Link prev_;
   std::vector<float> staging_;  // kRecvWindow slots of chunk_bytes_
+  // The operation's wire: float32, or the 16-bit type of AllReduceAs (its values in wire_values_).
+  WireType wire_ = WireType::kFloat32;
+  std::vector<uint16_t> wire_values_;
   ucp_mem_h staging_memh_ = nullptr;
   // Over TCP, UCX copies every message out of its receive segments into the receive's buffer.
   // Summed pieces then go through kSumType, which adds each range into place as it leaves the
@@ -768,7 +785,7 @@ void UcxCommunicator::PostRecv(size_t i, uint64_t tag) {
   param.user_data = &state.completion;
   param.datatype = ucp_dt_make_contig(1);
   void* buffer = piece.data;
-  if (piece.sum && sum_type_ != 0) {
+  if (piece.sum && sum_type_ != 0 && wire_ == WireType::kFloat32) {
     state.sum.Reset(reinterpret_cast<float*>(piece.data), piece.bytes);
     buffer = &state.sum;
     param.datatype = sum_type_;
@@ -813,18 +830,35 @@ void UcxCommunicator::AddSends(const char* data, size_t bytes, int first_gate) {
   }
 }
 
-void UcxCommunicator::AddRecvs(char* data, size_t bytes, bool sum) {
+void UcxCommunicator::AddRecvs(char* data, size_t bytes, bool sum, const float* accumulate) {
+  // chunk_bytes_ is a whole number of floats, so of 16-bit values too.
   for (size_t at = 0; at < bytes; at += chunk_bytes_) {
-    recvs_.push_back({data + at, std::min(chunk_bytes_, bytes - at), sum});
+    recvs_.push_back({data + at, std::min(chunk_bytes_, bytes - at), sum,
+                      accumulate == nullptr ? nullptr : accumulate + at / sizeof(uint16_t)});
   }
 }
 
 void UcxCommunicator::Sum(size_t i) {
   const RecvPiece& piece = recvs_[i];
-  float* dst = reinterpret_cast<float*>(piece.data);
-  const float* src = staging_.data() + (i % kRecvWindow) * (chunk_bytes_ / sizeof(float));
-  const size_t n = piece.bytes / sizeof(float);
-  for (size_t k = 0; k < n; ++k) dst[k] += src[k];
+  const char* slot =
+      reinterpret_cast<const char*>(staging_.data()) + (i % kRecvWindow) * chunk_bytes_;
+  if (wire_ == WireType::kFloat32) {
+    float* dst = reinterpret_cast<float*>(piece.data);
+    const float* src = reinterpret_cast<const float*>(slot);
+    const size_t n = piece.bytes / sizeof(float);
+    for (size_t k = 0; k < n; ++k) dst[k] += src[k];
+    return;
+  }
+  uint16_t* dst = reinterpret_cast<uint16_t*>(piece.data);
+  const uint16_t* src = reinterpret_cast<const uint16_t*>(slot);
+  const size_t n = piece.bytes / sizeof(uint16_t);
+  if (wire_ == WireType::kBFloat16) {
+    for (size_t k = 0; k < n; ++k) {
+      dst[k] = math::FloatToBFloat16(piece.accumulate[k] + math::BFloat16ToFloat(src[k]));
+    }
+  } else {
+    math::AddToFloat16(piece.accumulate, src, n, dst);
+  }
 }
 
 void UcxCommunicator::Run(const char* op, double timeout_s) {
@@ -871,7 +905,7 @@ void UcxCommunicator::Run(const char* op, double timeout_s) {
                       "protocol error: do both run the same operations?)",
                       rank(), From().name, state.completion.info.length, recvs_[ready].bytes, op);
       }
-      if (recvs_[ready].sum && sum_type_ == 0) Sum(ready);
+      if (recvs_[ready].sum && (sum_type_ == 0 || wire_ != WireType::kFloat32)) Sum(ready);
       ++ready;
       moved = true;
     }
@@ -925,31 +959,74 @@ void UcxCommunicator::Run(const char* op, double timeout_s) {
   }
 }
 
+template <typename Accumulate>
+void UcxCommunicator::AddAllReducePieces(char* data, size_t count, size_t value_bytes,
+                                         const Accumulate& accumulate) {
+  const int n = size();
+  const int r = rank();
+  const RingSegments segments(count, n);
+  auto mod = [n](int i) { return ((i % n) + n) % n; };
+  auto bytes_of = [&](int seg) { return segments.size(seg) * value_bytes; };
+  auto at = [&](int seg) { return data + segments.begin(seg) * value_bytes; };
+  sends_.clear();
+  recvs_.clear();
+  // Reduce-scatter step t sends segment r - t and sums segment r - t - 1 from prev; all-gather
+  // step s sends segment r + 1 - s and receives segment r - s. What a step sends is what the
+  // step before it received, gated piece by piece.
+  int previous_first = -1;  // index of the first piece received at the step before
+  for (int step = 0; step < 2 * (n - 1); ++step) {
+    const bool reducing = step < n - 1;
+    const int s = reducing ? step : step - (n - 1);
+    const int out = reducing ? mod(r - s) : mod(r + 1 - s);
+    const int in = reducing ? mod(r - s - 1) : mod(r - s);
+    AddSends(at(out), bytes_of(out), step == 0 ? -1 : previous_first);
+    previous_first = static_cast<int>(recvs_.size());
+    AddRecvs(at(in), bytes_of(in), reducing, reducing ? accumulate(in) : nullptr);
+  }
+}
+
 void UcxCommunicator::AllReduce(float* data, size_t count) {
   Guarded([&] {
     if (count == 0) return;
-    const int n = size();
-    const int r = rank();
-    const RingSegments segments(count, n);
-    auto mod = [n](int i) { return ((i % n) + n) % n; };
-    auto bytes_of = [&](int seg) { return segments.size(seg) * sizeof(float); };
-    auto at = [&](int seg) { return reinterpret_cast<char*>(data + segments.begin(seg)); };
-    sends_.clear();
-    recvs_.clear();
-    // Reduce-scatter step t sends segment r - t and sums segment r - t - 1 from prev; all-gather
-    // step s sends segment r + 1 - s and receives segment r - s. What a step sends is what the
-    // step before it received, gated piece by piece.
-    int previous_first = -1;  // index of the first piece received at the step before
-    for (int step = 0; step < 2 * (n - 1); ++step) {
-      const bool reducing = step < n - 1;
-      const int s = reducing ? step : step - (n - 1);
-      const int out = reducing ? mod(r - s) : mod(r + 1 - s);
-      const int in = reducing ? mod(r - s - 1) : mod(r - s);
-      AddSends(at(out), bytes_of(out), step == 0 ? -1 : previous_first);
-      previous_first = static_cast<int>(recvs_.size());
-      AddRecvs(at(in), bytes_of(in), reducing);
-    }
+    AddAllReducePieces(reinterpret_cast<char*>(data), count, sizeof(float),
+                       [](int) -> const float* { return nullptr; });
     Run("allreduce", options_.timeout_s);
+  });
+}
+
+void UcxCommunicator::AllReduceAs(float* data, size_t count, WireType wire) {
+  if (wire == WireType::kFloat32) {
+    AllReduce(data, count);
+    return;
+  }
+  Guarded([&] {
+    if (size() == 1 || count == 0) return;
+    const bool bf16 = wire == WireType::kBFloat16;
+    // Only this rank's own segment, the one it sends first, is rounded before the ring starts;
+    // the sums and the all-gather write the others.
+    const RingSegments segments(count, size());
+    wire_values_.resize(count);
+    const size_t begin = segments.begin(rank()), own = segments.size(rank());
+    if (bf16) {
+      for (size_t i = begin; i < begin + own; ++i) wire_values_[i] = math::FloatToBFloat16(data[i]);
+    } else {
+      math::FloatsToFloat16(data + begin, own, &wire_values_[begin]);
+    }
+    AddAllReducePieces(reinterpret_cast<char*>(wire_values_.data()), count, sizeof(uint16_t),
+                       [&](int seg) -> const float* { return data + segments.begin(seg); });
+    wire_ = wire;
+    try {
+      Run("allreduce", options_.timeout_s);
+    } catch (...) {
+      wire_ = WireType::kFloat32;
+      throw;
+    }
+    wire_ = WireType::kFloat32;
+    if (bf16) {
+      for (size_t i = 0; i < count; ++i) data[i] = math::BFloat16ToFloat(wire_values_[i]);
+    } else {
+      math::Float16sToFloats(wire_values_.data(), count, data);
+    }
   });
 }
 

@@ -137,6 +137,26 @@ abstract class DataSource[T1, T2](val conf: Config, val layerId: Int, val isTrai
    */
   def nextBatch(sampleIds: Array[String], data: T2): Boolean
 
+  /**
+   * The built-in sources' [[nextBatch]]: takes samples until [[batchSize]] are kept or
+   * [[STOP_MARK]] comes (then returns false); `keep(sample, slot)` stores a sample at `slot`
+   * of the holder and gives its id, or null when it leaves the sample out.
+   */
+  protected[caffeonspark] def takeBatch(sampleIds: Array[String])(
+      keep: (T1, Int) => String): Boolean = {
+    var count = 0
+    while (count < batchSize_) {
+      val sample = sourceQueue.take()
+      if (sample == STOP_MARK) return false
+      val id = keep(sample, count)
+      if (id != null) {
+        sampleIds(count) = id
+        count += 1
+      }
+    }
+    true
+  }
+
   /** Whether the feed layer is a CoSData layer. */
   def useCoSDataLayer(): Boolean = resolved.feed.layerType == "CoSData"
 
@@ -206,24 +226,15 @@ abstract class ImageDataSource(conf: Config, layerId: Int, isTrain: Boolean)
     val feed = resolved.feed
     if (decode == null) decode = DataSource.images(feed, conf.resize, isTrain).pixels
     val size = feed.shapes.head.product
-    var count = 0
-    var more = true
-    while (count < batchSize_ && more) {
-      val sample = sourceQueue.take()
-      if (sample == STOP_MARK) more = false
-      else {
-        val (id, label, channels, height, width, encoded, bytes) = sample
-        val record = ImageSource.Record(id, label, channels, height, width, Some(encoded), bytes)
-        val values = decode(record)
-        if (values != null) {
-          System.arraycopy(values, 0, data(0), count * size, size)
-          if (data.length > 1) data(1)(count) = ImageSource.labelValue(record, feed.owner)
-          sampleIds(count) = id
-          count += 1
-        }
-      }
+    takeBatch(sampleIds) { case ((id, label, channels, height, width, encoded, bytes), slot) =>
+      val record = ImageSource.Record(id, label, channels, height, width, Some(encoded), bytes)
+      val values = decode(record)
+      if (values != null) {
+        System.arraycopy(values, 0, data(0), slot * size, size)
+        if (data.length > 1) data(1)(slot) = ImageSource.labelValue(record, feed.owner)
+        Option(id).getOrElse("")
+      } else null
     }
-    more
   }
 }
 
@@ -289,23 +300,14 @@ class DataFrameSource(conf: Config, layerId: Int, isTrain: Boolean)
 
   def nextBatch(sampleIds: Array[String], data: Array[Array[Float]]): Boolean = {
     val feed = resolved.feed
-    var count = 0
-    var more = true
-    while (count < batchSize_ && more) {
-      val sample = sourceQueue.take()
-      if (sample == STOP_MARK) more = false
-      else {
-        val (id, values) = sample
-        feed.columns.indices.foreach { t =>
-          val size = feed.shapes(t).product
-          val floats = SourceQueue.floats(values(t), feed, t, conf.resize, s"sample '$id'")
-          System.arraycopy(floats, 0, data(t), count * size, size)
-        }
-        sampleIds(count) = id
-        count += 1
+    takeBatch(sampleIds) { case ((id, values), slot) =>
+      feed.columns.indices.foreach { t =>
+        val size = feed.shapes(t).product
+        val floats = SourceQueue.floats(values(t), feed, t, conf.resize, s"sample '$id'")
+        System.arraycopy(floats, 0, data(t), slot * size, size)
       }
+      Option(id).getOrElse("")
     }
-    more
   }
 }
 
