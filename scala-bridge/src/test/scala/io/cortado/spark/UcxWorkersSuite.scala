@@ -81,15 +81,19 @@ class UcxWorkersSuite extends AnyFunSuite with LocalCluster {
   }
 
   test("-connectionFallback ethernet: 2 workers train through ucx, the log naming the " +
-    "transport and the hosts without RDMA") {
+    "transport and the hosts without RDMA; gradients in float16") {
     assume(hasUcx, "this build has no ucx backend (built without UCX)")
     withTempDir("cortado-ucx-fallback") { dir =>
-      val config = infiniband(dir).copy(connectionFallback = "ethernet")
+      val config = infiniband(dir).copy(connectionFallback = "ethernet",
+        exchangePrecision = "float16")
       val (_, events) = trainRecording(ss, data, config)
       val trained = losses(events)
       assert(trained.map(_._1) === (0 until 20))
       assert(trained.last._2 < trained.head._2 / 2, trained)
       val texts = events.collect { case LogEvent(t) => t }
+      // ucx carries the 16-bit wire (the tcp ring's, bit for bit).
+      assert(texts.filter(_.startsWith("Gradients travel")) ===
+        Seq("Gradients travel between the workers as float16"), texts)
       val joined = texts.filter(_.contains("workers joined"))
       assert(joined.size === 1 && joined.head.startsWith("2 workers joined through ucx: "), texts)
       val connection = texts.filter(_.startsWith("Connection: "))
