@@ -5,7 +5,7 @@ import org.apache.spark.SparkContext
 import org.apache.spark.sql.{Row, SparkSession}
 import org.apache.spark.sql.types._
 
-import io.cortado.caffeonspark.{Config, LmdbRDD}
+import io.cortado.caffeonspark.Config
 
 /**
  * CaffeOnSpark's `com.yahoo.ml.caffe.tools.LMDB2DataFrame`: an LMDB database of Caffe Datum
@@ -49,9 +49,7 @@ object LMDB2DataFrame {
     Tool.run("LMDB2DataFrame", Usage, args, spark, err)(convert)
 
   private def convert(sc: SparkContext, conf: Config): Unit = {
-    val rdd = new LmdbRDD(sc, Tool.required("imageRoot", conf.imageRoot), conf.lmdb_partitions)
-    Tool.required("output", conf.outputPath)
-    rdd.partitions  // opens the database: a missing one fails here, before any output
+    val rdd = Tool.lmdbRecords(sc, conf)
     val rows = rdd.map { case (id, label, channels, height, width, encoded, data) =>
       Row(id, label, channels, height, width, encoded, data)
     }

@@ -5,7 +5,7 @@ import org.apache.hadoop.io.BytesWritable
 import org.apache.spark.SparkContext
 import org.apache.spark.sql.SparkSession
 
-import io.cortado.caffeonspark.{Config, LmdbRDD}
+import io.cortado.caffeonspark.Config
 
 /**
  * CaffeOnSpark's `com.yahoo.ml.caffe.tools.LMDB2Sequence`: an LMDB database of Caffe Datum
@@ -37,9 +37,7 @@ object LMDB2Sequence {
     Tool.run("LMDB2Sequence", Usage, args, spark, err)(convert)
 
   private def convert(sc: SparkContext, conf: Config): Unit = {
-    val rdd = new LmdbRDD(sc, Tool.required("imageRoot", conf.imageRoot), conf.lmdb_partitions)
-    Tool.required("output", conf.outputPath)
-    rdd.partitions  // opens the database: a missing one fails here, before any output
+    val rdd = Tool.lmdbRecords(sc, conf)
     val pairs = rdd.map { case (id, label, channels, height, width, encoded, data) =>
       val key = Binary2Sequence.serialize((id, label, channels, height, width, encoded))
       (new BytesWritable(key), new BytesWritable(data))

@@ -10,7 +10,7 @@ import org.apache.spark.SparkContext
 import org.apache.spark.sql.SparkSession
 
 import io.cortado.{CortadoConfigException, CortadoException, CortadoIOException}
-import io.cortado.caffeonspark.Config
+import io.cortado.caffeonspark.{Config, DataSource, LmdbRDD}
 import io.cortado.storage.HadoopFiles
 
 /**
@@ -24,10 +24,7 @@ private[caffeonspark] object Tool {
   val FailureExit = 1
 
   /** The session on `sc` (the active or default one, else one made on it). */
-  def session(sc: SparkContext): SparkSession =
-    SparkSession.getActiveSession.orElse(SparkSession.getDefaultSession)
-      .filter(_.sparkContext eq sc)
-      .getOrElse(SparkSession.builder().config(sc.getConf).getOrCreate())
+  def session(sc: SparkContext): SparkSession = DataSource.session(sc)
 
   /**
    * Runs the tool `name` on `args` with the session `spark` gives: `body` does the work with the
@@ -91,6 +88,17 @@ private[caffeonspark] object Tool {
 
   /** A command line that lacks what the tool needs. */
   final class UsageException(message: String) extends IllegalArgumentException(message)
+
+  /**
+   * The records of the LMDB database `-imageRoot` names, in `-lmdb_partitions` partitions, with
+   * `-output` given; the database is opened now, so a missing one fails before any output.
+   */
+  def lmdbRecords(sc: SparkContext, conf: Config): LmdbRDD = {
+    val rdd = new LmdbRDD(sc, required("imageRoot", conf.imageRoot), conf.lmdb_partitions)
+    required("output", conf.outputPath)
+    rdd.partitions
+    rdd
+  }
 
   /** `value` (a flag's), failing with a UsageException naming `-flag` when null or empty. */
   def required(flag: String, value: String): String = {
