@@ -129,6 +129,19 @@ inline void CheckAllReduceOnTheWire(Communicator* comm, size_t count, comm::Wire
   digest->Add(data.data(), count * sizeof(float));
 }
 
+// A 16-bit wire's case list on one rank: CheckAllReduceOnTheWire for 0, 1, 7, 1001 and 300000
+// values, then a float32 AllReduce (exact again: the wire's buffer is the communicator's own).
+// The digest of everything received, equal on every rank.
+inline std::string ExerciseSixteenBitWire(Communicator* comm, comm::WireType wire) {
+  Expect(comm->SupportsWire(wire), std::string(comm->backend()) + " carries a 16-bit wire");
+  Digest digest;
+  for (size_t count : {size_t{0}, size_t{1}, size_t{7}, size_t{1001}, size_t{300000}}) {
+    CheckAllReduceOnTheWire(comm, count, wire, &digest);
+  }
+  CheckAllReduce(comm, 1001, 5, &digest);
+  return digest.Hex();
+}
+
 inline void CheckBroadcast(Communicator* comm, size_t bytes, int root, uint32_t seed,
                            Digest* digest) {
   const std::string want = Pattern(bytes, seed);
