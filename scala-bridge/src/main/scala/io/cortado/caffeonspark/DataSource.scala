@@ -9,7 +9,7 @@ import org.apache.spark.rdd.RDD
 import org.apache.spark.sql.{DataFrame, SparkSession}
 
 import caffe.Caffe.{CoSDataParameter, LayerParameter, SolverParameter, TransformationParameter}
-import io.cortado.CortadoConfigException
+import io.cortado.{CortadoConfigException, CortadoException}
 import io.cortado.data.ImageOptions
 import io.cortado.jni.{DataLayerInfo, NativeImage}
 import io.cortado.spark.{ClassSource, DataFrameSource => CortadoDataFrame,
@@ -399,18 +399,26 @@ object DataSource {
       case _ => new DataFrameSource(conf, layerId, isTraining)
     }
     source.use(f)
+    initialise(source)
+    source
+  }
+
+  /**
+   * Runs `source.init()` (in the driver from getSource, in each partition from the queue):
+   * a false result, or an exception other than Cortado's own, fails with
+   * CortadoConfigException naming the feed layer and the class.
+   */
+  private[caffeonspark] def initialise(source: DataSource[_, _]): Unit = {
+    def fail(what: String, cause: Throwable = null): Nothing =
+      throw new CortadoConfigException(
+        s"${source.resolved.feed.owner}: ${source.getClass.getName}.init() $what", cause)
     val initialised =
       try source.init()
       catch {
-        case e: CortadoConfigException => throw e
-        case e: Exception => throw new CortadoConfigException(
-          s"${f.feed.owner}: ${source.getClass.getName}.init() failed: $e", e)
+        case e: CortadoException => throw e
+        case e: Exception => fail(s"failed: $e", e)
       }
-    if (!initialised) {
-      throw new CortadoConfigException(
-        s"${f.feed.owner}: ${source.getClass.getName}.init() returned false")
-    }
-    source
+    if (!initialised) fail("returned false")
   }
 
   /**

@@ -118,13 +118,7 @@ private[caffeonspark] object SourceQueue {
     private def fail(message: String, cause: Throwable = null): Nothing =
       throw new CortadoConfigException(s"${feed.owner}: $className$message", cause)
 
-    private val initialised =
-      try source.init()
-      catch {
-        case e: CortadoException => throw e
-        case e: Exception => fail(s".init() failed: $e", e)
-      }
-    if (!initialised) fail(".init() returned false")
+    DataSource.initialise(source)
     source.resetQueue()
 
     private val batch = source.batchSize()

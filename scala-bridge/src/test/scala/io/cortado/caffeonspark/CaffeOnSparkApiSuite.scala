@@ -17,9 +17,7 @@ import io.cortado.spark.{CaffeOnSparkCommandsSuite, CortadoOnSparkSuite, Cortado
  * line, DataSource.getSource, and CaffeOnSpark's train, trainWithValidation, test and features
  * on the LeNet-shaped LMDB net of [[CaffeOnSparkCommandsSuite]] and on a CoSData DataFrame net.
  */
-class CaffeOnSparkApiSuite extends AnyFunSuite with PerTest {
-  import CaffeOnSparkCommandsSuite.{uri, withLeNet}
-  import CortadoSuite.write
+object CaffeOnSparkApiSuite {
 
   /** A CoSData layer for `phase` reading `source` with `sourceClass`. */
   def cosLayer(phase: String, batch: Int, source: String,
@@ -31,6 +29,12 @@ class CaffeOnSparkApiSuite extends AnyFunSuite with PerTest {
       |    top { name: "features" type: FLOAT_ARRAY channels: 4 sample_num_axes: 1 }
       |    top { name: "label" type: INT channels: 1 sample_num_axes: 0 } } }
       |""".stripMargin
+}
+
+class CaffeOnSparkApiSuite extends AnyFunSuite with PerTest {
+  import CaffeOnSparkApiSuite.cosLayer
+  import CaffeOnSparkCommandsSuite.{uri, withLeNet}
+  import CortadoSuite.write
 
   /** A solver of CortadoOnSparkSuite's CoSData net in `dir`, its sources given, unread. */
   def dataFrameSolver(dir: Path, train: String, test: String,

@@ -132,14 +132,8 @@ class SourceClassSuite extends AnyFunSuite with PerTest {
       }.asJava)
       csv("train.csv", 100)
       csv("test.csv", 30)
-      def cos(phase: String, source: String, batch: Int) =
-        s"""layer { name: "data" type: "CoSData" top: "data" top: "label"
-          |  include { phase: $phase }
-          |  source_class: "com.example.sources.CsvRowSource"
-          |  cos_data_param { source: "$source" batch_size: $batch
-          |    top { name: "features" type: FLOAT_ARRAY channels: 4 sample_num_axes: 1 }
-          |    top { name: "label" type: INT channels: 1 sample_num_axes: 0 } } }
-          |""".stripMargin
+      def cos(phase: String, source: String, batch: Int) = CaffeOnSparkApiSuite.cosLayer(phase,
+        batch, source, "com.example.sources.CsvRowSource")
       val conf = new Config(ss.sparkContext, Array("-conf", solver(dir,
         cos("TRAIN", uri(dir, "train.csv"), 10) + cos("TEST", uri(dir, "test.csv"), 10)),
         "-model", uri(dir, "rows.caffemodel")))
