@@ -4,7 +4,8 @@
 
     python3 bench/scaling/model.py                     # the tables of docs/scaling.md
     python3 bench/scaling/model.py --self-test         # hand-computed checks; exit 1 on a mismatch
-    python3 bench/scaling/model.py --plot out.png      # efficiency against ranks (needs matplotlib)
+    python3 bench/scaling/model.py --plot out.png      # efficiency against ranks, and the
+                                                       # validation points (needs matplotlib)
     python3 bench/scaling/model.py --validate FILE     # model against measured iterations (CSV)
     python3 bench/scaling/model.py --compare-allreduce # model against the measured allreduce times
 
@@ -61,8 +62,8 @@ class Link:
         self.rate = gbit * GBIT  # bytes/s on the wire
         self.alpha = alpha  # seconds: the fixed cost of one step of an allreduce
         self.efficiency = efficiency  # fraction of the rate the ring reaches on large buffers
-        self.backend = backend  # "tcp" (16-bit wire; ring, doubling or halving) or "ucx"
-        # (16-bit wire; ring only)
+        self.backend = backend  # "tcp" (16-bit wire; ring, doubling or halving; hierarchy of
+        # hosts) or "ucx" (the same without the hierarchy)
         self.source = source
 
     @property
@@ -90,8 +91,8 @@ LINKS = [
     Link("25GbE", 25, 20e-6, 0.93, "tcp", "assumed (alpha and efficiency of 10GbE)"),
     Link("100GbE", 100, 20e-6, 0.93, "tcp", "assumed (alpha and efficiency of 10GbE)"),
     # InfiniBand HDR (200 Gbit/s, 25 GB/s) through the ucx backend, which carries the tcp
-    # backend's ring (float32 or 16-bit) and no other algorithm (docs/distributed.md,
-    # "Backends"). Achievable bandwidth:
+    # backend's ring, doubling and halving (float32 or 16-bit) but not its hierarchy
+    # (docs/distributed.md, "Backends"). Achievable bandwidth:
     # 21.1-21.3 GB/s, osu_bw over UCX 1.15 between two ConnectX-6 HDR hosts on PCIe Gen4 x16,
     # https://github.com/openucx/ucx/issues/8852 -> efficiency 21.3 / 25 = 0.85.
     # Step cost: assumed 3 us. UCX's own estimate of an HCA's latency is 1.36 us
@@ -100,8 +101,12 @@ LINKS = [
     # "RDMA devices and network namespaces ...").
     Link("HDR-IB", 200, 3e-6, 0.85, "ucx", "published bandwidth; alpha assumed"),
 ]
-LINK_BY_NAME = {link.name: link for link in LINKS}
-LINK_BY_GBIT = {link.gbit: link for link in LINKS}
+# For --validate only (not in the tables): 100 Mbit/s between namespaces, where even 8 ranks' compute
+# on this machine's 2 cores leaves the link the slower part. Assumed: 1GbE's step cost and
+# efficiency; the validation tests them.
+VALIDATION_LINKS = [Link("100MbE", 0.1, 20e-6, 0.94, "tcp", "assumed (alpha and efficiency of 1GbE)")]
+LINK_BY_NAME = {link.name: link for link in LINKS + VALIDATION_LINKS}
+LINK_BY_GBIT = {link.gbit: link for link in LINKS + VALIDATION_LINKS}
 
 # What one rank's single communication thread can move, in bytes of float32 gradients per second
 # of busbw, when the link is not the limit. Measured on loopback (two ranks on the 2-core machine,
@@ -144,12 +149,23 @@ LATENCY_BYTES = None
 
 # Overlap with backward (RESULTS.md "Overlap of the gradient exchange with backward", 2026-11-25,
 # two ranks on 1 Gbit/s, CaffeNet batch 32): compute 0.773 s, allreduce alone 2.083 s, overlap on
-# 2.498 s. Hidden: 0.773 + 2.083 - 2.498 = 0.358 s of a backward of 2/3 * 0.773 = 0.515 s, so
-# f = 0.70. (CaffeNet at batch 8 hid 0.058 s of 0.182 s: f = 0.32. Both runs shared two cores
-# between backward and the ring's copies.)
-OVERLAP_FRACTION = 0.70
-BACKWARD_SHARE = 2.0 / 3.0  # assumed; ResNet-50 float16 on the H200 measured 0.62 (RESULTS.md
-# "Where ResNet-50's float16 time goes": 19.8 ms forward, 32.0 ms backward per layer sums)
+# 2.498 s. Hidden: 0.773 + 2.083 - 2.498 = 0.358 s of a backward of 0.596 * 0.773 = 0.461 s
+# (BACKWARD_SHARE below), so f = 0.78. Both ranks shared two cores between backward and the ring's
+# copies. (CaffeNet at batch 8 hid 0.058 s of 0.49 * 0.273 = 0.134 s in the same runs: f = 0.43.)
+OVERLAP_FRACTION = 0.78
+# The share of a whole iteration (forward, backward, update) that is backward: the window the
+# exchange can overlap. Measured with bench/scaling/backward_share.sh (one process, `cortado time`
+# against `cortado train`, 2026-12-03, dev-2c; bench/history/collectives-scaling.md "Backward's
+# share of an iteration"): LeNet 64 with 2 threads 0.544, CaffeNet 32 with 1 thread (as its
+# compute figure below) 0.596, ResNet-50 8 with 2 threads 0.643, CIFAR-10 quick 100 with 1 thread
+# 0.550. GPU: ResNet-50 float16 on the H200 0.62 of forward + backward (RESULTS.md "Where
+# ResNet-50's float16 time goes": 19.8 ms forward, 32.0 ms backward per layer sums; its update is
+# not in those sums); LeNet and CaffeNet on the GPU: not measured, 2/3 assumed.
+BACKWARD_SHARE = {
+    ("cpu", "LeNet"): 0.544, ("cpu", "CaffeNet"): 0.596, ("cpu", "ResNet-50"): 0.643,
+    ("cpu", "CIFAR-10 quick"): 0.550, ("gpu", "ResNet-50"): 0.62,
+}
+ASSUMED_BACKWARD_SHARE = 2.0 / 3.0
 
 # Compute per iteration (forward + backward + update), one rank, ms, and the batch per rank.
 # GPU: one NVIDIA H200 (RESULTS.md):
@@ -384,13 +400,10 @@ def flat_allreduce(count, wire, n, link, latency_bytes=None, ceiling=False, algo
     """(algorithm, seconds) of one AllReduceAs of `count` floats over n ranks, flat.
     latency_bytes: the communicator's --latency_kb in bytes (None: alpha * rate of the link);
     algorithm: its --allreduce (None: ALLREDUCE, "auto" unless --allreduce says otherwise)."""
-    if link.backend == "ucx":
-        # The ucx backend has the ring only, in the wire's type.
-        return "ring", ring_time(count * WIRE_BYTES[wire], n, link)
     nbytes = count * WIRE_BYTES[wire]
     nbytes32 = count * 4
     ring_bw = float32_bw = link.bandwidth
-    if ceiling:
+    if ceiling and link.backend == "tcp":
         # HOST_CEILING is busbw counted in float32 bytes; a 16-bit ring or halving moves half as
         # many bytes for the same values. Doubling always sends float32.
         ring_bw = min(ring_bw, HOST_CEILING["float32" if wire == "float32" else "float16"]
@@ -405,20 +418,28 @@ def flat_allreduce(count, wire, n, link, latency_bytes=None, ceiling=False, algo
     return how, ring_time(nbytes, n, link, ring_bw)
 
 
+def loopback_stages(count, n, link, ranks_per_host=1, machine_hosts=1):
+    """Seconds of allreduce()'s stages within a host (0 when flat): CPU copies, not the link."""
+    g = ranks_per_host
+    if g <= 1 or n <= g or link.backend != "tcp":
+        return 0.0
+    loop = Link("loopback", 0, LOOPBACK_ALPHA, 1.0, "tcp", "")
+    loopback = LOOPBACK_BANDWIDTH / max(machine_hosts, 1)
+    return (ring_time(count * 4, g, loop, loopback) + count * 4 / loopback
+            + (g - 1) * LOOPBACK_ALPHA)
+
+
 def allreduce(count, wire, n, link, ranks_per_host=1, latency_bytes=None, ceiling=False,
-              algorithm=None):
+              algorithm=None, machine_hosts=1):
     """Seconds of one allreduce, flat or hierarchical (ranks_per_host > 1, the tcp backend's three
     stages: a float32 ring within each host over loopback, the hosts' ring, doubling or halving
-    as chosen for that many hosts, a float32 broadcast within each host)."""
+    as chosen for that many hosts, a float32 broadcast within each host). machine_hosts: hosts
+    sharing one machine, whose loopback stages share its LOOPBACK_BANDWIDTH (Scenario)."""
     g = ranks_per_host
     if g <= 1 or n <= g or link.backend != "tcp":
         return flat_allreduce(count, wire, n, link, latency_bytes, ceiling, algorithm)[1]
-    hosts = n // g
-    loop = Link("loopback", 0, LOOPBACK_ALPHA, 1.0, "tcp", "")
-    within = ring_time(count * 4, g, loop, LOOPBACK_BANDWIDTH)
-    across = flat_allreduce(count, wire, hosts, link, latency_bytes, ceiling, algorithm)[1]
-    back = count * 4 / LOOPBACK_BANDWIDTH + (g - 1) * LOOPBACK_ALPHA
-    return within + across + back
+    across = flat_allreduce(count, wire, n // g, link, latency_bytes, ceiling, algorithm)[1]
+    return loopback_stages(count, n, link, g, machine_hosts) + across
 
 
 class Scenario:
@@ -432,12 +453,18 @@ class Scenario:
     latency_bytes:  the communicator's --latency_kb, in bytes (None: LATENCY_BYTES, which is
                     alpha * rate of each link unless --latency-kb sets one value).
     algorithm:      the communicator's --allreduce (None: ALLREDUCE, "auto" unless --allreduce).
+    backward_share: backward's share of the compute (None: BACKWARD_SHARE of the net).
+    machine_hosts:  hosts that share one machine's cores (--validate: network namespaces on one
+                    machine): their loopback stages run at once, each at 1 / machine_hosts of
+                    LOOPBACK_BANDWIDTH, which is the whole machine's rate.
     """
 
     def __init__(self, mode="overlap", replicas=1, ranks_per_host=1, ceiling=False,
                  overlap_fraction=None, latency_bytes=None, bucket_bytes=BUCKET_BYTES,
-                 algorithm=None, label=None):
+                 algorithm=None, label=None, backward_share=None, machine_hosts=1):
         self.mode = mode
+        self.backward_share = backward_share
+        self.machine_hosts = machine_hosts
         self.replicas = replicas
         self.ranks_per_host = ranks_per_host
         self.ceiling = ceiling
@@ -456,7 +483,7 @@ def iteration(net, platform, wire, gpus, link, scenario=None, compute_ms=None):
 
     def ar(count):
         return allreduce(count, wire, ranks, link, sc.ranks_per_host, sc.latency_bytes, sc.ceiling,
-                         sc.algorithm)
+                         sc.algorithm, sc.machine_hosts)
 
     local = 0.0
     if platform == "gpu" and sc.replicas > 1:
@@ -466,12 +493,15 @@ def iteration(net, platform, wire, gpus, link, scenario=None, compute_ms=None):
         return {"compute": compute, "exchange": local, "exposed": local, "total": compute + local,
                 "efficiency": compute / (compute + local), "buckets": 0, "algorithm": "-"}
     stats = allreduce(net.statistics, "float32", ranks, link, sc.ranks_per_host,
-                      sc.latency_bytes, sc.ceiling, sc.algorithm) if net.statistics else 0.0
+                      sc.latency_bytes, sc.ceiling, sc.algorithm,
+                      sc.machine_hosts) if net.statistics else 0.0
     calls = net.buckets(sc.bucket_bytes) if sc.mode == "overlap" else [net.count]
     if sc.mode == "overlap":
         times = [ar(b) for b in calls]
         exchange = sum(times)
-        backward = BACKWARD_SHARE * compute
+        share = (sc.backward_share if sc.backward_share is not None
+                 else BACKWARD_SHARE.get((platform, net.name), ASSUMED_BACKWARD_SHARE))
+        backward = share * compute
         exposed = max(exchange - sc.overlap_fraction * backward, times[-1]) + stats
         nb = len(times)
     else:
@@ -490,7 +520,9 @@ def iteration(net, platform, wire, gpus, link, scenario=None, compute_ms=None):
     algorithm = ", ".join(f"{hows.count(h)} {h}" for h in ("ring", "doubling", "halving")
                           if h in hows)
     return {"compute": compute, "exchange": exchange + stats + local, "exposed": exposed,
-            "total": total, "efficiency": compute / total, "buckets": nb, "algorithm": algorithm}
+            "total": total, "efficiency": compute / total, "buckets": nb, "algorithm": algorithm,
+            "loopback": sum(loopback_stages(c, ranks, link, sc.ranks_per_host, sc.machine_hosts)
+                            for c in calls)}
 
 
 # =================================================================================================
@@ -598,9 +630,8 @@ def deployments(net_name="ResNet-50", wire="float16", links=("25GbE", "100GbE", 
     for key, label, kw in DEPLOYMENTS:
         for name in links:
             link = LINK_BY_NAME[name]
-            if link.backend != "tcp" and (kw.get("ranks_per_host", 1) > 1 or "algorithm" in kw
-                                          or "latency_bytes" in kw):
-                continue  # the ucx backend has no hierarchy and no choice: its ring only
+            if link.backend != "tcp" and kw.get("ranks_per_host", 1) > 1:
+                continue  # the ucx backend has no hierarchy
             cells = []
             for n, ceiling in ((64, False), (512, False), (512, True)):
                 if ceiling and link.backend != "tcp":
@@ -631,7 +662,11 @@ def print_parameters():
         print(f"| {name} | {net.source} | {net.count:,} | {net.count * 4 / 1e6:.1f} | "
               f"{net.count * 2 / 1e6:.1f} | {b} | {net.statistics:,} |")
     print()
-    print(f"overlap fraction f = {OVERLAP_FRACTION}, backward = {BACKWARD_SHARE:.2f} of compute, "
+    shares = ", ".join(
+        f"{platform} {name} {BACKWARD_SHARE.get((platform, name), ASSUMED_BACKWARD_SHARE):.2f}"
+        + ("" if (platform, name) in BACKWARD_SHARE else " (assumed)")
+        for platform in ("cpu", "gpu") for name in NETS_ORDER)
+    print(f"overlap fraction f = {OVERLAP_FRACTION}; backward's share of compute: {shares}; "
           f"bucket = {BUCKET_BYTES >> 20} MiB of float32, PCIe {PCIE_BANDWIDTH / 1e9:.0f} GB/s, "
           f"NVLink busbw {NVLINK_BANDWIDTH / 1e9:.0f} GB/s, host ceiling "
           f"{HOST_CEILING['float32'] / 1e9:.1f} GB/s (float32) / {HOST_CEILING['float16'] / 1e9:.1f} "
@@ -762,21 +797,20 @@ def _size(s):
     return f"{s >> 20} MiB" if s >= 1 << 20 else f"{s >> 10} KiB"
 
 
-def validate(path, link_bound=1.5):
-    """CSV columns: net,ranks,link_gbit,measured_ms, then optionally platform (gpu|cpu, default
-    gpu), wire (float32|float16|bfloat16, default float32), compute_ms (the one-rank time to use
-    instead of the model's, e.g. for another batch or thread count), mode (overlap|after, default
-    overlap), ranks_per_host (default 1). Lines starting with # are skipped.
+def validation_points(path, link_bound=1.5):
+    """The points of a measured CSV with the model's iteration for each. Columns: net,ranks,
+    link_gbit,measured_ms, then optionally platform (gpu|cpu, default gpu), wire (float32|float16|
+    bfloat16, default float32), compute_ms (the one-rank time to use instead of the model's, e.g.
+    for another batch or thread count), mode (overlap|after, default overlap), ranks_per_host
+    (default 1), backward_share (backward's share of compute_ms; default the net's
+    BACKWARD_SHARE), machine_hosts (hosts sharing one machine's cores, as network namespaces on
+    one machine; default 1). Lines starting with # are skipped.
     A point is link-bound when the model's iteration is at least link_bound times its compute
-    (the exchange the link sets is a third of the time or more); the summary is given for every
-    point and for the link-bound ones."""
+    (the exchange is a third of the time or more) and the link, not the stages within a host
+    (CPU copies), takes most of the exchange."""
     with open(path) as f:
         rows = list(csv.DictReader(line for line in f if line.strip() and not line.startswith("#")))
-    print("| net | ranks | ranks per host | link | platform | wire | mode | compute ms | model ms | "
-          "measured ms | error | link-bound |")
-    print("|" + " --- |" * 12)
-    errors = []
-    bound_errors = []
+    points = []
     for row in rows:
         net = Net(row["net"].strip())
         n = int(row["ranks"])
@@ -790,18 +824,39 @@ def validate(path, link_bound=1.5):
                      "give compute_ms")
         mode = (row.get("mode") or "overlap").strip()
         g = int(row.get("ranks_per_host") or 1)
-        r = iteration(net, platform, wire, n, link, Scenario(mode, ranks_per_host=g), compute)
-        measured = float(row["measured_ms"])
-        err = (r["total"] * 1e3 - measured) / measured
-        errors.append(abs(err))
-        bound = r["total"] >= link_bound * r["compute"]
-        if bound:
-            bound_errors.append(abs(err))
-        print(f"| {net.name} | {n} | {g} | {link.name} | {platform} | {wire} | {mode} | "
-              f"{r['compute'] * 1e3:.2f} | {r['total'] * 1e3:.2f} | {measured:.2f} | "
-              f"{err * 100:+.1f}% | {'yes' if bound else 'no'} |")
+        share = row.get("backward_share")
+        share = float(share) if share not in (None, "") else None
+        machine_hosts = int(row.get("machine_hosts") or 1)
+        r = iteration(net, platform, wire, n, link,
+                      Scenario(mode, ranks_per_host=g, backward_share=share,
+                               machine_hosts=machine_hosts), compute)
+        measured = float(row["measured_ms"]) / 1e3
+        points.append({"net": net.name, "ranks": n, "ranks_per_host": g, "link": link.name,
+                       "platform": platform, "wire": wire, "mode": mode,
+                       "compute": r["compute"], "model": r["total"], "measured": measured,
+                       "error": (r["total"] - measured) / measured,
+                       "link_bound": r["total"] >= link_bound * r["compute"]
+                       and r["loopback"] <= 0.5 * r["exchange"]})
+    return points
+
+
+def validate(path, link_bound=1.5):
+    """The model against the measured iterations of a CSV (validation_points); the summary is
+    given for every point and for the link-bound ones."""
+    points = validation_points(path, link_bound)
+    print("| net | ranks | ranks per host | link | platform | wire | mode | compute ms | model ms | "
+          "measured ms | error | link-bound |")
+    print("|" + " --- |" * 12)
+    for p in points:
+        print(f"| {p['net']} | {p['ranks']} | {p['ranks_per_host']} | {p['link']} | "
+              f"{p['platform']} | {p['wire']} | {p['mode']} | {p['compute'] * 1e3:.2f} | "
+              f"{p['model'] * 1e3:.2f} | {p['measured'] * 1e3:.2f} | {p['error'] * 100:+.1f}% | "
+              f"{'yes' if p['link_bound'] else 'no'} |")
+    errors = [abs(p["error"]) for p in points]
+    bound_errors = [abs(p["error"]) for p in points if p["link_bound"]]
     for label, errs in (("every point", errors),
-                        (f"link-bound (model >= {link_bound} x compute)", bound_errors)):
+                        (f"link-bound (model >= {link_bound} x compute, the link most of the "
+                         "exchange)", bound_errors)):
         if errs:
             within = sum(e <= 0.15 for e in errs)
             print(f"\n{label}: {len(errs)} points, mean |error| {sum(errs) / len(errs) * 100:.1f}%, "
@@ -809,7 +864,10 @@ def validate(path, link_bound=1.5):
     print()
 
 
-def plot(path):
+VALIDATION_CSV = os.path.join(HERE, "validation-dev2c.csv")
+
+
+def plot(path, validation=VALIDATION_CSV):
     try:
         import matplotlib
         matplotlib.use("Agg")
@@ -820,7 +878,12 @@ def plot(path):
         return 2
     net = Net("ResNet-50")
     ranks = [1] + RANKS
-    fig, ax = plt.subplots(figsize=(8, 4.2), dpi=100)
+    points = validation_points(validation) if validation and os.path.exists(validation) else []
+    if points:
+        fig, (ax, vax) = plt.subplots(2, 1, figsize=(8, 8.4), dpi=100,
+                                      gridspec_kw={"height_ratios": [1, 1]})
+    else:
+        fig, ax = plt.subplots(figsize=(8, 4.2), dpi=100)
     colours = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd"]
     sc32 = Scenario(latency_bytes=DEFAULT_LATENCY_BYTES)
     for colour, link in zip(colours, LINKS):
@@ -845,10 +908,57 @@ def plot(path):
                  "unless marked", fontsize=8)
     ax.grid(True, linewidth=0.3)
     ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5))
+    if points:
+        plot_validation(vax, points, os.path.basename(validation))
     fig.tight_layout()
     fig.savefig(path)
     print(f"wrote {path}")
     return 0
+
+
+def plot_validation(ax, points, source):
+    """The measured points: efficiency (compute / iteration) measured (filled) and modelled
+    (hollow, joined to it), ranks on x, one colour per net and link, squares where two ranks
+    share a namespace."""
+    series = []
+    for p in points:
+        key = (p["net"], p["link"])
+        if key not in series:
+            series.append(key)
+    colours = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2",
+               "#7f7f7f", "#bcbd22", "#17becf"]
+    width = 0.5 / max(len(series), 1)
+    for i, key in enumerate(series):
+        colour = colours[i % len(colours)]
+        labelled = False
+        for p in points:
+            if (p["net"], p["link"]) != key:
+                continue
+            # Ranks on a log2 axis, the series side by side around each rank count.
+            x = p["ranks"] * 2 ** ((i - (len(series) - 1) / 2) * width)
+            measured = p["compute"] / p["measured"] * 100
+            model = p["compute"] / p["model"] * 100
+            marker = "s" if p["ranks_per_host"] > 1 else "o"
+            ax.plot([x, x], [measured, model], "-", color=colour, linewidth=0.8)
+            ax.plot(x, model, marker, markerfacecolor="none", color=colour, markersize=5)
+            ax.plot(x, measured, marker, color=colour, markersize=5,
+                    label=None if labelled else f"{key[0]}, {key[1]}"
+                    + ("" if any(q["link_bound"] for q in points if (q["net"], q["link"]) == key)
+                       else " (compute-bound)"))
+            labelled = True
+    ax.set_xscale("log", base=2)
+    ax.set_xticks([2, 4, 8])
+    ax.set_xticklabels(["2", "4", "8"])
+    # A measured iteration can beat its compute (measured apart, by as many processes at once).
+    top = max(max(p["compute"] / p["measured"], p["compute"] / p["model"]) for p in points)
+    ax.set_ylim(0, max(102, top * 100 + 5))
+    ax.set_xlabel("ranks: CPU, one thread each, in network namespaces of one 2-core machine\n"
+                  "(squares: 2 ranks per namespace)", fontsize=8)
+    ax.set_ylabel("efficiency, %: compute / iteration")
+    ax.set_title(f"Validation ({source}): measured (filled) against modelled (hollow)",
+                 fontsize=8)
+    ax.grid(True, linewidth=0.3)
+    ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5))
 
 
 # --- self-test ----------------------------------------------------------------------------------
@@ -947,6 +1057,22 @@ def self_test():
     r = iteration(lenet, "cpu", "float32", 2, LINK_BY_NAME["1GbE"], compute_ms=10.0)
     want = 0.010 + ring_time(431080 * 4, 2, LINK_BY_NAME["1GbE"])
     check("LeNet, 2 ranks, 1GbE: compute + the whole ring", r["total"], want)
+    # Overlap hides f * backward, backward = share * compute: CaffeNet's buckets on 2 ranks of
+    # 1GbE, compute 300 ms, share 0.5: compute + exchange - 0.78 * 150 ms (the last bucket's
+    # allreduce is shorter than what is left).
+    caffenet = Net("CaffeNet")
+    g1 = LINK_BY_NAME["1GbE"]
+    exchange = sum(flat_allreduce(b, "float32", 2, g1)[1] for b in caffenet.buckets())
+    r = iteration(caffenet, "cpu", "float32", 2, g1, Scenario(backward_share=0.5), compute_ms=300.0)
+    check("CaffeNet, 2 ranks, 1GbE, share 0.5: compute + exchange - f * share * compute",
+          r["total"], 0.3 + exchange - OVERLAP_FRACTION * 0.5 * 0.3)
+    # Hierarchy on a machine of 2 hosts (namespaces): the loopback ring and broadcast of 2 ranks
+    # at half of LOOPBACK_BANDWIDTH. 4 ranks, 10^6 floats, 1GbE: 2 hosts' ring + within (2 steps
+    # of alpha + 4 MB / 1.5 GB/s) + back (4 MB / 1.5 GB/s + alpha).
+    t = allreduce(10**6, "float32", 4, g1, ranks_per_host=2, machine_hosts=2)
+    check("hierarchy, 2 hosts on one machine: loopback at half the rate", t,
+          flat_allreduce(10**6, "float32", 2, g1)[1] + 2 * LOOPBACK_ALPHA + 4e6 / 1.5e9
+          + 4e6 / 1.5e9 + LOOPBACK_ALPHA)
     # Efficiency of one rank is 1.
     check("1 rank", iteration(lenet, "gpu", "float32", 1, LINK_BY_NAME["10GbE"])["efficiency"], 1.0)
     if failures:
@@ -960,7 +1086,10 @@ def main():
     global OVERLAP_FRACTION, LATENCY_BYTES, ALLREDUCE
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--self-test", action="store_true", help="check hand-computed values")
-    ap.add_argument("--plot", metavar="PNG", help="efficiency against ranks, ResNet-50 on the GPU")
+    ap.add_argument("--plot", metavar="PNG",
+                    help="efficiency against ranks, ResNet-50 on the GPU, and below it the "
+                         "validation points (--validate's CSV if given, else "
+                         "bench/scaling/validation-dev2c.csv)")
     ap.add_argument("--validate", metavar="CSV", help="model against measured iterations")
     ap.add_argument("--link-bound", type=float, default=1.5,
                     help="--validate: a point is link-bound when the model's iteration is at "
@@ -994,7 +1123,7 @@ def main():
     if args.self_test:
         return self_test()
     if args.plot:
-        return plot(args.plot)
+        return plot(args.plot, args.validate or VALIDATION_CSV)
     if args.validate:
         validate(args.validate, args.link_bound)
         return 0

@@ -10,7 +10,9 @@
 #            communicator): their mean time per iteration under the same sharing of the cores
 #   measured the N ranks training together (buckets overlapped with backward, the default)
 # and writes one CSV row per point in the format of `model.py --validate` (ranks_per_host
-# included), then runs `model.py --validate` on it. The machine's cores are shared by all N
+# included; backward_share from bench/scaling/backward_share.sh, one process of one thread, run
+# once per net and batch; machine_hosts, the namespaces sharing this machine's cores), then runs
+# `model.py --validate` on it. The machine's cores are shared by all N
 # ranks: where the ranks' compute, not the link, sets the time, the model (which gives each rank
 # cores of its own for its communication) is not expected to hold; the summary says which points
 # the link decides (the model's iteration at least LINK_BOUND times the compute, default 1.5).
@@ -19,10 +21,13 @@
 #   bash bench/scaling/validate.sh                       # everything below, about 25 minutes
 #   NETS="lenet:64" RATES=1gbit LAYOUTS="2:2" bash bench/scaling/validate.sh
 # Env: BUILD_DIR (build), NETS ("lenet:64 cifar10_quick:100 caffenet:8 resnet50:4":
-# model:batch of bench/models/<model>_train.prototxt), RATES ("1gbit 10gbit"), LAYOUTS
+# model:batch of bench/models/<model>_train.prototxt), RATES ("1gbit 10gbit"; tc's units, e.g.
+# 100mbit), LAYOUTS
 # ("2:2 4:2 4:4 8:4": ranks:hosts), WARMUP (iterations before the timed ones, 3), ITERS (timed
-# iterations, 5; CaffeNet and ResNet-50 use it too), OUT (the CSV; default a file under the work
-# directory, printed), LINK_BOUND (1.5).
+# iterations of every net; default LeNet 50, CIFAR-10 quick 20, others 5), OUT (the CSV; default a file under the work
+# directory, printed), LINK_BOUND (1.5), LOGS (a directory to keep every rank's log in, as
+# <net>-<ranks>x<hosts>-<rate>-rank<r>.log; with CORTADO_LOG_LEVEL=debug each iteration's line
+# says how long its exchange took and how much of it came after backward).
 # Every namespace, link and process it makes is removed on exit, also on failure or Ctrl-C, and
 # leftovers of an earlier run are removed first.
 set -euo pipefail
@@ -33,7 +38,16 @@ nets=${NETS:-"lenet:64 cifar10_quick:100 caffenet:8 resnet50:4"}
 rates=${RATES:-"1gbit 10gbit"}
 layouts=${LAYOUTS:-"2:2 4:2 4:4 8:4"}
 warmup=${WARMUP:-3}
-iters=${ITERS:-5}
+# Timed iterations per net: enough that a point spans about a second or more at 1 Gbit/s (with 5,
+# LeNet's points moved by 10-20% between runs).
+iters_of() {
+  if [[ -n ${ITERS:-} ]]; then echo "$ITERS"; return; fi
+  case $1 in
+    lenet) echo 50 ;;
+    cifar10_quick) echo 20 ;;
+    *) echo 5 ;;
+  esac
+}
 link_bound=${LINK_BOUND:-1.5}
 net_prefix=10.216.0
 bridge=cval-br
@@ -136,17 +150,25 @@ model_name() {
   esac
 }
 
-echo "net,ranks,link_gbit,measured_ms,platform,wire,compute_ms,mode,ranks_per_host" >"$out"
+# Backward's share of each net's iteration, measured once (one process, one thread).
+declare -A shares
+for spec in $nets; do
+  shares[$spec]=$(NETS=$spec THREADS=1 BUILD_DIR=$build bash bench/scaling/backward_share.sh |
+    tail -1 | cut -d, -f7)
+done
+
+echo "net,ranks,link_gbit,measured_ms,platform,wire,compute_ms,mode,ranks_per_host,backward_share,machine_hosts" >"$out"
 printf '%-15s %5s %5s %6s | %11s %11s\n' net ranks hosts link "compute ms" "measured ms"
 for rate in $rates; do
   shape "$rate"
-  gbit=${rate%gbit}
+  gbit=$(python3 -c "import sys; r = sys.argv[1]; print('%g' % (float(r[:-4]) * {'g': 1, 'm': 1e-3}[r[-4]]))" "$rate")
   latency_kb=$(python3 -c "
 import sys; sys.path.insert(0, 'bench/scaling'); import model
 print(max(1, round(model.LINK_BY_GBIT[$gbit].latency_bytes / 1024)))")
   for spec in $nets; do
     model=${spec%%:*}
     batch=${spec##*:}
+    iters=$(iters_of "$model")
     net=$work/${model}_$batch.prototxt
     # The Input layer's first dim is the batch.
     sed "0,/shape { dim: [0-9]*/s//shape { dim: $batch/; s/shape { dim: [0-9]* }/shape { dim: $batch }/" \
@@ -188,9 +210,16 @@ SOLVER
       done
       wait_all "training" "$work"/rank*.log
       measured=$(per_iter_ms "$work/rank0.log")
+      if [[ -n ${LOGS:-} ]]; then
+        mkdir -p "$LOGS"
+        for ((r = 0; r < n; r++)); do
+          cp "$work/rank$r.log" "$LOGS/$model-${n}x$hosts-$rate-rank$r.log"
+          cp "$work/alone$r.log" "$LOGS/$model-${n}x$hosts-$rate-alone$r.log"
+        done
+      fi
       printf '%-15s %5s %5s %6s | %11s %11s\n' "$model:$batch" "$n" "$hosts" "$rate" "$compute" \
         "$measured"
-      echo "$(model_name "$model"),$n,$gbit,$measured,cpu,float32,$compute,overlap,$per_host" >>"$out"
+      echo "$(model_name "$model"),$n,$gbit,$measured,cpu,float32,$compute,overlap,$per_host,${shares[$spec]},$hosts" >>"$out"
     done
   done
 done

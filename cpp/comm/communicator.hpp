@@ -50,11 +50,11 @@ struct CommOptions {
   // tcp: the pipelining unit of the ring (bytes received are summed in pieces of this size while
   // the next ones arrive).
   size_t chunk_bytes = size_t{1} << 20;
-  // tcp: how AllReduce moves a buffer. "ring": always the ring. "doubling": always recursive
-  // doubling, log2 N steps that each swap the whole buffer with one partner over connections of
-  // its own (made while the communicator is built; a world that is not a power of two first
-  // folds its last ranks into the first). "halving": recursive halving then doubling over the
-  // same connections, 2 log2 N steps that move the ring's bytes (2 (N - 1) / N of the buffer,
+  // tcp and ucx: how AllReduce moves a buffer. "ring": always the ring. "doubling": always
+  // recursive doubling, log2 N steps that each swap the whole buffer with one partner over
+  // connections of its own (made while the communicator is built; a world that is not a power of
+  // two first folds its last ranks into the first). "halving": recursive halving then doubling over
+  // the same connections, 2 log2 N steps that move the ring's bytes (2 (N - 1) / N of the buffer,
   // in the wire's values: a 16-bit wire halves them, as for the ring; doubling always sends
   // float32).
   // "auto": the one whose modelled time is lowest, each step costing latency_bytes plus the

@@ -2,6 +2,7 @@
 #include "parallel/gradient_exchange.hpp"
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <numeric>
 #include <utility>
@@ -19,6 +20,10 @@ namespace {
 
 void ScaleHost(float* data, size_t count, float scale) {
   for (size_t i = 0; i < count; ++i) data[i] *= scale;
+}
+
+double Seconds() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
 }  // namespace
@@ -104,6 +109,7 @@ void GradientExchange::OnLayerBackward(int layer) {
   // one starts a new pass.
   if (layer >= last_layer_) {
     ++pass_;
+    if (pass_ == iter_size_) last_pass_started_ = Seconds();
     if (pass_ == 1) {
       iteration_overlaps_ = net_->FlatDiffIntact();
       if (!iteration_overlaps_) {
@@ -141,6 +147,7 @@ void GradientExchange::RunCommThread() {
     // A failed communicator fails every later bucket at once: each is still counted, so that
     // Finish sees the iteration end.
     const Bucket& bucket = buckets_[next];
+    const double start = Seconds();
     try {
       comm_->AllReduceAs(flat_ + bucket.begin, bucket.end - bucket.begin, wire_);
       ScaleHost(flat_ + bucket.begin, bucket.end - bucket.begin, scale_);
@@ -150,6 +157,7 @@ void GradientExchange::RunCommThread() {
     }
     {
       std::lock_guard<std::mutex> lock(mutex_);
+      exchange_seconds_ += Seconds() - start;
       done_ = ++next;
       if (next == buckets_.size()) {
         next = 0;
@@ -174,6 +182,7 @@ void GradientExchange::Finish(const std::vector<DeviceBuffer>& gradients) {
     CORTADO_CHECK(gradients.size() == 1 && gradients[0].data == flat_,
                   "the overlapped exchange expects the flat gradient buffer");
     StartBucketsUpTo(-1);  // every bucket left
+    const double waited_from = Seconds();
     std::unique_lock<std::mutex> lock(mutex_);
     cv_.wait(lock, [&] { return done_ == buckets_.size() || error_ != nullptr; });
     if (done_ != buckets_.size()) {
@@ -186,6 +195,15 @@ void GradientExchange::Finish(const std::vector<DeviceBuffer>& gradients) {
     done_ = 0;
     next_bucket_ = 0;
     if (error_) std::rethrow_exception(error_);
+    // What the exchange cost this iteration: its buckets' allreduces in all, and the part of it
+    // that backward did not hide (root waiting here).
+    CORTADO_LOG_DEBUG(
+        "exchange: {} buckets in {:.1f} ms, {:.1f} ms of it after backward ({:.1f} ms from the "
+        "first layer's gradients)",
+        buckets_.size(), exchange_seconds_ * 1e3, (Seconds() - waited_from) * 1e3,
+        (waited_from - last_pass_started_) * 1e3);
+    exchange_seconds_ = 0;
+    lock.unlock();
     AverageStatistics();
     return;
   }

@@ -108,11 +108,13 @@ class GradientExchange {
   size_t next_bucket_ = 0;
   bool iteration_overlaps_ = false;
   float* flat_ = nullptr;
+  double last_pass_started_ = 0;  // steady-clock seconds of the last pass's first report
 
   std::mutex mutex_;
   std::condition_variable cv_;
-  size_t queued_ = 0;  // buckets handed to the thread in this iteration
-  size_t done_ = 0;    // buckets it finished
+  size_t queued_ = 0;            // buckets handed to the thread in this iteration
+  size_t done_ = 0;              // buckets it finished
+  double exchange_seconds_ = 0;  // the finished buckets' allreduce time in this iteration
   bool stop_ = false;
   std::exception_ptr error_;
   std::thread thread_;

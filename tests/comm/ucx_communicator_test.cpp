@@ -23,6 +23,7 @@
 
 #include "comm/communicator.hpp"
 #include "comm_test_ops.hpp"
+#include "recursive_sums.hpp"
 #include "support/scoped_env.hpp"
 #include "support/spawn_ranks.hpp"
 #include "tcp_test_util.hpp"
@@ -171,6 +172,7 @@ TEST(UcxCommunicatorTest, AllReduceOnASixteenBitWireSumsInTheRingsOrder) {
       const auto outcomes = testing::RunRanksAsThreads(n, [&](int rank) {
         CommOptions options = ring.Options(rank);
         options.chunk_bytes = 4096;
+        options.allreduce_algorithm = "ring";  // doubling and halving: below
         auto comm = JoinUcx(&ring, options);
         return testing::ExerciseSixteenBitWire(comm.get(), wire);
       });
@@ -190,7 +192,9 @@ TEST(UcxCommunicatorTest, SixteenBitWireAsProcessesOverTcp) {
       n,
       [&](int rank) {
         ring.CloseOthers(rank);
-        auto comm = JoinUcx(&ring, rank);
+        CommOptions options = ring.Options(rank);
+        options.allreduce_algorithm = "ring";
+        auto comm = JoinUcx(&ring, options);
         Digest digest;
         for (WireType wire : {WireType::kBFloat16, WireType::kFloat16}) {
           for (size_t count : {size_t{7}, size_t{1001}, size_t{100000}}) {
@@ -210,6 +214,141 @@ TEST(UcxCommunicatorTest, SegmentsThatSplitFloatsSumCorrectlyOverTcp) {
   testing::ScopedEnv tx("UCX_TCP_TX_SEG_SIZE", "1027");
   testing::ScopedEnv rx("UCX_TCP_RX_SEG_SIZE", "1027");
   EveryOperationAsProcesses("tcp", {"tcp/"}, "");
+}
+
+// Recursive doubling and halving (CommOptions::allreduce_algorithm) on one rank's part: float32
+// AllReduce of 1, 7, 1001 and 30000 values, every element exactly as the algorithms add
+// (DoublingSum: the tcp backend's reference), each followed by a ring Broadcast on the same
+// communicator, then 16-bit wires of 9 and 4001 values (doubling rounds the float32 sum once,
+// halving at each level: HalvingSum16; on two ranks halving is the ring). The digest of the
+// results.
+std::string ExerciseRecursive(Communicator* comm, const std::string& algorithm) {
+  const int n = comm->size();
+  Digest digest;
+  auto check = [&](const std::vector<float>& data, size_t count, const std::string& what,
+                   auto&& want) {
+    for (size_t i = 0; i < count; ++i) {
+      testing::Expect(data[i] == want(i), what + ", count " + std::to_string(count) + ", element " +
+                                              std::to_string(i) + ": " + std::to_string(data[i]) +
+                                              ", expected " + std::to_string(want(i)));
+    }
+    digest.Add(data.data(), count * sizeof(float));
+  };
+  for (size_t count : {size_t{1}, size_t{7}, size_t{1001}, size_t{30000}}) {
+    const auto seed = static_cast<uint32_t>(count + 3);
+    std::vector<float> data = testing::Input(comm->rank(), count, seed);
+    comm->AllReduce(data.data(), count);
+    const auto inputs = testing::Inputs(n, count, seed);
+    check(data, count, "float32", [&](size_t i) { return testing::DoublingSum(inputs, i); });
+    testing::CheckBroadcast(comm, 1000, n - 1, seed, &digest);
+  }
+  for (WireType wire : {WireType::kBFloat16, WireType::kFloat16}) {
+    for (size_t count : {size_t{9}, size_t{4001}}) {
+      const auto seed = static_cast<uint32_t>(count);
+      std::vector<float> data = testing::Input(comm->rank(), count, seed);
+      comm->AllReduceAs(data.data(), count, wire);
+      const auto inputs = testing::Inputs(n, count, seed);
+      check(data, count, WireTypeName(wire), [&](size_t i) {
+        if (algorithm == "doubling") return testing::RoundTo(wire, testing::DoublingSum(inputs, i));
+        // Halving on two ranks is the ring's steps, and so is its rounding.
+        return n == 2 ? testing::RingSumOnTheWire(inputs, count, i, wire)
+                      : testing::HalvingSum16(inputs, count, i, wire);
+      });
+    }
+  }
+  return digest.Hex();
+}
+
+// As threads, 2 to 8 ranks, pieces of 4 KiB (a level's transfer in several): the tcp backend's
+// sums bit for bit, every rank the same; the description names the algorithm and the partners.
+TEST(UcxCommunicatorTest, DoublingAndHalvingSumInTheAlgorithmsOrderAsThreads) {
+  for (const char* algorithm : {"doubling", "halving"}) {
+    for (int n : {2, 3, 4, 5, 8}) {
+      SCOPED_TRACE(std::string(algorithm) + ", " + std::to_string(n) + " ranks");
+      LoopbackRing ring(n);
+      const auto outcomes = testing::RunRanksAsThreads(n, [&](int rank) {
+        CommOptions options = ring.Options(rank);
+        options.chunk_bytes = 4096;
+        options.allreduce_algorithm = algorithm;
+        auto comm = JoinUcx(&ring, options);
+        if (n > 2) {
+          testing::Expect(
+              Contains(comm->Describe(), "; allreduce: " + std::string(algorithm) + " (partners "),
+              comm->Describe());
+        }
+        return ExerciseRecursive(comm.get(), algorithm);
+      });
+      ASSERT_TRUE(AllOk(outcomes)) << Describe(outcomes);
+      for (int r = 1; r < n; ++r) EXPECT_EQ(outcomes[r].result, outcomes[0].result) << "rank " << r;
+    }
+  }
+}
+
+// As 6 processes (a fold: ranks 4 and 5 past the power of two) over UCX's TCP transport, where
+// float32 sums go through RangeSum, and over shared memory.
+TEST(UcxCommunicatorTest, DoublingAndHalvingAsProcesses) {
+  for (const char* tls : {"tcp", "sm,self"}) {
+    testing::ScopedEnv env("UCX_TLS", tls);
+    for (const char* algorithm : {"doubling", "halving"}) {
+      SCOPED_TRACE(std::string(algorithm) + ", UCX_TLS=" + tls);
+      const int n = 6;
+      LoopbackRing ring(n);
+      const auto outcomes = testing::RunRanksAsProcesses(
+          n,
+          [&](int rank) {
+            ring.CloseOthers(rank);
+            CommOptions options = ring.Options(rank);
+            options.allreduce_algorithm = algorithm;
+            auto comm = JoinUcx(&ring, options);
+            return ExerciseRecursive(comm.get(), algorithm);
+          },
+          /*timeout_s=*/90);
+      ASSERT_TRUE(AllOk(outcomes)) << Describe(outcomes);
+      for (int r = 1; r < n; ++r) EXPECT_EQ(outcomes[r].result, outcomes[0].result) << "rank " << r;
+    }
+  }
+}
+
+// auto: doubling for a small buffer, the ring for a large one on 4 ranks with a step cost of
+// 64 KiB (as tcp_doubling_test's AutoTakes... works out): results equal to those references.
+TEST(UcxCommunicatorTest, AutoTakesDoublingForSmallBuffersAndTheRingForLarge) {
+  const int n = 4;
+  LoopbackRing ring(n);
+  const auto outcomes = testing::RunRanksAsThreads(n, [&](int rank) {
+    CommOptions options = ring.Options(rank);
+    options.latency_bytes = 64 << 10;
+    auto comm = JoinUcx(&ring, options);
+    testing::Expect(Contains(comm->Describe(), "allreduce: auto (a step costs 64 KB)"),
+                    comm->Describe());
+    // Doubling below 8 L = 512 KiB of float32 (2 (L + b) against 6 L + 1.5 b), the ring above.
+    Digest digest;
+    for (size_t count : {size_t{1000}, size_t{400000}}) {
+      const auto seed = static_cast<uint32_t>(count);
+      std::vector<float> data = testing::Input(rank, count, seed);
+      comm->AllReduce(data.data(), count);
+      const auto inputs = testing::Inputs(n, count, seed);
+      for (size_t i = 0; i < count; ++i) {
+        float want = 0;
+        if (count == 1000) {
+          want = testing::DoublingSum(inputs, i);
+        } else {
+          // The ring: segment j's first rank j, then j + 1, ... add in turn.
+          const RingSegments segments(count, n);
+          int j = 0;
+          while (i >= segments.begin(j) + segments.size(j)) ++j;
+          want = inputs[j][i];
+          for (int k = 1; k < n; ++k) want += inputs[(j + k) % n][i];
+        }
+        testing::Expect(data[i] == want, "count " + std::to_string(count) + ", element " +
+                                             std::to_string(i) + ": " + std::to_string(data[i]) +
+                                             ", expected " + std::to_string(want));
+      }
+      digest.Add(data.data(), count * sizeof(float));
+    }
+    return digest.Hex();
+  });
+  ASSERT_TRUE(AllOk(outcomes)) << Describe(outcomes);
+  for (int r = 1; r < n; ++r) EXPECT_EQ(outcomes[r].result, outcomes[0].result) << "rank " << r;
 }
 
 TEST(RangeSumTest, AddsEveryFloatOnceHoweverTheRangesFall) {
@@ -457,6 +596,43 @@ TEST(UcxFaultTest, KilledPeerProcessFailsTheOthersWithinTheTimeoutOverTcp) {
 // A 30 s timeout: only the watched set-up connections can end the calls within 5 s.
 TEST(UcxFaultTest, KilledPeerProcessFailsTheOthersAtOnceOverSharedMemory) {
   KilledPeerProcessFailsTheOthers("sm,self", 30, 5, "rank 1 (127.0.0.1) is gone");
+}
+
+// Halving on 4 processes, rank 1 SIGKILLing itself in its fourth allreduce: ranks 0, 2 and 3
+// fail within `within_s` during an allreduce. Rank 3's partners are 2 and 1 and its ring
+// neighbours 2 and 0: over shared memory it waits on a partner whose connection nobody watches,
+// and learns of the loss from its neighbours' set-up connections, which they close on failing.
+void KilledPeerFailsHalving(const char* tls, double timeout_s, double within_s) {
+  testing::ScopedEnv env("UCX_TLS", tls);
+  const int n = 4;
+  LoopbackRing ring(n);
+  const auto outcomes = testing::RunRanksAsProcesses(
+      n,
+      [&](int rank) {
+        ring.CloseOthers(rank);
+        CommOptions options = ring.Options(rank);
+        options.timeout_s = timeout_s;
+        options.allreduce_algorithm = "halving";
+        auto comm = JoinUcx(&ring, options);
+        return testing::AllReduceUntilFailure(comm.get(), /*killed=*/1, 50000);
+      },
+      /*timeout_s=*/60);
+  EXPECT_EQ(outcomes[1].error, "killed by signal 9");
+  for (int r : {0, 2, 3}) {
+    ASSERT_TRUE(outcomes[r].ok) << Describe(outcomes);
+    const testing::Failure failure = testing::ParseFailure(outcomes[r].result);
+    EXPECT_LT(failure.seconds, within_s) << "rank " << r << ": " << outcomes[r].result;
+    EXPECT_TRUE(Contains(failure.message, "during allreduce")) << outcomes[r].result;
+  }
+}
+
+TEST(UcxFaultTest, KilledPeerFailsHalvingWithinTheTimeoutOverTcp) {
+  KilledPeerFailsHalving("tcp", 5, 6);
+}
+
+// A 30 s timeout: only the watched set-up connections can end the calls within 5 s.
+TEST(UcxFaultTest, KilledPeerFailsHalvingAtOnceOverSharedMemory) {
+  KilledPeerFailsHalving("sm,self", 30, 5);
 }
 
 TEST(UcxFaultTest, KilledPeerProcessFailsTheOthersAtOnceOnOneHostWhenUcxChooses) {

@@ -98,6 +98,7 @@
 #include <utility>
 #include <vector>
 
+#include "comm/recursive.hpp"
 #include "comm/registry.hpp"
 #include "comm/tcp/ring.hpp"
 #include "core/error.hpp"
@@ -327,58 +328,7 @@ void AddAllReducePieces(RingTransfer* transfer, int n, int r, const At& at, cons
   }
 }
 
-enum class Algorithm { kRing, kDoubling, kHalving, kAuto };
-
-Algorithm ParseAlgorithm(const std::string& name) {
-  if (name == "ring") return Algorithm::kRing;
-  if (name == "doubling") return Algorithm::kDoubling;
-  if (name == "halving") return Algorithm::kHalving;
-  if (name == "auto") return Algorithm::kAuto;
-  CORTADO_THROW(kInvalidArgument,
-                "tcp: allreduce_algorithm must be ring, doubling, halving or auto, not '{}'", name);
-}
-
-// Halving's bytes cost this much more than the ring's: measured between network namespaces
-// with 4 and 8 ranks, 1 and 10 Gbit/s links, 1-64 MiB, halving took 0.8-1.23 of the ring's time
-// (1.13-1.23 at 1 Gbit/s on 8 ranks), where its fewer steps save little (bench/RESULTS.md):
-// each level's transfer ends before the next begins, where the ring's pieces flow on.
-constexpr double kHalvingByteCost = 1.2;
-
-// How an allreduce of n ranks goes (never kAuto), by the cost model of
-// CommOptions::allreduce_algorithm, each step costing latency_bytes plus its bytes: the ring's
-// 2 (n - 1) steps of ring_bytes / n; doubling's log2 p steps of float32_bytes (p the largest
-// power of two not above n; two steps more when the ranks past p fold in); halving's
-// 2 log2 p steps moving 2 (p - 1) / p of ring_bytes (the wire's values) in all, at
-// kHalvingByteCost (and the same two folding steps, in float32).
-Algorithm Choose(Algorithm algorithm, int n, size_t ring_bytes, size_t float32_bytes,
-                 size_t latency_bytes, size_t doubling_max_bytes) {
-  if (n <= 1 || algorithm == Algorithm::kRing) return Algorithm::kRing;
-  if (algorithm == Algorithm::kHalving && n == 2) return Algorithm::kRing;  // the same steps
-  if (algorithm != Algorithm::kAuto) return algorithm;
-  int levels = 0, power = 1;
-  while (power * 2 <= n) {
-    power *= 2;
-    ++levels;
-  }
-  const double l = static_cast<double>(latency_bytes);
-  const double b = static_cast<double>(float32_bytes);
-  const double fold = power < n ? 2 * (l + b) : 0.0;
-  const double ring = 2.0 * (n - 1) * (l + static_cast<double>(ring_bytes) / n);
-  const double doubling = float32_bytes > doubling_max_bytes
-                              ? std::numeric_limits<double>::infinity()
-                              : levels * (l + b) + fold;
-  // Two ranks: halving is the ring (one step each way of half the buffer).
-  const double halving =
-      n == 2 ? std::numeric_limits<double>::infinity()
-             : 2.0 * levels * l +
-                   kHalvingByteCost * 2.0 * (power - 1) / power * static_cast<double>(ring_bytes) +
-                   fold;
-  if (doubling <= halving && doubling < ring) return Algorithm::kDoubling;
-  if (halving < ring) return Algorithm::kHalving;
-  return Algorithm::kRing;
-}
-
-class TcpCommunicator final : public Communicator {
+class TcpCommunicator final : public Communicator, private PairExchange {
  public:
   // `part`: part of another communicator (a pair of MakeDoublingLinks, a ring of
   // MakeHierarchy), which speaks for it: it logs nothing when built.
@@ -467,24 +417,12 @@ class TcpCommunicator final : public Communicator {
   // How an allreduce that moves ring_bytes by the ring (its wire values) and float32_bytes by
   // doubling or halving goes (Choose).
   Algorithm ChooseFor(size_t ring_bytes, size_t float32_bytes) const;
-  // AllReduce by recursive halving then doubling. On a 16-bit wire the halves go as wire values
-  // (wire_values_): each level adds the partner's rounded partial sum to this rank's float32
-  // one and rounds the result, which the next level sends on; the all-gather copies the
-  // owners' rounded sums. The fold of ranks past power_ stays float32.
-  void HalvingDoubling(float* data, size_t count, WireType wire);
-  // AllReduce by recursive doubling, float32 values.
-  void Doubling(float* data, size_t count);
-  // The partners of `q` in the order every rank makes its pair communicators: the levels, then
-  // the fold (rank q + p or q - p).
-  std::vector<int> DoublingPartners(int q) const;
+  // PairExchange: level k's pair (over the ring's own connections on two ranks), or the fold's.
+  void ExchangeWith(int level, const void* send, size_t send_bytes, void* recv, size_t recv_bytes,
+                    bool sum, WireType wire, const float* accumulate) override;
   // Entry `index` of rank q's comma-separated port list (sent round the ring when the pairs and
   // rings are made); kComm naming q and `what` the port is for when it is not a port number.
   int AnnouncedPort(int q, const std::string& list, size_t index, const std::string& what) const;
-  // The ranks past power_: hand the buffer to rank r - power_ and take the sum back (true: this
-  // rank is done). Their partners: add the folded rank's buffer into `data` (FoldIn), and send
-  // it the sum at the end (FoldOut).
-  bool FoldIn(float* data, size_t count);
-  void FoldOut(const float* data, size_t count);
   // One transfer with this communicator's other rank (a communicator of two ranks): sends
   // send_bytes from `send` and receives recv_bytes into `recv` (0: none), the received floats
   // added into `recv` when `sum` (it must not overlap `send`); errors say "during allreduce".
@@ -550,7 +488,7 @@ TcpCommunicator::TcpCommunicator(const CommOptions& options, std::vector<HostPor
       next_((options.rank + 1) % options.world_size),
       prev_((options.rank - 1 + options.world_size) % options.world_size),
       transfer_(options.chunk_bytes) {
-  algorithm_ = ParseAlgorithm(options.allreduce_algorithm);
+  algorithm_ = ParseAlgorithm("tcp", options.allreduce_algorithm);
   latency_bytes_ = options.latency_bytes;
   doubling_max_bytes_ = options.doubling_max_bytes;
   while (power_ * 2 <= size()) power_ *= 2;
@@ -672,22 +610,7 @@ bool TcpCommunicator::MakeHierarchy(const CommOptions& options) {
 std::string TcpCommunicator::DescribeAllReduce() const {
   // The hosts' ring runs the algorithm this communicator was built with (MakeHierarchy).
   const int ranks = host_count_ > 0 ? host_count_ : size();
-  std::string algorithm;
-  switch (algorithm_) {
-    case Algorithm::kRing:
-      algorithm = "ring";
-      break;
-    case Algorithm::kDoubling:
-      algorithm = "doubling";
-      break;
-    case Algorithm::kHalving:
-      algorithm = ranks == 2 ? "ring (halving's steps on two ranks)" : "halving";
-      break;
-    case Algorithm::kAuto:
-      algorithm =
-          fmt::format("auto (a step costs {:g} KB)", static_cast<double>(latency_bytes_) / 1024);
-      break;
-  }
+  const std::string algorithm = DescribeAlgorithm(algorithm_, ranks, latency_bytes_);
   if (host_count_ == 0) return algorithm;
   return fmt::format("within each host by the ring, between the {} hosts by {}", host_count_,
                      algorithm);
@@ -714,17 +637,9 @@ int TcpCommunicator::AnnouncedPort(int q, const std::string& list, size_t index,
   return std::stoi(port);
 }
 
-std::vector<int> TcpCommunicator::DoublingPartners(int q) const {
-  std::vector<int> partners;
-  if (q >= power_) return {q - power_};
-  for (int bit = 1; bit < power_; bit <<= 1) partners.push_back(q ^ bit);
-  if (q + power_ < size()) partners.push_back(q + power_);
-  return partners;
-}
-
 void TcpCommunicator::MakeDoublingLinks(const CommOptions& options) {
   const int r = rank();
-  const std::vector<int> mine = DoublingPartners(r);
+  const std::vector<int> mine = DoublingPartners(r, size());
   std::vector<std::unique_ptr<TcpListener>> listeners;
   std::string ports;
   for (size_t i = 0; i < mine.size(); ++i) {
@@ -736,7 +651,7 @@ void TcpCommunicator::MakeDoublingLinks(const CommOptions& options) {
   const std::vector<std::string> announced = AllGather(ports);
   // The port rank q listens on for its pair with `partner`.
   auto port_of = [&](int q, int partner) {
-    const std::vector<int> order = DoublingPartners(q);
+    const std::vector<int> order = DoublingPartners(q, size());
     const auto at = std::find(order.begin(), order.end(), partner) - order.begin();
     return AnnouncedPort(q, announced[q], static_cast<size_t>(at),
                          fmt::format("its pair with rank {}", partner));
@@ -792,94 +707,13 @@ void TcpCommunicator::Exchange(const void* send, size_t send_bytes, void* recv, 
   });
 }
 
-bool TcpCommunicator::FoldIn(float* data, size_t count) {
-  if (fold_ == nullptr) return false;
-  const size_t bytes = count * sizeof(float);
-  if (rank() >= power_) {
-    fold_->Exchange(data, bytes, nullptr, 0, false);
-    fold_->Exchange(nullptr, 0, data, bytes, false);
-    return true;
-  }
-  fold_->Exchange(nullptr, 0, data, bytes, /*sum=*/true);
-  return false;
-}
-
-void TcpCommunicator::FoldOut(const float* data, size_t count) {
-  if (fold_ != nullptr) fold_->Exchange(data, count * sizeof(float), nullptr, 0, false);
-}
-
-void TcpCommunicator::HalvingDoubling(float* data, size_t count, WireType wire) {
-  const int r = rank();
-  if (FoldIn(data, count)) return;
-  // On a 16-bit wire, wire_values_ holds what goes out: first this rank's values rounded, then
-  // at each level the rounded sums of the part it keeps (also widened into `data`, the float32
-  // partial sums the next level adds to).
-  const bool narrow = wire != WireType::kFloat32;
-  const bool bf16 = wire == WireType::kBFloat16;
-  auto to_wire = [&](size_t begin, size_t end) {
-    if (!bf16) return math::FloatsToFloat16(data + begin, end - begin, &wire_values_[begin]);
-    for (size_t i = begin; i < end; ++i) wire_values_[i] = math::FloatToBFloat16(data[i]);
-  };
-  auto from_wire = [&](size_t begin, size_t end) {
-    if (!bf16) return math::Float16sToFloats(&wire_values_[begin], end - begin, data + begin);
-    for (size_t i = begin; i < end; ++i) data[i] = math::BFloat16ToFloat(wire_values_[i]);
-  };
-  const size_t value_bytes = narrow ? sizeof(uint16_t) : sizeof(float);
-  if (narrow) {
-    wire_values_.resize(count);
-    to_wire(0, count);
-  }
-  char* values =
-      narrow ? reinterpret_cast<char*>(wire_values_.data()) : reinterpret_cast<char*>(data);
-  auto at = [&](size_t i) { return values + i * value_bytes; };
-  // Reduce-scatter by recursive halving: at level k the two partners split the part they share,
-  // each sending the half the other keeps and adding the other's copy of its own half (as it
-  // arrives); rank r keeps the lower half where bit k of r is 0. After the last level each rank
-  // holds the whole sum of 1/p of the buffer, every element summed by one rank only.
-  std::vector<std::pair<size_t, size_t>> parts;  // [begin, end) shared at each level
-  size_t begin = 0, end = count;
-  for (size_t k = 0; k < levels_.size(); ++k) {
-    parts.emplace_back(begin, end);
-    const size_t mid = begin + (end - begin) / 2;
-    const bool lower = ((r >> k) & 1) == 0;
-    const size_t keep = lower ? begin : mid, keep_end = lower ? mid : end;
-    const size_t give = lower ? mid : begin, give_end = lower ? end : mid;
-    levels_[k]->Exchange(at(give), (give_end - give) * value_bytes, at(keep),
-                         (keep_end - keep) * value_bytes, /*sum=*/true, wire,
-                         narrow ? data + keep : nullptr);
-    if (narrow) from_wire(keep, keep_end);
-    begin = keep;
-    end = keep_end;
-  }
-  // All-gather by recursive doubling, the levels in reverse: each rank sends the part it holds
-  // and receives its partner's, which together make the part of the level before.
-  for (size_t k = levels_.size(); k-- > 0;) {
-    const auto [part, part_end] = parts[k];
-    const size_t mid = part + (part_end - part) / 2;
-    const bool lower = ((r >> k) & 1) == 0;
-    const size_t other = lower ? mid : part, other_end = lower ? part_end : mid;
-    levels_[k]->Exchange(at(begin), (end - begin) * value_bytes, at(other),
-                         (other_end - other) * value_bytes, /*sum=*/false);
-    if (narrow) from_wire(other, other_end);
-    begin = part;
-    end = part_end;
-  }
-  FoldOut(data, count);
-}
-
-void TcpCommunicator::Doubling(float* data, size_t count) {
-  const size_t bytes = count * sizeof(float);
-  theirs_.resize(count);
-  // One swap on `pair`: both ends add the other's buffer to their own, the same sum bit for bit
-  // (received into a buffer of its own: the bytes sent are read while others arrive).
-  auto swap = [&](TcpCommunicator* pair) {
-    pair->Exchange(data, bytes, theirs_.data(), bytes, false);
-    for (size_t i = 0; i < count; ++i) data[i] += theirs_[i];
-  };
-  if (size() == 2) return swap(this);  // over the ring's own connections
-  if (FoldIn(data, count)) return;
-  for (const auto& level : levels_) swap(level.get());
-  FoldOut(data, count);
+void TcpCommunicator::ExchangeWith(int level, const void* send, size_t send_bytes, void* recv,
+                                   size_t recv_bytes, bool sum, WireType wire,
+                                   const float* accumulate) {
+  TcpCommunicator* pair = level == kFold    ? fold_.get()
+                          : levels_.empty() ? this  // two ranks: the ring's connections
+                                            : levels_[static_cast<size_t>(level)].get();
+  pair->Exchange(send, send_bytes, recv, recv_bytes, sum, wire, accumulate);
 }
 
 std::string TcpCommunicator::Name(int rank) const {
@@ -1249,8 +1083,13 @@ void TcpCommunicator::AllReduce(float* data, size_t count) {
     if (n == 1 || count == 0) return;
     if (host_ != nullptr || hosts_ != nullptr) return Hierarchical(data, count, WireType::kFloat32);
     const Algorithm algorithm = ChooseFor(count * sizeof(float), count * sizeof(float));
-    if (algorithm == Algorithm::kDoubling) return Doubling(data, count);
-    if (algorithm == Algorithm::kHalving) return HalvingDoubling(data, count, WireType::kFloat32);
+    if (algorithm == Algorithm::kDoubling) {
+      return RecursiveDoubling(this, rank(), n, data, count, &theirs_);
+    }
+    if (algorithm == Algorithm::kHalving) {
+      return RecursiveHalvingDoubling(this, rank(), n, data, count, WireType::kFloat32,
+                                      &wire_values_);
+    }
     const RingSegments segments(count, n);
     auto at = [&](int i) { return reinterpret_cast<char*>(data + segments.begin(i)); };
     auto bytes = [&](int i) { return segments.size(i) * sizeof(float); };
@@ -1275,11 +1114,13 @@ void TcpCommunicator::AllReduceAs(float* data, size_t count, WireType wire) {
     const Algorithm algorithm = ChooseFor(count * sizeof(uint16_t), count * sizeof(float));
     // Halving carries wire values, rounding once per level (log2 p roundings where the ring has
     // one per step).
-    if (algorithm == Algorithm::kHalving) return HalvingDoubling(data, count, wire);
+    if (algorithm == Algorithm::kHalving) {
+      return RecursiveHalvingDoubling(this, r, n, data, count, wire, &wire_values_);
+    }
     if (algorithm == Algorithm::kDoubling) {
       // Doubling carries float32 values (it is for small buffers): the sum, rounded to the wire
       // type once at the end.
-      Doubling(data, count);
+      RecursiveDoubling(this, r, n, data, count, &theirs_);
       if (bf16) {
         for (size_t i = 0; i < count; ++i) {
           data[i] = math::BFloat16ToFloat(math::FloatToBFloat16(data[i]));
@@ -1430,7 +1271,7 @@ std::unique_ptr<Communicator> CreateFromOptions(const CommOptions& options) {
 
 const char* TcpAllReduceAlgorithm(const CommOptions& options, size_t count, WireType wire) {
   const size_t wire_bytes = wire == WireType::kFloat32 ? sizeof(float) : sizeof(uint16_t);
-  switch (Choose(ParseAlgorithm(options.allreduce_algorithm), options.world_size,
+  switch (Choose(ParseAlgorithm("tcp", options.allreduce_algorithm), options.world_size,
                  count * wire_bytes, count * sizeof(float), options.latency_bytes,
                  options.doubling_max_bytes)) {
     case Algorithm::kDoubling:

@@ -50,6 +50,7 @@
 #include <vector>
 
 #include "comm/rdma_devices.hpp"
+#include "comm/recursive.hpp"
 #include "comm/registry.hpp"
 #include "comm/tcp/ring.hpp"
 #include "comm/tcp/socket.hpp"
@@ -203,21 +204,33 @@ void RecvCompleted(void* /*request*/, ucs_status_t status, const ucp_tag_recv_in
   c->done = true;
 }
 
-// A connection to a neighbour; UCX reports its failure through EndpointFailed.
+// A connection to a neighbour or a partner of recursive doubling; UCX reports its failure
+// through EndpointFailed.
 struct Link {
   int rank = -1;
   std::string name;  // "rank 1 (10.0.0.2)"
   ucp_ep_h ep = nullptr;
   ucs_status_t error = UCS_OK;
-  bool closed = false;  // its set-up connection closed (WatchPeers)
+  bool closed = false;     // its set-up connection closed (WatchPeers)
+  uint16_t exchanges = 0;  // pair exchanges made with it (their tags: PairTag)
 };
+
+// Tags: the ring's operations take (sequence << 32 | piece), the sequence counting every
+// operation of every rank alike. A pair exchange of recursive doubling or halving, which only its
+// two ranks make, takes (1 << 63 | level code << 48 | exchanges with that partner << 32 |
+// piece): the level code names the partner (the level + 1, or 0x7fff for the fold), so that a
+// partner already at its next level cannot be taken for this one.
+uint64_t PairTag(int level, uint16_t exchange) {
+  const uint64_t code = level == PairExchange::kFold ? 0x7fff : static_cast<uint64_t>(level) + 1;
+  return uint64_t{1} << 63 | code << 48 | static_cast<uint64_t>(exchange) << 32;
+}
 
 void EndpointFailed(void* arg, ucp_ep_h /*ep*/, ucs_status_t status) {
   auto* link = static_cast<Link*>(arg);
   if (link->error == UCS_OK) link->error = status;
 }
 
-class UcxCommunicator final : public Communicator {
+class UcxCommunicator final : public Communicator, private PairExchange {
  public:
   UcxCommunicator(const CommOptions& options, std::unique_ptr<TcpListener> listener);
   ~UcxCommunicator() override;
@@ -243,9 +256,20 @@ class UcxCommunicator final : public Communicator {
   };
 
   void SetUp(const CommOptions& options, std::unique_ptr<TcpListener> listener);
-  // Moves both streams to their ends; `op` names the operation in errors. Every rank's call
-  // consumes one tag sequence number.
+  // Moves both streams to their ends, to next and from prev; `op` names the operation in errors.
+  // Every rank's call consumes one tag sequence number.
   void Run(const char* op, double timeout_s);
+  // The same to `to` and from `from`, the tags (of the pieces, in order) from `tag`.
+  void RunWith(Link* to, Link* from, uint64_t tag, const char* op, double timeout_s);
+  // PairExchange: one transfer with the partner of `level` (levels_, or fold_), over the ring's
+  // connection on two ranks.
+  void ExchangeWith(int level, const void* send, size_t send_bytes, void* recv, size_t recv_bytes,
+                    bool sum, WireType wire, const float* accumulate) override;
+  // How an allreduce that moves ring_bytes by the ring and float32_bytes by doubling goes.
+  Algorithm ChooseFor(size_t ring_bytes, size_t float32_bytes) const {
+    return Choose(algorithm_, size(), ring_bytes, float32_bytes, options_.latency_bytes,
+                  options_.doubling_max_bytes);
+  }
   void PostRecv(size_t i, uint64_t tag);
   void PostSend(size_t i, uint64_t tag, const char* op);
   // Appends the pieces of `bytes` at `data` (one per chunk) to the streams.
@@ -280,11 +304,21 @@ class UcxCommunicator final : public Communicator {
   double CleanupSeconds(bool force) const {
     return unreported_ && (force || next_.closed || prev_.closed) ? kUnreportedCleanupS : kCleanupS;
   }
-  // Throws when a connection this operation still needs has failed: the one to next while
-  // `sending`, the one from prev while `receiving`.
+  // Throws when a connection this operation still needs has failed: the one it sends on (to_)
+  // while `sending`, the one it receives on (from_) while `receiving`.
   void CheckLinks(const char* op, bool sending = true, bool receiving = true);
   bool LinkFailed(bool sending, bool receiving) const;
+  // During a pair exchange (recursive doubling or halving, whose partners' connections are not
+  // watched): a neighbour whose set-up connection closed, which ends the job all the same.
+  const Link* ClosedNeighbour() const;
   [[noreturn]] void ThrowAborted(const char* op);
+  // Every connection: next, prev, the partners.
+  std::vector<Link*> Links() {
+    std::vector<Link*> links = {&next_, &prev_};
+    for (const auto& level : levels_) links.push_back(level.get());
+    if (fold_ != nullptr) links.push_back(fold_.get());
+    return links;
+  }
   // The rank this one receives from.
   const Link& From() const { return prev_.rank >= 0 ? prev_ : next_; }
   Link& From() { return prev_.rank >= 0 ? prev_ : next_; }
@@ -308,6 +342,16 @@ class UcxCommunicator final : public Communicator {
   // The next rank, and the previous one when it is another (N > 2).
   Link next_;
   Link prev_;
+  // Recursive doubling and halving (CommOptions::allreduce_algorithm): the partner of each level
+  // and the fold's (recursive.hpp), made with the ring's connections when the algorithm is not
+  // the ring and there are more than two ranks.
+  Algorithm algorithm_ = Algorithm::kRing;
+  std::vector<std::unique_ptr<Link>> levels_;
+  std::unique_ptr<Link> fold_;
+  std::vector<float> theirs_;  // a partner's buffer (doubling)
+  // The connections the running operation sends on and receives on.
+  Link* to_ = &next_;
+  Link* from_ = &next_;
   std::vector<float> staging_;  // kRecvWindow slots of chunk_bytes_
   // The operation's wire: float32, or the 16-bit type of AllReduceAs (its values in wire_values_).
   WireType wire_ = WireType::kFloat32;
@@ -340,6 +384,7 @@ UcxCommunicator::UcxCommunicator(const CommOptions& options, std::unique_ptr<Tcp
       chunk_bytes_(std::clamp<size_t>(options.chunk_bytes / sizeof(float), 1,
                                       kMaxChunkBytes / sizeof(float)) *
                    sizeof(float)) {
+  algorithm_ = ParseAlgorithm("ucx", options.allreduce_algorithm);
   wake_ = UniqueFd(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
   if (!wake_.valid()) CORTADO_THROW(kComm, "eventfd failed: {}", ErrnoText(errno));
   if (size() == 1) {
@@ -478,6 +523,20 @@ void UcxCommunicator::SetUp(const CommOptions& options, std::unique_ptr<TcpListe
   };
   connect(&next_, next);
   if (prev != next) connect(&prev_, prev);
+  // Recursive doubling's partners: endpoints of their own (with the same partner as next or
+  // prev too), told apart from the ring's by their tags (PairTag).
+  const std::vector<int> partners = algorithm_ != Algorithm::kRing && size() > 2
+                                        ? DoublingPartners(rank(), size())
+                                        : std::vector<int>{};
+  for (const int partner : partners) {
+    auto link = std::make_unique<Link>();
+    connect(link.get(), partner);
+    if (std::abs(partner - rank()) == LargestPowerOfTwo(size())) {
+      fold_ = std::move(link);
+    } else {
+      levels_.push_back(std::move(link));
+    }
+  }
   unreported_ = unreported;
   if (unreported) {
     const std::optional<NeighbourSockets> sockets = TcpNeighbourSockets(*bootstrap_);
@@ -514,7 +573,7 @@ void UcxCommunicator::SetUp(const CommOptions& options, std::unique_ptr<TcpListe
                     from_prev);
     }
     const auto deadline = Clock::now() + Seconds(options.connect_timeout_s);
-    for (Link* link : {&next_, &prev_}) {
+    for (Link* link : Links()) {
       if (link->ep == nullptr) continue;
       ucp_request_param_t param{};
       void* request = ucp_ep_flush_nbx(link->ep, &param);
@@ -556,6 +615,8 @@ void UcxCommunicator::SetUp(const CommOptions& options, std::unique_ptr<TcpListe
     description_ = fmt::format("ucx: rank {} of {}; to {}: {}; from {}: {}", rank(), size(),
                                next_.name, Transports(next_.ep), prev_.name, Transports(prev_.ep));
   }
+  description_ += "; allreduce: " + DescribeAlgorithm(algorithm_, size(), options.latency_bytes);
+  if (!partners.empty()) description_ += fmt::format(" (partners {})", fmt::join(partners, ", "));
   if (unreported) {
     description_ += watched_.to_next >= 0 ? std::string(
                                                 " (shared memory reports no lost peer: the set-up "
@@ -583,7 +644,7 @@ UcxCommunicator::~UcxCommunicator() {
 
 void UcxCommunicator::CloseEndpoints(bool force) noexcept {
   std::vector<void*> closing;
-  for (Link* link : {&next_, &prev_}) {
+  for (Link* link : Links()) {
     if (link->ep == nullptr) continue;
     ucp_request_param_t param{};
     param.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
@@ -707,14 +768,20 @@ void UcxCommunicator::ThrowAborted(const char* op) {
 }
 
 bool UcxCommunicator::LinkFailed(bool sending, bool receiving) const {
-  return (sending && next_.error != UCS_OK) || (receiving && From().error != UCS_OK);
+  return (sending && to_->error != UCS_OK) || (receiving && from_->error != UCS_OK) ||
+         ClosedNeighbour() != nullptr;
+}
+
+const Link* UcxCommunicator::ClosedNeighbour() const {
+  if (to_ == &next_ || to_ == &prev_) return nullptr;
+  return next_.closed ? &next_ : prev_.closed ? &prev_ : nullptr;
 }
 
 void UcxCommunicator::CheckLinks(const char* op, bool sending, bool receiving) {
   // With two ranks both directions are one connection.
-  const Link* failed = sending && next_.error != UCS_OK      ? &next_
-                       : receiving && From().error != UCS_OK ? &From()
-                                                             : nullptr;
+  const Link* failed = sending && to_->error != UCS_OK       ? to_
+                       : receiving && from_->error != UCS_OK ? from_
+                                                             : ClosedNeighbour();
   if (failed != nullptr && failed->closed) {
     CORTADO_THROW(kComm,
                   "ucx rank {}: {} is gone during {} (it closed its set-up connection: it "
@@ -797,7 +864,7 @@ void UcxCommunicator::PostRecv(size_t i, uint64_t tag) {
   void* request = ucp_tag_recv_nbx(worker_, buffer, piece.bytes, tag, ~uint64_t{0}, &param);
   if (request == nullptr || UCS_PTR_IS_ERR(request)) {
     CORTADO_THROW(
-        kComm, "ucx rank {}: posting a receive from {}: {}", rank(), From().name,
+        kComm, "ucx rank {}: posting a receive from {}: {}", rank(), from_->name,
         ucs_status_string(request == nullptr ? UCS_ERR_NO_MESSAGE : UCS_PTR_STATUS(request)));
   }
   state.request = request;
@@ -812,11 +879,11 @@ void UcxCommunicator::PostSend(size_t i, uint64_t tag, const char* op) {
   param.cb.send = SendCompleted;
   param.user_data = &state.completion;
   param.datatype = ucp_dt_make_contig(1);
-  void* request = ucp_tag_send_nbx(next_.ep, piece.data, piece.bytes, tag, &param);
+  void* request = ucp_tag_send_nbx(to_->ep, piece.data, piece.bytes, tag, &param);
   if (request == nullptr) {
     state.completion.done = true;  // sent (or buffered) at once
   } else if (UCS_PTR_IS_ERR(request)) {
-    CORTADO_THROW(kComm, "ucx rank {}: sending to {} failed during {}: {}", rank(), next_.name, op,
+    CORTADO_THROW(kComm, "ucx rank {}: sending to {} failed during {}: {}", rank(), to_->name, op,
                   ucs_status_string(UCS_PTR_STATUS(request)));
   } else {
     state.request = request;
@@ -862,7 +929,13 @@ void UcxCommunicator::Sum(size_t i) {
 }
 
 void UcxCommunicator::Run(const char* op, double timeout_s) {
-  const uint64_t high = static_cast<uint64_t>(sequence_++) << 32;
+  RunWith(&next_, &From(), static_cast<uint64_t>(sequence_++) << 32, op, timeout_s);
+}
+
+void UcxCommunicator::RunWith(Link* to, Link* from, uint64_t high, const char* op,
+                              double timeout_s) {
+  to_ = to;
+  from_ = from;
   const size_t n_send = sends_.size();
   const size_t n_recv = recvs_.size();
   send_state_.assign(n_send, Pending{});
@@ -897,13 +970,13 @@ void UcxCommunicator::Run(const char* op, double timeout_s) {
       if (state.completion.status != UCS_OK) {
         CheckLinks(op);
         CORTADO_THROW(kComm, "ucx rank {}: receiving from {} failed during {}: {}", rank(),
-                      From().name, op, ucs_status_string(state.completion.status));
+                      from_->name, op, ucs_status_string(state.completion.status));
       }
       if (state.completion.info.length != recvs_[ready].bytes) {
         CORTADO_THROW(kComm,
                       "ucx rank {}: {} sent {} bytes where {} were due during {} (a "
                       "protocol error: do both run the same operations?)",
-                      rank(), From().name, state.completion.info.length, recvs_[ready].bytes, op);
+                      rank(), from_->name, state.completion.info.length, recvs_[ready].bytes, op);
       }
       if (recvs_[ready].sum && (sum_type_ == 0 || wire_ != WireType::kFloat32)) Sum(ready);
       ++ready;
@@ -917,7 +990,7 @@ void UcxCommunicator::Run(const char* op, double timeout_s) {
       }
       if (state.completion.status != UCS_OK) {
         CheckLinks(op);
-        CORTADO_THROW(kComm, "ucx rank {}: sending to {} failed during {}: {}", rank(), next_.name,
+        CORTADO_THROW(kComm, "ucx rank {}: sending to {} failed during {}: {}", rank(), to_->name,
                       op, ucs_status_string(state.completion.status));
       }
       ++sent;
@@ -942,10 +1015,10 @@ void UcxCommunicator::Run(const char* op, double timeout_s) {
     if (now - last_activity >= timeout) {
       if (ready < n_recv) {
         CORTADO_THROW(kTimeout, "ucx rank {}: no data from {} for {:g} s during {}", rank(),
-                      From().name, timeout_s, op);
+                      from_->name, timeout_s, op);
       }
       CORTADO_THROW(kTimeout, "ucx rank {}: {} took no data for {:g} s during {}", rank(),
-                    next_.name, timeout_s, op);
+                    to_->name, timeout_s, op);
     }
     // Rendezvous steps and pieces follow each other within microseconds: keep progressing for a
     // moment before sleeping on the descriptor (a sleep and a wake-up per step cost a 64 KiB
@@ -985,9 +1058,37 @@ void UcxCommunicator::AddAllReducePieces(char* data, size_t count, size_t value_
   }
 }
 
+void UcxCommunicator::ExchangeWith(int level, const void* send, size_t send_bytes, void* recv,
+                                   size_t recv_bytes, bool sum, WireType wire,
+                                   const float* accumulate) {
+  Link* link = level == kFold    ? fold_.get()
+               : levels_.empty() ? &next_  // two ranks: the ring's connection
+                                 : levels_[static_cast<size_t>(level)].get();
+  sends_.clear();
+  recvs_.clear();
+  AddSends(static_cast<const char*>(send), send_bytes, -1);
+  AddRecvs(static_cast<char*>(recv), recv_bytes, sum, accumulate);
+  wire_ = wire;
+  try {
+    RunWith(link, link, PairTag(level, link->exchanges++), "allreduce", options_.timeout_s);
+  } catch (...) {
+    wire_ = WireType::kFloat32;
+    throw;
+  }
+  wire_ = WireType::kFloat32;
+}
+
 void UcxCommunicator::AllReduce(float* data, size_t count) {
   Guarded([&] {
     if (count == 0) return;
+    const Algorithm algorithm = ChooseFor(count * sizeof(float), count * sizeof(float));
+    if (algorithm == Algorithm::kDoubling) {
+      return RecursiveDoubling(this, rank(), size(), data, count, &theirs_);
+    }
+    if (algorithm == Algorithm::kHalving) {
+      return RecursiveHalvingDoubling(this, rank(), size(), data, count, WireType::kFloat32,
+                                      &wire_values_);
+    }
     AddAllReducePieces(reinterpret_cast<char*>(data), count, sizeof(float),
                        [](int) -> const float* { return nullptr; });
     Run("allreduce", options_.timeout_s);
@@ -1002,6 +1103,20 @@ void UcxCommunicator::AllReduceAs(float* data, size_t count, WireType wire) {
   Guarded([&] {
     if (size() == 1 || count == 0) return;
     const bool bf16 = wire == WireType::kBFloat16;
+    const Algorithm algorithm = ChooseFor(count * sizeof(uint16_t), count * sizeof(float));
+    // Halving carries wire values, as the ring does; doubling (small buffers) float32 values,
+    // the sum rounded to the wire type once at the end. The tcp backend's choices and bits.
+    if (algorithm == Algorithm::kHalving) {
+      return RecursiveHalvingDoubling(this, rank(), size(), data, count, wire, &wire_values_);
+    }
+    if (algorithm == Algorithm::kDoubling) {
+      RecursiveDoubling(this, rank(), size(), data, count, &theirs_);
+      for (size_t i = 0; i < count; ++i) {
+        data[i] = bf16 ? math::BFloat16ToFloat(math::FloatToBFloat16(data[i]))
+                       : math::Float16ToFloat(math::FloatToFloat16(data[i]));
+      }
+      return;
+    }
     // Only this rank's own segment, the one it sends first, is rounded before the ring starts;
     // the sums and the all-gather write the others.
     const RingSegments segments(count, size());

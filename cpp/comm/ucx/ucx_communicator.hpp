@@ -3,6 +3,10 @@
 // pipelined), with UCX carrying the data. UCX picks the transport of each connection:
 // InfiniBand or RoCE verbs where a device is present, shared memory between processes of one
 // host, TCP otherwise; UCX_TLS and UCX_NET_DEVICES narrow the choice as UCX documents them.
+// AllReduce goes by the ring, recursive doubling or recursive halving as the tcp backend's does
+// (CommOptions::allreduce_algorithm, latency_bytes, doubling_max_bytes; recursive.hpp), with the
+// same steps and so the same bits; doubling and halving use endpoints of their own to each
+// partner, made at set-up. (The tcp backend's hierarchy of hosts is not here.)
 //
 // Set-up goes through a tcp communicator on the same peers, token and attempt (its handshake
 // refuses a peer of another job; see tcp_communicator.hpp): the ranks exchange their UCX worker
