@@ -17,6 +17,9 @@
 # float16: the ranks' --exchange_precision and the allreduce's --wire).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+ROOT=$PWD
+# shellcheck source=bench/nets.sh
+source bench/nets.sh
 build=${BUILD_DIR:-build}
 cortado=$build/cpp/tools/cortado
 bench=$build/bench/comm/cortado_comm_bench
@@ -62,8 +65,7 @@ export LD_LIBRARY_PATH=$bin_dir/cpp${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 
 # The seconds per iteration of the last display line of a log.
 per_iter() {
-  sed -n 's/.*iter\/s, \([0-9.e+-]*\)s\/\([0-9]*\) iters).*/\1 \2/p' "$1" | tail -1 |
-    awk '{ printf "%.4f", $1 / $2 }'
+  iteration_seconds "$1" | awk '{ printf "%.4f", $1 }'
 }
 
 printf '%-16s %6s %10s | %12s %12s %12s %12s | %s\n' net batch "grad MB" "compute s" \
@@ -71,10 +73,7 @@ printf '%-16s %6s %10s | %12s %12s %12s %12s | %s\n' net batch "grad MB" "comput
 for spec in $nets; do
   model=${spec%%:*}
   batch=${spec##*:}
-  net=$work/${model}_$batch.prototxt
-  # The Input layer's first dim is the batch.
-  sed "0,/shape { dim: [0-9]*/s//shape { dim: $batch/; s/shape { dim: [0-9]* }/shape { dim: $batch }/" \
-    "bench/models/${model}_train.prototxt" >"$net"
+  net=$(net_model "bench/models/${model}_train.prototxt:$batch" "$work")
   solver=$work/${model}_$batch.solver
   # Warm-up iterations, then one display over the timed ones.
   cat >"$solver" <<SOLVER

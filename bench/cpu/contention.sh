@@ -33,8 +33,8 @@ CORES=$(nproc)
 TMP=$(mktemp -d)
 # shellcheck source=bench/busy_loops.sh
 source "$ROOT/bench/busy_loops.sh"
-# shellcheck source=bench/cpu/nets.sh
-source "$ROOT/bench/cpu/nets.sh"
+# shellcheck source=bench/nets.sh
+source "$ROOT/bench/nets.sh"
 trap 'stop_loops; rm -rf "$TMP"' EXIT
 
 iters_of() {  # net base name

@@ -31,8 +31,8 @@ WARMUP=${WARMUP:-3}
 "$PYTHON" -c 'import torch' 2>/dev/null || {
   echo "no torch in $PYTHON: apt-get install python3-torch" >&2; exit 1; }
 TMP=$(mktemp -d); trap 'rm -rf "$TMP"' EXIT
-# shellcheck source=bench/cpu/nets.sh
-source "$ROOT/bench/cpu/nets.sh"
+# shellcheck source=bench/nets.sh
+source "$ROOT/bench/nets.sh"
 
 iters_of() {  # net base name
   local spec

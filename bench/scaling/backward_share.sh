@@ -13,6 +13,9 @@
 # ITERS (timed iterations of each, 10).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+ROOT=$PWD
+# shellcheck source=bench/nets.sh
+source bench/nets.sh
 build=${BUILD_DIR:-build}
 cortado=$build/cpp/tools/cortado
 nets=${NETS:-"lenet:64 cifar10_quick:100 caffenet:8 caffenet:32"}
@@ -28,10 +31,7 @@ echo "net,batch,threads,forward_ms,backward_ms,iteration_ms,backward_share"
 for spec in $nets; do
   model=${spec%%:*}
   batch=${spec##*:}
-  net=$work/${model}_$batch.prototxt
-  # The Input layer's first dim is the batch (as bench/scaling/validate.sh sets it).
-  sed "0,/shape { dim: [0-9]*/s//shape { dim: $batch/; s/shape { dim: [0-9]* }/shape { dim: $batch }/" \
-    "bench/models/${model}_train.prototxt" >"$net"
+  net=$(net_model "bench/models/${model}_train.prototxt:$batch" "$work")
   "$cortado" time --model="$net" --iterations="$iters" --threads="$threads" >"$work/time.log" 2>&1
   forward=$(sed -n 's/.*Average Forward pass: \([0-9.]*\) ms.*/\1/p' "$work/time.log")
   backward=$(sed -n 's/.*Average Backward pass: \([0-9.]*\) ms.*/\1/p' "$work/time.log")
@@ -42,8 +42,7 @@ base_lr: 0.0001 lr_policy: "fixed" momentum: 0.9 solver_mode: CPU random_seed: 1
 display: $iters max_iter: $((2 * iters + 1)) snapshot_after_train: false
 SOLVER
   "$cortado" train --solver="$work/solver.prototxt" --threads="$threads" >"$work/train.log" 2>&1
-  iteration=$(sed -n 's/.*iter\/s, \([0-9.e+-]*\)s\/\([0-9]*\) iters).*/\1 \2/p' "$work/train.log" |
-    tail -1 | awk '{ printf "%.2f", 1000 * $1 / $2 }')
+  iteration=$(iteration_seconds "$work/train.log" | awk '{ printf "%.2f", 1000 * $1 }')
   if [[ -z $forward || -z $backward || -z $iteration ]]; then
     echo "$model:$batch: no timing found; the logs end:" >&2
     tail -n 3 "$work/time.log" "$work/train.log" >&2

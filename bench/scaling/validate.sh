@@ -32,6 +32,9 @@
 # leftovers of an earlier run are removed first.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+ROOT=$PWD
+# shellcheck source=bench/nets.sh
+source bench/nets.sh
 build=${BUILD_DIR:-build}
 cortado=$build/cpp/tools/cortado
 nets=${NETS:-"lenet:64 cifar10_quick:100 caffenet:8 resnet50:4"}
@@ -119,8 +122,7 @@ export LD_LIBRARY_PATH=$bin_dir/cpp${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 
 # Milliseconds per iteration over the timed iterations: the last display's rate.
 per_iter_ms() {
-  sed -n 's/.*iter\/s, \([0-9.e+-]*\)s\/\([0-9]*\) iters).*/\1 \2/p' "$1" | tail -1 |
-    awk '{ printf "%.2f", 1000 * $1 / $2 }'
+  iteration_seconds "$1" | awk '{ printf "%.2f", 1000 * $1 }'
 }
 
 # Waits for every process of `pids`; when one failed, shows the ends of the logs given and
@@ -169,10 +171,7 @@ print(max(1, round(model.LINK_BY_GBIT[$gbit].latency_bytes / 1024)))")
     model=${spec%%:*}
     batch=${spec##*:}
     iters=$(iters_of "$model")
-    net=$work/${model}_$batch.prototxt
-    # The Input layer's first dim is the batch.
-    sed "0,/shape { dim: [0-9]*/s//shape { dim: $batch/; s/shape { dim: [0-9]* }/shape { dim: $batch }/" \
-      "bench/models/${model}_train.prototxt" >"$net"
+    net=$(net_model "bench/models/${model}_train.prototxt:$batch" "$work")
     solver=$work/${model}_$batch.solver
     # The display at iteration K * ITERS (K * ITERS - ITERS >= WARMUP) times the ITERS iterations
     # before it; it is printed once iteration K * ITERS runs, so max_iter is one more.
