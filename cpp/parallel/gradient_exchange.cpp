@@ -34,8 +34,9 @@ GradientExchange::GradientExchange(comm::Communicator* comm, Net* net, Context* 
       net_(net),
       ctx_(ctx),
       iter_size_(std::max(iter_size, 1)),
-      overlap_(overlap && options.overlap && ctx->device().is_cpu() && net->flat_diff() &&
-               net->FlatDiffIntact()),
+      overlap_(overlap && options.overlap && net->flat_diff() && net->FlatDiffIntact() &&
+               (ctx->device().is_cpu() ||
+                (options.overlap_gpu && comm->backend() != std::string("nccl")))),
       scale_(1.0f / static_cast<float>(comm->size())) {
   if (options.wire) {
     wire_ = *options.wire;
@@ -59,6 +60,7 @@ GradientExchange::GradientExchange(comm::Communicator* comm, Net* net, Context* 
     statistics_.push_back(layer->blobs()[1].get());
   }
   if (!overlap_) return;
+  device_overlap_ = ctx->device().is_cuda();
   // Buckets from the end of the flat buffer (the last layers' parameters, which backward
   // completes first) to its start, cut at parameter offsets; together they cover the buffer.
   const std::vector<size_t>& offsets = net->learnable_param_offsets();
@@ -87,6 +89,25 @@ GradientExchange::GradientExchange(comm::Communicator* comm, Net* net, Context* 
     bucket.begin = 0;
     buckets_.push_back(bucket);
   }
+#if CORTADO_WITH_CUDA
+  if (device_overlap_) {
+    try {
+      CORTADO_CUDA_CHECK(cudaSetDevice(ctx->device().id));
+      cudaStream_t stream = nullptr;
+      CORTADO_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+      copy_stream_ = stream;
+      for (size_t i = 0; i < buckets_.size(); ++i) {
+        cudaEvent_t event = nullptr;
+        CORTADO_CUDA_CHECK(cudaEventCreateWithFlags(&event, cudaEventDisableTiming));
+        bucket_ready_.push_back(event);
+      }
+      staging_.Reserve(net->flat_diff_count());
+    } catch (...) {
+      ReleaseDeviceOverlap();
+      throw;
+    }
+  }
+#endif
   net->AddAfterBackward([this](int layer) { OnLayerBackward(layer); });
   thread_ = std::thread([this] { RunCommThread(); });
   CORTADO_LOG_INFO(
@@ -102,6 +123,16 @@ GradientExchange::~GradientExchange() {
   }
   cv_.notify_all();
   if (thread_.joinable()) thread_.join();
+  ReleaseDeviceOverlap();
+}
+
+void GradientExchange::ReleaseDeviceOverlap() noexcept {
+#if CORTADO_WITH_CUDA
+  for (void* event : bucket_ready_) cudaEventDestroy(static_cast<cudaEvent_t>(event));
+  bucket_ready_.clear();
+  if (copy_stream_ != nullptr) cudaStreamDestroy(static_cast<cudaStream_t>(copy_stream_));
+  copy_stream_ = nullptr;
+#endif
 }
 
 void GradientExchange::OnLayerBackward(int layer) {
@@ -125,9 +156,23 @@ void GradientExchange::OnLayerBackward(int layer) {
 
 void GradientExchange::StartBucketsUpTo(int layer) {
   if (next_bucket_ == buckets_.size() || buckets_[next_bucket_].ready_layer < layer) return;
-  if (flat_ == nullptr) flat_ = net_->mutable_flat_cpu_diff();
+  if (device_overlap_) {
+    if (device_flat_ == nullptr) {
+      device_flat_ = net_->mutable_flat_gpu_diff();
+      flat_ = staging_.Reserve(net_->flat_diff_count());
+    }
+  } else if (flat_ == nullptr) {
+    flat_ = net_->mutable_flat_cpu_diff();
+  }
   size_t queued = next_bucket_;
   while (queued < buckets_.size() && buckets_[queued].ready_layer >= layer) ++queued;
+#if CORTADO_WITH_CUDA
+  // Each bucket's gradients are complete once the kernels queued so far have run.
+  for (size_t i = next_bucket_; device_overlap_ && i < queued; ++i) {
+    CORTADO_CUDA_CHECK(
+        cudaEventRecord(static_cast<cudaEvent_t>(bucket_ready_[i]), cuda::Stream(*ctx_)));
+  }
+#endif
   next_bucket_ = queued;
   {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -138,6 +183,9 @@ void GradientExchange::StartBucketsUpTo(int layer) {
 
 void GradientExchange::RunCommThread() {
   size_t next = 0;  // the next bucket of the iteration to exchange
+#if CORTADO_WITH_CUDA
+  if (device_overlap_) cudaSetDevice(ctx_->device().id);
+#endif
   for (;;) {
     {
       std::unique_lock<std::mutex> lock(mutex_);
@@ -149,8 +197,25 @@ void GradientExchange::RunCommThread() {
     const Bucket& bucket = buckets_[next];
     const double start = Seconds();
     try {
-      comm_->AllReduceAs(flat_ + bucket.begin, bucket.end - bucket.begin, wire_);
-      ScaleHost(flat_ + bucket.begin, bucket.end - bucket.begin, scale_);
+      const size_t count = bucket.end - bucket.begin;
+#if CORTADO_WITH_CUDA
+      auto copy = [&](float* to, const float* from, cudaMemcpyKind kind) {
+        auto stream = static_cast<cudaStream_t>(copy_stream_);
+        CORTADO_CUDA_CHECK(cudaMemcpyAsync(to, from, count * sizeof(float), kind, stream));
+        CORTADO_CUDA_CHECK(cudaStreamSynchronize(stream));
+      };
+      if (device_overlap_) {
+        CORTADO_CUDA_CHECK(cudaEventSynchronize(static_cast<cudaEvent_t>(bucket_ready_[next])));
+        copy(flat_ + bucket.begin, device_flat_ + bucket.begin, cudaMemcpyDeviceToHost);
+      }
+#endif
+      comm_->AllReduceAs(flat_ + bucket.begin, count, wire_);
+      ScaleHost(flat_ + bucket.begin, count, scale_);
+#if CORTADO_WITH_CUDA
+      if (device_overlap_) {
+        copy(device_flat_ + bucket.begin, flat_ + bucket.begin, cudaMemcpyHostToDevice);
+      }
+#endif
     } catch (...) {
       std::lock_guard<std::mutex> lock(mutex_);
       if (!error_) error_ = std::current_exception();
@@ -179,8 +244,9 @@ void GradientExchange::Finish(const std::vector<DeviceBuffer>& gradients) {
   last_layer_ = -1;
   iteration_overlaps_ = false;
   if (overlapped) {
-    CORTADO_CHECK(gradients.size() == 1 && gradients[0].data == flat_,
-                  "the overlapped exchange expects the flat gradient buffer");
+    CORTADO_CHECK(
+        gradients.size() == 1 && gradients[0].data == (device_overlap_ ? device_flat_ : flat_),
+        "the overlapped exchange expects the flat gradient buffer");
     StartBucketsUpTo(-1);  // every bucket left
     const double waited_from = Seconds();
     std::unique_lock<std::mutex> lock(mutex_);

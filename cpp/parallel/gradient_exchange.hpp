@@ -5,7 +5,8 @@
 // of R replicas with batch b train like one replica with batch N * R * b.
 //
 // Overlap: when the gradients are the net's flat host buffer and nothing has to happen between
-// backward and the exchange (one local replica on the CPU), the buffer is cut into buckets of
+// backward and the exchange (one local replica on the CPU; on a GPU with
+// ExchangeOptions::overlap_gpu, through host memory), the buffer is cut into buckets of
 // about bucket_bytes, in the order backward completes them (from the last layer's parameters to
 // the first's). A net hook (Net::AddAfterBackward) hands each bucket to a communication thread
 // as soon as backward has passed every layer using its parameters, in the last pass of the
@@ -44,6 +45,11 @@ struct ExchangeOptions {
   size_t bucket_bytes = size_t{25} << 20;
   // Bucketed overlap with backward, where it applies (see above).
   bool overlap = true;
+  // On a GPU too, with a backend that exchanges host memory (tcp, ucx, mpi): each bucket is
+  // copied to page-locked host memory once backward has written it (a CUDA event on the compute
+  // stream), exchanged there and copied back, on a stream of its own, while backward goes on.
+  // Off by default: not yet run on a GPU.
+  bool overlap_gpu = false;
   // What the gradients travel as between ranks (Communicator::AllReduceAs): float32, or a
   // 16-bit type for half the bytes. Unset: the compute precision, i.e. the half type of a
   // context that computes in one on a GPU (the solver's `precision: FLOAT16 | BFLOAT16`), else
@@ -109,6 +115,15 @@ class GradientExchange {
   bool iteration_overlaps_ = false;
   float* flat_ = nullptr;
   double last_pass_started_ = 0;  // steady-clock seconds of the last pass's first report
+
+  // Overlap on a GPU (ExchangeOptions::overlap_gpu): the device's flat gradients (flat_ is then
+  // their host copy, in staging_), an event per bucket recorded on the compute stream once
+  // backward has written it, and the stream the copies go on (opaque CUDA handles).
+  bool device_overlap_ = false;
+  float* device_flat_ = nullptr;
+  std::vector<void*> bucket_ready_;
+  void* copy_stream_ = nullptr;
+  void ReleaseDeviceOverlap() noexcept;
 
   std::mutex mutex_;
   std::condition_variable cv_;

@@ -68,6 +68,8 @@ std::vector<FlagSpec> CommFlagSpecs() {
        "times its rate; about 3 on 1 Gbit/s, 32 on 10 Gbit/s)"},
       {"bucket_mb", "25", "the size of a gradient bucket, in MB"},
       {"overlap", "true", "exchange gradient buckets while backward runs"},
+      {"overlap_gpu", "false",
+       "on a GPU too, through host memory (tcp, ucx, mpi); not yet run on a GPU"},
       {"exchange_precision", "auto",
        "what gradients travel as between processes: float32, bfloat16 or float16 (half the "
        "bytes; tcp only), or auto: the compute precision (--precision on a GPU), else float32"},
@@ -149,6 +151,7 @@ ExchangeOptions ExchangeOptionsFromFlags(const Flags& flags) {
   const double mb = ParsePositive(flags, "bucket_mb", "a positive number of MB");
   options.bucket_bytes = static_cast<size_t>(mb * (1 << 20));
   options.overlap = flags.GetBool("overlap");
+  options.overlap_gpu = flags.GetBool("overlap_gpu");
   const std::string wire = flags.Get("exchange_precision");
   if (!comm::ParseWireType(wire, &options.wire)) {
     CORTADO_THROW(kInvalidArgument,
