@@ -37,7 +37,7 @@ import scala.util.Try
  * @param elasticScaling -elasticScaling keepGlobalBatch|linearLr: what a run on fewer workers
  *                      changes
  * @param cpuThreads    -cpuThreads: CPU threads per worker (0: from the executor's share)
- * @param allreduce     -allreduce auto|ring|doubling|halving: how the tcp backend sums the
+ * @param allreduce     -allreduce auto|ring|doubling|halving: how the tcp and ucx backends sum the
  *                      gradients, as `cortado train --allreduce`
  * @param latencyKb     -latencyKb: with -allreduce auto, a step's fixed cost in KB (as
  *                      `cortado train --latency_kb`)
@@ -135,7 +135,7 @@ object Options {
       |                       device check), mpi (OpenMPI) or nccl (overrides -connection)
       |  -exchangePrecision P gradients travel between workers as float32, bfloat16 or float16
       |                       (half the bytes; tcp), or auto: the compute precision (default)
-      |  -allreduce A         how the tcp backend sums the gradients: ring, doubling
+      |  -allreduce A         how tcp and ucx sum the gradients: ring, doubling
       |                       (recursive doubling), halving (recursive halving then
       |                       doubling) or auto (default: the one modelled fastest)
       |  -latencyKb N         with -allreduce auto, a step's fixed cost in KB of the link's

@@ -89,7 +89,7 @@ import io.cortado.cli.Options
  *                   default): spark.executorEnv.OMP_NUM_THREADS where the user sets it, else
  *                   the executor's cores when it runs one training task, else spark.task.cpus
  *                   (see docs/spark.md, "CPU threads")
- * @param allreduce  how the tcp backend sums the gradients between workers (-allreduce), as
+ * @param allreduce  how the tcp and ucx backends sum the gradients between workers (-allreduce), as
  *                   `cortado train --allreduce`: "ring", "doubling" (recursive doubling: log2 N
  *                   steps of the whole buffer), "halving" (recursive halving then doubling:
  *                   2 log2 N steps moving the ring's bytes) or "auto": the one the cost model

@@ -16,7 +16,7 @@ import io.cortado.jni.{NativeComm, NativeLib}
  * RDMA ports, and rank 0's backend rendezvous: the MPI port or NCCL id), the workers check what
  * must hold between them, and each joins the communicator (NativeComm.connect) with the
  * driver's token, the stage attempt and the plan's allreduce settings (every backend is handed
- * them; tcp's allreduce follows them).
+ * them; tcp's and ucx's allreduce follow them).
  */
 private[spark] object Rendezvous {
 

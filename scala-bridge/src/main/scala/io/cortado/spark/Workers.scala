@@ -31,7 +31,7 @@ import io.cortado.jni.NativeComm
  *                  spark.cortado.portRange)
  * @param cpuThreads Config.cpuThreads: each worker's CPU threads (0: from its share, see
  *                  [[CpuThreads]])
- * @param allreduce Config.allreduce: how the tcp backend sums ("auto", "ring", "doubling",
+ * @param allreduce Config.allreduce: how the tcp and ucx backends sum ("auto", "ring", "doubling",
  *                  "halving")
  * @param latencyKb Config.latencyKb: with "auto", a step's fixed cost in KB
  * @param hierarchical Config.hierarchical: workers sharing hosts sum within each host first
