@@ -947,8 +947,9 @@ def plot_validation(ax, points, source):
                        else " (compute-bound)"))
             labelled = True
     ax.set_xscale("log", base=2)
-    ax.set_xticks([2, 4, 8])
-    ax.set_xticklabels(["2", "4", "8"])
+    ticks = sorted({p["ranks"] for p in points})
+    ax.set_xticks(ticks)
+    ax.set_xticklabels([str(t) for t in ticks])
     # A measured iteration can beat its compute (measured apart, by as many processes at once).
     top = max(max(p["compute"] / p["measured"], p["compute"] / p["model"]) for p in points)
     ax.set_ylim(0, max(102, top * 100 + 5))
