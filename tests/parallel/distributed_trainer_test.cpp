@@ -248,6 +248,18 @@ TEST(DistributedTrainerTest, TwoAndThreeRanksTrainLeNetLikeOneRankWithTheWholeBa
   ExpectRanksTrainLeNetLikeOneRankWithTheWholeBatch("tcp");
 }
 
+// Caffe's im2col + GEMM for the convolutions, for GPU runs compared bit for bit: cuDNN picks its
+// algorithms by timing them, so two runs (on a GPU that is busy with other work) may sum in
+// different orders.
+caffe::SolverParameter WithCaffeConvolutions(caffe::SolverParameter param) {
+  for (auto& layer : *param.mutable_net_param()->mutable_layer()) {
+    if (layer.type() == "Convolution") {
+      layer.mutable_convolution_param()->set_engine(caffe::ConvolutionParameter::CAFFE);
+    }
+  }
+  return param;
+}
+
 #if CORTADO_WITH_UCX
 TEST(DistributedTrainerTest, UcxRanksTrainLeNetLikeOneRankWithTheWholeBatch) {
   ExpectRanksTrainLeNetLikeOneRankWithTheWholeBatch("ucx");
@@ -262,14 +274,7 @@ TEST(DistributedTrainerTest, UcxRanksOnTheGpuTrainLikeTcpRanks) {
   Ranks setup;
   setup.world = 2;
   setup.device = Device::Cuda(0);
-  // Caffe's im2col + GEMM for the convolutions: cuDNN picks its algorithms by timing them, so
-  // two runs (on a GPU that is busy with other work) may sum in different orders.
-  caffe::SolverParameter param = LeNet(db, 4, 20, false);
-  for (auto& layer : *param.mutable_net_param()->mutable_layer()) {
-    if (layer.type() == "Convolution") {
-      layer.mutable_convolution_param()->set_engine(caffe::ConvolutionParameter::CAFFE);
-    }
-  }
+  const caffe::SolverParameter param = WithCaffeConvolutions(LeNet(db, 4, 20, false));
   const RunResult tcp = Train(param, setup);
   setup.backend = "ucx";
   const RunResult ucx = Train(param, setup);
@@ -328,7 +333,7 @@ TEST(DistributedTrainerTest, BucketsOverlappedOrNotGiveTheSameWeights) {
 
 // On a GPU with overlap_gpu, buckets go to host memory as backward writes them and come back
 // summed: the same weights as the whole buffer after backward, bit for bit (two ranks), and the
-// ranks identical. Caffe's convolutions, as above, so that two runs sum in the same order.
+// ranks identical.
 TEST(DistributedTrainerTest, BucketsOverlappedOnTheGpuGiveTheSameWeights) {
   if (Context::CudaDeviceCount() < 1) GTEST_SKIP() << "needs a CUDA device";
   TempDir dir;
@@ -340,12 +345,7 @@ TEST(DistributedTrainerTest, BucketsOverlappedOnTheGpuGiveTheSameWeights) {
   Ranks buckets = whole;
   buckets.exchange.overlap_gpu = true;
   buckets.exchange.bucket_bytes = 64 << 10;
-  caffe::SolverParameter param = LeNet(db, 3, 8, false);
-  for (auto& layer : *param.mutable_net_param()->mutable_layer()) {
-    if (layer.type() == "Convolution") {
-      layer.mutable_convolution_param()->set_engine(caffe::ConvolutionParameter::CAFFE);
-    }
-  }
+  const caffe::SolverParameter param = WithCaffeConvolutions(LeNet(db, 3, 8, false));
   const RunResult a = Train(param, whole);
   const RunResult b = Train(param, buckets);
   EXPECT_EQ(a.num_buckets, 0);
