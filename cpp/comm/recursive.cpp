@@ -27,14 +27,24 @@ int LargestPowerOfTwo(int n) {
   return power;
 }
 
+namespace {
+
+// log2 of LargestPowerOfTwo(n): the levels of doubling and halving.
+int Levels(int n) {
+  int levels = 0;
+  while ((2 << levels) <= n) ++levels;
+  return levels;
+}
+
+}  // namespace
+
 Algorithm Choose(Algorithm algorithm, int n, size_t ring_bytes, size_t float32_bytes,
                  size_t latency_bytes, size_t doubling_max_bytes) {
   if (n <= 1 || algorithm == Algorithm::kRing) return Algorithm::kRing;
   if (algorithm == Algorithm::kHalving && n == 2) return Algorithm::kRing;  // the same steps
   if (algorithm != Algorithm::kAuto) return algorithm;
   const int power = LargestPowerOfTwo(n);
-  int levels = 0;
-  while ((1 << levels) < power) ++levels;
+  const int levels = Levels(n);
   const double l = static_cast<double>(latency_bytes);
   const double b = static_cast<double>(float32_bytes);
   const double fold = power < n ? 2 * (l + b) : 0.0;
@@ -99,12 +109,6 @@ void FoldOut(PairExchange* pairs, int rank, int n, const float* data, size_t cou
   if (rank + LargestPowerOfTwo(n) < n) {
     pairs->ExchangeWith(PairExchange::kFold, data, count * sizeof(float), nullptr, 0, false);
   }
-}
-
-int Levels(int n) {
-  int levels = 0;
-  while ((2 << levels) <= n) ++levels;
-  return levels;
 }
 
 }  // namespace
@@ -183,6 +187,27 @@ void RecursiveHalvingDoubling(PairExchange* pairs, int rank, int n, float* data,
     end = part_end;
   }
   FoldOut(pairs, rank, n, data, count);
+}
+
+bool RecursiveAllReduce(Algorithm algorithm, PairExchange* pairs, int rank, int n, float* data,
+                        size_t count, WireType wire, std::vector<float>* theirs,
+                        std::vector<uint16_t>* wire_values) {
+  if (algorithm == Algorithm::kHalving) {
+    RecursiveHalvingDoubling(pairs, rank, n, data, count, wire, wire_values);
+    return true;
+  }
+  if (algorithm != Algorithm::kDoubling) return false;
+  RecursiveDoubling(pairs, rank, n, data, count, theirs);
+  if (wire == WireType::kBFloat16) {
+    for (size_t i = 0; i < count; ++i) {
+      data[i] = math::BFloat16ToFloat(math::FloatToBFloat16(data[i]));
+    }
+  } else if (wire == WireType::kFloat16) {
+    wire_values->resize(count);
+    math::FloatsToFloat16(data, count, wire_values->data());
+    math::Float16sToFloats(wire_values->data(), count, data);
+  }
+  return true;
 }
 
 }  // namespace cortado::comm

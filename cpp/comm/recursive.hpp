@@ -78,4 +78,12 @@ void RecursiveDoubling(PairExchange* pairs, int rank, int n, float* data, size_t
 void RecursiveHalvingDoubling(PairExchange* pairs, int rank, int n, float* data, size_t count,
                               WireType wire, std::vector<uint16_t>* wire_values);
 
+// AllReduceAs by `algorithm` (Choose's answer) when it is doubling or halving: true when it ran,
+// false for the ring (nothing done, the backend's own). Halving carries the wire's values;
+// doubling (small buffers) float32 values, the sum rounded to a 16-bit wire's type once at the
+// end. `theirs` and `wire_values` are scratch space.
+bool RecursiveAllReduce(Algorithm algorithm, PairExchange* pairs, int rank, int n, float* data,
+                        size_t count, WireType wire, std::vector<float>* theirs,
+                        std::vector<uint16_t>* wire_values);
+
 }  // namespace cortado::comm

@@ -16,17 +16,25 @@
 
 namespace cortado::testing {
 
-// Element i after recursive doubling over `inputs` (one vector per rank), written from the
-// algorithm's definition: ranks past the largest power of two p add into rank r - p, then at
-// each level every rank adds its partner's partial sum. Halving adds the same partial sums at
-// each level (only the rank that keeps element i does), so its result is the same.
-inline float DoublingSum(const std::vector<std::vector<float>>& inputs, size_t i) {
+// Element i of each of the first p ranks (p the largest power of two not above the ranks) once
+// the ranks past p have added theirs into rank r - p, in float32: where both algorithms start.
+inline std::vector<float> FoldedIn(const std::vector<std::vector<float>>& inputs, size_t i) {
   const int n = static_cast<int>(inputs.size());
   int p = 1;
   while (p * 2 <= n) p *= 2;
   std::vector<float> v(p);
   for (int q = 0; q < p; ++q) v[q] = inputs[q][i];
   for (int q = p; q < n; ++q) v[q - p] += inputs[q][i];
+  return v;
+}
+
+// Element i after recursive doubling over `inputs` (one vector per rank), written from the
+// algorithm's definition: ranks past the largest power of two p add into rank r - p, then at
+// each level every rank adds its partner's partial sum. Halving adds the same partial sums at
+// each level (only the rank that keeps element i does), so its result is the same.
+inline float DoublingSum(const std::vector<std::vector<float>>& inputs, size_t i) {
+  std::vector<float> v = FoldedIn(inputs, i);
+  const int p = static_cast<int>(v.size());
   for (int bit = 1; bit < p; bit <<= 1) {
     std::vector<float> next(p);
     for (int q = 0; q < p; ++q) next[q] = v[q] + v[q ^ bit];
@@ -47,12 +55,8 @@ inline float RoundTo(comm::WireType wire, float x) {
 // to its own and rounds the result; the rank left holding element i gives everyone its value.
 inline float HalvingSum16(const std::vector<std::vector<float>>& inputs, size_t count, size_t i,
                           comm::WireType wire) {
-  const int n = static_cast<int>(inputs.size());
-  int p = 1;
-  while (p * 2 <= n) p *= 2;
-  std::vector<float> v(p);
-  for (int q = 0; q < p; ++q) v[q] = inputs[q][i];
-  for (int q = p; q < n; ++q) v[q - p] += inputs[q][i];
+  std::vector<float> v = FoldedIn(inputs, i);
+  const int p = static_cast<int>(v.size());
   std::vector<size_t> begin(p, 0), end(p, count);
   for (int bit = 1; bit < p; bit <<= 1) {
     std::vector<float> next = v;

@@ -491,7 +491,7 @@ TcpCommunicator::TcpCommunicator(const CommOptions& options, std::vector<HostPor
   algorithm_ = ParseAlgorithm("tcp", options.allreduce_algorithm);
   latency_bytes_ = options.latency_bytes;
   doubling_max_bytes_ = options.doubling_max_bytes;
-  while (power_ * 2 <= size()) power_ *= 2;
+  power_ = LargestPowerOfTwo(size());
   wake_ = UniqueFd(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
   if (!wake_.valid()) CORTADO_THROW(kComm, "eventfd failed: {}", ErrnoText(errno));
   links_.wake_fd = wake_.get();
@@ -1082,13 +1082,9 @@ void TcpCommunicator::AllReduce(float* data, size_t count) {
     const int n = size();
     if (n == 1 || count == 0) return;
     if (host_ != nullptr || hosts_ != nullptr) return Hierarchical(data, count, WireType::kFloat32);
-    const Algorithm algorithm = ChooseFor(count * sizeof(float), count * sizeof(float));
-    if (algorithm == Algorithm::kDoubling) {
-      return RecursiveDoubling(this, rank(), n, data, count, &theirs_);
-    }
-    if (algorithm == Algorithm::kHalving) {
-      return RecursiveHalvingDoubling(this, rank(), n, data, count, WireType::kFloat32,
-                                      &wire_values_);
+    if (RecursiveAllReduce(ChooseFor(count * sizeof(float), count * sizeof(float)), this, rank(), n,
+                           data, count, WireType::kFloat32, &theirs_, &wire_values_)) {
+      return;
     }
     const RingSegments segments(count, n);
     auto at = [&](int i) { return reinterpret_cast<char*>(data + segments.begin(i)); };
@@ -1111,25 +1107,10 @@ void TcpCommunicator::AllReduceAs(float* data, size_t count, WireType wire) {
     const int r = rank();
     const bool bf16 = wire == WireType::kBFloat16;
     if (host_ != nullptr || hosts_ != nullptr) return Hierarchical(data, count, wire);
-    const Algorithm algorithm = ChooseFor(count * sizeof(uint16_t), count * sizeof(float));
     // Halving carries wire values, rounding once per level (log2 p roundings where the ring has
-    // one per step).
-    if (algorithm == Algorithm::kHalving) {
-      return RecursiveHalvingDoubling(this, r, n, data, count, wire, &wire_values_);
-    }
-    if (algorithm == Algorithm::kDoubling) {
-      // Doubling carries float32 values (it is for small buffers): the sum, rounded to the wire
-      // type once at the end.
-      RecursiveDoubling(this, r, n, data, count, &theirs_);
-      if (bf16) {
-        for (size_t i = 0; i < count; ++i) {
-          data[i] = math::BFloat16ToFloat(math::FloatToBFloat16(data[i]));
-        }
-      } else {
-        wire_values_.resize(count);
-        math::FloatsToFloat16(data, count, wire_values_.data());
-        math::Float16sToFloats(wire_values_.data(), count, data);
-      }
+    // one per step); doubling float32, rounded once at the end.
+    if (RecursiveAllReduce(ChooseFor(count * sizeof(uint16_t), count * sizeof(float)), this, r, n,
+                           data, count, wire, &theirs_, &wire_values_)) {
       return;
     }
     // The ring of AllReduce over a copy of the buffer in the wire type: what is sent and

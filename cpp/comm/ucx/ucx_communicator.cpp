@@ -1081,13 +1081,9 @@ void UcxCommunicator::ExchangeWith(int level, const void* send, size_t send_byte
 void UcxCommunicator::AllReduce(float* data, size_t count) {
   Guarded([&] {
     if (count == 0) return;
-    const Algorithm algorithm = ChooseFor(count * sizeof(float), count * sizeof(float));
-    if (algorithm == Algorithm::kDoubling) {
-      return RecursiveDoubling(this, rank(), size(), data, count, &theirs_);
-    }
-    if (algorithm == Algorithm::kHalving) {
-      return RecursiveHalvingDoubling(this, rank(), size(), data, count, WireType::kFloat32,
-                                      &wire_values_);
+    if (RecursiveAllReduce(ChooseFor(count * sizeof(float), count * sizeof(float)), this, rank(),
+                           size(), data, count, WireType::kFloat32, &theirs_, &wire_values_)) {
+      return;
     }
     AddAllReducePieces(reinterpret_cast<char*>(data), count, sizeof(float),
                        [](int) -> const float* { return nullptr; });
@@ -1103,18 +1099,10 @@ void UcxCommunicator::AllReduceAs(float* data, size_t count, WireType wire) {
   Guarded([&] {
     if (size() == 1 || count == 0) return;
     const bool bf16 = wire == WireType::kBFloat16;
-    const Algorithm algorithm = ChooseFor(count * sizeof(uint16_t), count * sizeof(float));
-    // Halving carries wire values, as the ring does; doubling (small buffers) float32 values,
-    // the sum rounded to the wire type once at the end. The tcp backend's choices and bits.
-    if (algorithm == Algorithm::kHalving) {
-      return RecursiveHalvingDoubling(this, rank(), size(), data, count, wire, &wire_values_);
-    }
-    if (algorithm == Algorithm::kDoubling) {
-      RecursiveDoubling(this, rank(), size(), data, count, &theirs_);
-      for (size_t i = 0; i < count; ++i) {
-        data[i] = bf16 ? math::BFloat16ToFloat(math::FloatToBFloat16(data[i]))
-                       : math::Float16ToFloat(math::FloatToFloat16(data[i]));
-      }
+    // Halving carries wire values, as the ring does; doubling float32 values, rounded once at
+    // the end: the tcp backend's choices and bits.
+    if (RecursiveAllReduce(ChooseFor(count * sizeof(uint16_t), count * sizeof(float)), this, rank(),
+                           size(), data, count, wire, &theirs_, &wire_values_)) {
       return;
     }
     // Only this rank's own segment, the one it sends first, is rounded before the ring starts;
