@@ -150,7 +150,12 @@ INSTANTIATE_TEST_SUITE_P(
                       Shape(1, 2, 10, 8, 3, 3, 2, 1, 2, 1, false),  // dilation, no bias
                       Shape(2, 3, 8, 8, 5, 3, 0, 2, 1, 1, true),    // floor drops a row
                       Shape(3, 1, 12, 12, 4, 5, 0, 1, 1, 1, true),  // LeNet-like
-                      Shape(2, 6, 5, 5, 6, 1, 0, 1, 1, 3, true)));  // 1x1 grouped
+                      Shape(2, 6, 5, 5, 6, 1, 0, 1, 1, 3, true),    // 1x1 grouped
+                      // Channels in blocks of 16: the primitives' own (blocked) layouts, the
+                      // weights' gradient added as it is reordered back.
+                      Shape(2, 16, 7, 7, 32, 3, 1, 1, 1, 1, true),
+                      Shape(2, 32, 6, 6, 16, 1, 0, 1, 1, 1, false),
+                      Shape(2, 16, 8, 8, 16, 3, 1, 2, 1, 16, false)));  // depthwise
 
 }  // namespace
 }  // namespace cortado::math

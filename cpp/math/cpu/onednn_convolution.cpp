@@ -67,6 +67,17 @@ class Operand {
       scratch_bytes_ = (wanted.get_size() + 63) / 64 * 64;
       to_scratch_ = dnnl::reorder(user_, scratch_);
       from_scratch_ = dnnl::reorder(scratch_, user_);
+      // The copy back that adds to the user's values (a sum post-op: user = user + copy, the
+      // bits of an Axpy with 1), for gradients that accumulate.
+      try {
+        dnnl::post_ops sum;
+        sum.append_sum(1.0f);
+        dnnl::primitive_attr attr;
+        attr.set_post_ops(sum);
+        add_from_scratch_ = dnnl::reorder(scratch_, user_, attr);
+      } catch (const dnnl::error&) {
+        add_from_scratch_ = dnnl::reorder();  // not offered: the caller adds itself
+      }
     }
   }
   bool reordered() const { return static_cast<bool>(scratch_); }
@@ -103,6 +114,10 @@ class Operand {
   void Out(dnnl::stream& stream) {
     if (reordered()) from_scratch_.execute(stream, scratch_, user_);
   }
+  // Whether AddOut can add the copy to the user's buffer.
+  bool adds() const { return static_cast<bool>(add_from_scratch_); }
+  // Adds the primitive's output (written to Target's memory) to the user's values.
+  void AddOut(dnnl::stream& stream) { add_from_scratch_.execute(stream, scratch_, user_); }
 
  private:
   memory user_;
@@ -110,6 +125,7 @@ class Operand {
   size_t scratch_bytes_ = 0;
   dnnl::reorder to_scratch_;
   dnnl::reorder from_scratch_;
+  dnnl::reorder add_from_scratch_;
   dnnl::engine engine_;
 };
 
@@ -205,20 +221,15 @@ class OneDnnConvolution final : public ConvolutionPlan {
 
   void BackwardWeights(const float* src, const float* diff_dst, float* diff_weights,
                        float* diff_bias) override {
-    // oneDNN overwrites its outputs; layers accumulate, so compute into scratch and add.
+    // oneDNN overwrites its outputs; layers accumulate (WeightGradTarget, AddWeightGrad).
     Operand::Place({&bw_src_, &bw_diff_dst_, &bw_diff_weights_});
     std::unordered_map<int, memory> args = {
         {DNNL_ARG_SRC, bw_src_.In(src, stream_)},
         {DNNL_ARG_DIFF_DST, bw_diff_dst_.In(diff_dst, stream_)},
-        {DNNL_ARG_DIFF_WEIGHTS, bw_diff_weights_.Target(weight_grad_.data())}};
+        {DNNL_ARG_DIFF_WEIGHTS, WeightGradTarget(diff_weights)}};
     if (shape_.bias) args[DNNL_ARG_DIFF_BIAS] = diff_bias_;
     backward_weights_.execute(stream_, args);
-    bw_diff_weights_.Out(stream_);
-    stream_.wait();
-    Axpy(weight_count_, 1.0f, weight_grad_.data(), diff_weights);
-    if (shape_.bias && diff_bias != nullptr) {
-      Axpy(shape_.num_output, 1.0f, bias_grad_.data(), diff_bias);
-    }
+    AddWeightGrad(diff_weights, diff_bias);
   }
 
   void Backward(const float* src, const float* diff_dst, const float* weights, float* diff_weights,
@@ -234,16 +245,32 @@ class OneDnnConvolution final : public ConvolutionPlan {
     std::unordered_map<int, memory> args = {
         {DNNL_ARG_SRC, bw_src_.In(src, stream_)},
         {DNNL_ARG_DIFF_DST, blocked_diff_dst},
-        {DNNL_ARG_DIFF_WEIGHTS, bw_diff_weights_.Target(weight_grad_.data())}};
+        {DNNL_ARG_DIFF_WEIGHTS, WeightGradTarget(diff_weights)}};
     if (shape_.bias) args[DNNL_ARG_DIFF_BIAS] = diff_bias_;
     backward_weights_.execute(stream_, args);
-    bw_diff_weights_.Out(stream_);
     backward_data_.execute(stream_, {{DNNL_ARG_DIFF_DST, blocked_diff_dst},
                                      {DNNL_ARG_WEIGHTS, bd_weights_.In(weights, stream_)},
                                      {DNNL_ARG_DIFF_SRC, bd_diff_src_.Target(diff_src)}});
     bd_diff_src_.Out(stream_);
+    AddWeightGrad(diff_weights, diff_bias);
+  }
+
+  // oneDNN overwrites its outputs; layers accumulate. The weights' gradient goes to the
+  // primitive's layout in scratch and is added to `diff_weights` as it is reordered back (the
+  // common case), else to weight_grad_ and added after.
+  memory WeightGradTarget(float* diff_weights) {
+    return bw_diff_weights_.adds() ? bw_diff_weights_.Target(diff_weights)
+                                   : bw_diff_weights_.Target(weight_grad_.data());
+  }
+  // Runs the stream's work and adds the gradients computed to the layer's.
+  void AddWeightGrad(float* diff_weights, float* diff_bias) {
+    if (bw_diff_weights_.adds()) {
+      bw_diff_weights_.AddOut(stream_);
+    } else {
+      bw_diff_weights_.Out(stream_);
+    }
     stream_.wait();
-    Axpy(weight_count_, 1.0f, weight_grad_.data(), diff_weights);
+    if (!bw_diff_weights_.adds()) Axpy(weight_count_, 1.0f, weight_grad_.data(), diff_weights);
     if (shape_.bias && diff_bias != nullptr) {
       Axpy(shape_.num_output, 1.0f, bias_grad_.data(), diff_bias);
     }
