@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cfloat>
 #include <cmath>
+#include <vector>
 
 // Forward splits the planes (image x channel) across the OpenMP threads, which OpenBLAS and
 // oneDNN share now that Cortado links OpenBLAS's OpenMP build. Backward stays serial: with
@@ -136,34 +137,43 @@ void PoolingLayer::ForwardCpu(const std::vector<Tensor*>& bottom, const std::vec
   if (pool_ == caffe::PoolingParameter::MAX) {
     float* top_mask = top.size() > 1 ? top[1]->mutable_cpu_data() : nullptr;
     int* mask = top_mask ? nullptr : max_idx_.data();
-#pragma omp parallel for schedule(static)
-    for (int plane = 0; plane < planes; ++plane) {
-      const float* src = bottom_data + static_cast<size_t>(plane) * in_plane;
-      const size_t out_offset = static_cast<size_t>(plane) * out_plane;
-      for (int ph = 0; ph < pooled_h_; ++ph) {
-        const int hstart = std::max(ph * stride_h_ - pad_h_, 0);
-        const int hend = std::min(ph * stride_h_ - pad_h_ + kernel_h_, height_);
-        for (int pw = 0; pw < pooled_w_; ++pw) {
-          const int wstart = std::max(pw * stride_w_ - pad_w_, 0);
-          const int wend = std::min(pw * stride_w_ - pad_w_ + kernel_w_, width_);
-          // The first maximum wins on ties, as in Caffe (strict >).
-          float best = -FLT_MAX;
-          int best_index = -1;
+    // A row of outputs at a time, each window's values visited in Caffe's order (rows, then
+    // columns) with the first maximum winning on ties (strict >), as selects rather than
+    // branches: a maximum among random values is a branch mispredicted about every other time.
+#pragma omp parallel
+    {
+      std::vector<float> best(pooled_w_);
+      std::vector<int> best_index(pooled_w_);
+#pragma omp for schedule(static)
+      for (int plane = 0; plane < planes; ++plane) {
+        const float* src = bottom_data + static_cast<size_t>(plane) * in_plane;
+        const size_t out_offset = static_cast<size_t>(plane) * out_plane;
+        for (int ph = 0; ph < pooled_h_; ++ph) {
+          const int hstart = std::max(ph * stride_h_ - pad_h_, 0);
+          const int hend = std::min(ph * stride_h_ - pad_h_ + kernel_h_, height_);
+          std::fill(best.begin(), best.end(), -FLT_MAX);
+          std::fill(best_index.begin(), best_index.end(), -1);
           for (int h = hstart; h < hend; ++h) {
-            for (int w = wstart; w < wend; ++w) {
-              const int index = h * width_ + w;
-              if (src[index] > best) {
-                best = src[index];
-                best_index = index;
+            const float* row = src + h * width_;
+            for (int kw = 0; kw < kernel_w_; ++kw) {
+              for (int pw = 0; pw < pooled_w_; ++pw) {
+                const int w = pw * stride_w_ - pad_w_ + kw;
+                if (w < 0 || w >= width_) continue;
+                const float v = row[w];
+                const bool larger = v > best[pw];
+                best[pw] = larger ? v : best[pw];
+                best_index[pw] = larger ? h * width_ + w : best_index[pw];
               }
             }
           }
-          const size_t out = out_offset + ph * pooled_w_ + pw;
-          top_data[out] = best_index < 0 ? 0.0f : best;
-          if (top_mask) {
-            top_mask[out] = static_cast<float>(best_index);
-          } else {
-            mask[out] = best_index;
+          const size_t out = out_offset + static_cast<size_t>(ph) * pooled_w_;
+          for (int pw = 0; pw < pooled_w_; ++pw) {
+            top_data[out + pw] = best_index[pw] < 0 ? 0.0f : best[pw];
+            if (top_mask) {
+              top_mask[out + pw] = static_cast<float>(best_index[pw]);
+            } else {
+              mask[out + pw] = best_index[pw];
+            }
           }
         }
       }

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cfloat>
 #include <functional>
 #include <numeric>
 #include <random>
@@ -120,6 +121,59 @@ TEST(PoolingLayerTest, MaxOverlappingWindowsAndTies) {
   // (2,0) picks 3; (1,1), (1,2), (2,1), (2,2) pick 8.
   const float dx[] = {3, 1, 0, 1, 0, 0, 0, 0, 4};
   for (int i = 0; i < 9; ++i) EXPECT_EQ(bottom.cpu_diff()[i], dx[i]) << i;
+}
+
+TEST(PoolingLayerTest, MaxMatchesCaffesLoopWithPaddingClippedWindowsAndTies) {
+  // Values from five levels (many ties), windows clipped by the padding and by Caffe's rounding
+  // up; the top and the mask top against Caffe's loop over each window (rows, then columns,
+  // the first maximum kept).
+  for (const char* param :
+       {"pool: MAX kernel_size: 3 stride: 2 pad: 1",
+        "pool: MAX kernel_h: 2 kernel_w: 3 stride_h: 2 stride_w: 1 pad_h: 0 pad_w: 1",
+        "pool: MAX kernel_size: 2 stride: 2"}) {
+    SCOPED_TRACE(param);
+    Context ctx(Device::Cpu(), 1701);
+    auto layer = MakePool(&ctx, param);
+    Tensor bottom(std::vector<int>{2, 3, 9, 11}), top, mask;
+    std::mt19937 random(7);
+    float* x = bottom.mutable_cpu_data();
+    for (int i = 0; i < bottom.count(); ++i) x[i] = static_cast<float>(random() % 5);
+    layer->Initialize({&bottom}, {&top, &mask});
+    layer->Forward({&bottom}, {&top, &mask});
+    const auto& p = layer->layer_param().pooling_param();
+    const int kh = p.has_kernel_h() ? p.kernel_h() : p.kernel_size();
+    const int kw = p.has_kernel_w() ? p.kernel_w() : p.kernel_size();
+    const int sh = p.has_stride_h() ? p.stride_h() : p.stride();
+    const int sw = p.has_stride_w() ? p.stride_w() : p.stride();
+    const int pad_h = p.has_pad_h() ? p.pad_h() : p.pad();
+    const int pad_w = p.has_pad_w() ? p.pad_w() : p.pad();
+    const int oh = top.shape(2), ow = top.shape(3);
+    int checked = 0;
+    for (int plane = 0; plane < 6; ++plane) {
+      const float* src = x + plane * 99;
+      for (int ph = 0; ph < oh; ++ph) {
+        for (int pw = 0; pw < ow; ++pw) {
+          const int h0 = std::max(ph * sh - pad_h, 0), h1 = std::min(ph * sh - pad_h + kh, 9);
+          const int w0 = std::max(pw * sw - pad_w, 0), w1 = std::min(pw * sw - pad_w + kw, 11);
+          float best = -FLT_MAX;
+          int index = -1;
+          for (int h = h0; h < h1; ++h) {
+            for (int w = w0; w < w1; ++w) {
+              if (src[h * 11 + w] > best) {
+                best = src[h * 11 + w];
+                index = h * 11 + w;
+              }
+            }
+          }
+          const int out = (plane * oh + ph) * ow + pw;
+          ASSERT_EQ(top.cpu_data()[out], index < 0 ? 0.0f : best) << out;
+          ASSERT_EQ(mask.cpu_data()[out], static_cast<float>(index)) << out;
+          ++checked;
+        }
+      }
+    }
+    EXPECT_EQ(checked, top.count());
+  }
 }
 
 TEST(PoolingLayerTest, AveForwardByHandCountsPaddingWithinPaddedBounds) {
