@@ -156,13 +156,19 @@ void PoolingLayer::ForwardCpu(const std::vector<Tensor*>& bottom, const std::vec
           for (int h = hstart; h < hend; ++h) {
             const float* row = src + h * width_;
             for (int kw = 0; kw < kernel_w_; ++kw) {
-              for (int pw = 0; pw < pooled_w_; ++pw) {
-                const int w = pw * stride_w_ - pad_w_ + kw;
-                if (w < 0 || w >= width_) continue;
+              // Columns whose window has this kw inside the row: [first, last).
+              const int offset = kw - pad_w_;
+              const int first = offset >= 0 ? 0 : (-offset + stride_w_ - 1) / stride_w_;
+              const int last = std::min(pooled_w_, (width_ - 1 - offset) / stride_w_ + 1);
+              const int stride = stride_w_;
+              float* b = best.data();
+              int* bi = best_index.data();
+              for (int pw = first; pw < last; ++pw) {
+                const int w = pw * stride + offset;
                 const float v = row[w];
-                const bool larger = v > best[pw];
-                best[pw] = larger ? v : best[pw];
-                best_index[pw] = larger ? h * width_ + w : best_index[pw];
+                const bool larger = v > b[pw];
+                b[pw] = larger ? v : b[pw];
+                bi[pw] = larger ? h * width_ + w : bi[pw];
               }
             }
           }
