@@ -16,8 +16,9 @@ namespace {
 // Scale and ReLU layers round it (`has_bias`, `relu` as fused), also storing z in x_norm when
 // given. Forward and RecomputeTops both write through it, so they agree bit for bit.
 template <typename Normalised>
-void AffineRow(int n, Normalised normalised, float sc, float bc, bool has_bias, bool relu,
-               float slope, float* x_norm, float* y) {
+CORTADO_ALWAYS_INLINE inline void AffineRow(int n, Normalised normalised, float sc, float bc,
+                                            bool has_bias, bool relu, float slope, float* x_norm,
+                                            float* y) {
   if (has_bias && relu) {  // the common case, without branches in the loop
     for (int i = 0; i < n; ++i) {
       const float z = normalised(i);
@@ -40,10 +41,154 @@ void AffineRow(int n, Normalised normalised, float sc, float bc, bool has_bias, 
 // dy masked by the fused ReLU: dy where the Scale's output y * sc + bc is positive, else
 // dy * slope. Adding a zero bias (no bias term) does not change the sign test, and both sides
 // are computed unconditionally so that the choice is a blend the compiler can vectorise.
-inline float MaskedGradient(float y, float dy, float sc, float bc, float slope) {
+CORTADO_ALWAYS_INLINE inline float MaskedGradient(float y, float dy, float sc, float bc,
+                                                  float slope) {
   const float v = y * sc + bc;
   const float leaky = dy * slope;
   return v > 0.0f ? dy : leaky;
+}
+
+// What ForwardChannel reads and writes: the bottom, the residual of a folded sum (or null),
+// the fused Scale's scale and bias (or null), x_norm (the top itself when it is not kept), the
+// top, and the per-channel statistics (mean and variance given for global statistics, else
+// computed here).
+struct ForwardPlan {
+  const float* in;
+  const float* residual;
+  const float* scale;
+  const float* bias;
+  float* x_norm;
+  float* out;
+  float* mean;
+  float* variance;
+  float* std;
+  int num, channels, spatial, m;
+  float eps, slope, sum_slope;
+  bool batch_stats, relu, sum_relu;
+};
+
+// Channel c of the forward pass, from its statistics to its top.
+CORTADO_CPU_CLONES void ForwardChannel(const ForwardPlan& p, int c) {
+  if (p.batch_stats) {
+    // Two passes (mean, then the mean of squared deviations), like Caffe.
+    double sum = 0.0;
+    for (int n = 0; n < p.num; ++n) {
+      const float* x = p.in + (n * p.channels + c) * p.spatial;
+      sum += math::LaneSum(p.spatial, [x](int i) { return x[i]; });
+    }
+    const float channel_mean = static_cast<float>(sum / p.m);
+    p.mean[c] = channel_mean;
+    sum = 0.0;
+    for (int n = 0; n < p.num; ++n) {
+      const float* x = p.in + (n * p.channels + c) * p.spatial;
+      sum += math::LaneSum(p.spatial, [x, channel_mean](int i) {
+        const float d = x[i] - channel_mean;
+        return d * d;
+      });
+    }
+    p.variance[c] = static_cast<float>(sum / p.m);
+  }
+  p.std[c] = std::sqrt(p.variance[c] + p.eps);
+  const float mean = p.mean[c];
+  const float sd = p.std[c];
+  const float sc = p.scale != nullptr ? p.scale[c] : 1.0f;
+  const float bc = p.bias != nullptr ? p.bias[c] : 0.0f;
+  for (int n = 0; n < p.num; ++n) {
+    const int offset = (n * p.channels + c) * p.spatial;
+    const float* x = p.in + offset;
+    float* xn = p.x_norm + offset;
+    float* y = p.out + offset;
+    // Divide (not multiply by 1 / std) to round as Caffe does.
+    auto normalised = [x, mean, sd](int i) { return (x[i] - mean) / sd; };
+    if (p.scale == nullptr) {
+      for (int i = 0; i < p.spatial; ++i) xn[i] = normalised(i);
+      if (xn != y) {
+        for (int i = 0; i < p.spatial; ++i) y[i] = xn[i];
+      }
+    } else {  // x_norm kept, or not (then only the fused top is written)
+      AffineRow(p.spatial, normalised, sc, bc, p.bias != nullptr, p.relu, p.slope,
+                xn != y ? xn : nullptr, y);
+    }
+    if (p.residual != nullptr) {  // the folded sum, as eltwise_layer.cpp computes it
+      const float* r = p.residual + offset;
+      if (p.sum_relu) {
+        for (int i = 0; i < p.spatial; ++i) {
+          const float v = r[i] + y[i];
+          y[i] = std::max(v, 0.0f) + p.sum_slope * std::min(v, 0.0f);
+        }
+      } else {
+        for (int i = 0; i < p.spatial; ++i) y[i] = r[i] + y[i];
+      }
+    }
+  }
+}
+
+// What BackwardChannel reads and writes: dy (the folded sum's gradient when one is folded in),
+// x_norm, the bottom's diff (null when it is not propagated), the fused Scale's scale and bias
+// (or null), the forward pass's std, and the per-channel sums it computes when `sums`.
+struct BackwardPlan {
+  const float* top_diff;
+  const float* x_norm;
+  float* diff;
+  const float* scale;
+  const float* bias;
+  const float* std;
+  double* sum_g;
+  double* sum_gy;
+  int num, channels, spatial, m;
+  float slope;
+  bool sums, global, relu;
+};
+
+// Channel c of the backward pass: sum(g) and sum(g * x_norm), then the bottom's diff.
+CORTADO_CPU_CLONES void BackwardChannel(const BackwardPlan& p, int c) {
+  const float sc = p.scale != nullptr ? p.scale[c] : 1.0f;
+  const float bc = p.bias != nullptr ? p.bias[c] : 0.0f;
+  const float slope = p.slope;
+  if (p.sums) {
+    for (int n = 0; n < p.num; ++n) {
+      const int offset = (n * p.channels + c) * p.spatial;
+      const float* dy = p.top_diff + offset;
+      const float* yn = p.x_norm + offset;
+      double a = 0.0, b = 0.0;
+      if (!p.relu) {
+        math::LaneSum2(
+            p.spatial, [dy](int i) { return dy[i]; }, [dy, yn](int i) { return dy[i] * yn[i]; }, &a,
+            &b);
+      } else {
+        auto gi = [=](int i) { return MaskedGradient(yn[i], dy[i], sc, bc, slope); };
+        math::LaneSum2(
+            p.spatial, gi, [gi, yn](int i) { return gi(i) * yn[i]; }, &a, &b);
+      }
+      p.sum_g[c] += a;
+      p.sum_gy[c] += b;
+    }
+  }
+  if (p.diff == nullptr) return;
+  // dy at the normalised output is s * g: with the statistics constant, dx = s * g / std;
+  // with batch statistics (means over the channel's m values)
+  //   dx = (s * g - mean(s * g) - mean(s * g * y) * y) / std.
+  const float a = p.global ? 0.0f : static_cast<float>(sc * p.sum_g[c] / p.m);
+  const float b = p.global ? 0.0f : static_cast<float>(sc * p.sum_gy[c] / p.m);
+  const float sd = p.std[c];
+  for (int n = 0; n < p.num; ++n) {
+    const int offset = (n * p.channels + c) * p.spatial;
+    const float* dy = p.top_diff + offset;
+    const float* yn = p.x_norm + offset;
+    float* dx = p.diff + offset;
+    auto gi = [=](int i) { return MaskedGradient(yn[i], dy[i], sc, bc, slope); };
+    if (p.global) {
+      if (p.relu) {
+        for (int i = 0; i < p.spatial; ++i) dx[i] = gi(i) * sc / sd;
+      } else {
+        for (int i = 0; i < p.spatial; ++i) dx[i] = dy[i] * sc / sd;
+      }
+    } else if (p.relu) {
+      for (int i = 0; i < p.spatial; ++i) dx[i] = (gi(i) * sc - a - b * yn[i]) / sd;
+    } else {
+      for (int i = 0; i < p.spatial; ++i) dx[i] = (dy[i] * sc - a - b * yn[i]) / sd;
+    }
+  }
 }
 
 }  // namespace
@@ -139,59 +284,28 @@ void BatchNormLayer::ForwardCpu(const std::vector<Tensor*>& bottom,
   // the sums (and the results) do not depend on the thread count, and the channel's values are
   // read from memory once: the passes after the first find them in the cache (a channel of
   // ResNet-50's largest BatchNorm at batch 8 is 400 KB).
+  ForwardPlan plan;
+  plan.in = in;
+  plan.residual = residual;
+  plan.scale = s;
+  plan.bias = b;
+  plan.x_norm = x_norm;
+  plan.out = out;
+  plan.mean = mean_.data();
+  plan.variance = variance.data();
+  plan.std = std_.data();
+  plan.num = num_;
+  plan.channels = channels_;
+  plan.spatial = spatial_dim_;
+  plan.m = m;
+  plan.eps = eps_;
+  plan.slope = slope;
+  plan.sum_slope = sum_slope;
+  plan.batch_stats = batch_stats;
+  plan.relu = relu;
+  plan.sum_relu = sum_relu;
 #pragma omp parallel for if (count > math::kParallelThreshold) schedule(static)
-  for (int c = 0; c < channels_; ++c) {
-    if (batch_stats) {
-      // Two passes (mean, then the mean of squared deviations), like Caffe.
-      double sum = 0.0;
-      for (int n = 0; n < num_; ++n) {
-        const float* x = in + (n * channels_ + c) * spatial_dim_;
-        sum += math::LaneSum(spatial_dim_, [x](int i) { return x[i]; });
-      }
-      const float channel_mean = static_cast<float>(sum / m);
-      mean_[c] = channel_mean;
-      sum = 0.0;
-      for (int n = 0; n < num_; ++n) {
-        const float* x = in + (n * channels_ + c) * spatial_dim_;
-        sum += math::LaneSum(spatial_dim_, [x, channel_mean](int i) {
-          const float d = x[i] - channel_mean;
-          return d * d;
-        });
-      }
-      variance[c] = static_cast<float>(sum / m);
-    }
-    std_[c] = std::sqrt(variance[c] + eps_);
-    const float mean = mean_[c];
-    const float sd = std_[c];
-    const float sc = s != nullptr ? s[c] : 1.0f;
-    const float bc = b != nullptr ? b[c] : 0.0f;
-    for (int n = 0; n < num_; ++n) {
-      const int offset = (n * channels_ + c) * spatial_dim_;
-      const float* x = in + offset;
-      float* xn = x_norm + offset;
-      float* y = out + offset;
-      // Divide (not multiply by 1 / std) to round as Caffe does.
-      auto normalised = [x, mean, sd](int i) { return (x[i] - mean) / sd; };
-      if (s == nullptr) {
-        for (int i = 0; i < spatial_dim_; ++i) xn[i] = normalised(i);
-        if (xn != y) math::Copy(spatial_dim_, xn, y);
-      } else {  // x_norm kept, or not (then only the fused top is written)
-        AffineRow(spatial_dim_, normalised, sc, bc, b != nullptr, relu, slope,
-                  xn != y ? xn : nullptr, y);
-      }
-      if (residual != nullptr) {  // the folded sum, as eltwise_layer.cpp computes it
-        const float* r = residual + offset;
-        if (sum_relu) {
-          for (int i = 0; i < spatial_dim_; ++i) {
-            const float v = r[i] + y[i];
-            y[i] = std::max(v, 0.0f) + sum_slope * std::min(v, 0.0f);
-          }
-        } else {
-          for (int i = 0; i < spatial_dim_; ++i) y[i] = r[i] + y[i];
-        }
-      }
-    }
-  }
+  for (int c = 0; c < channels_; ++c) ForwardChannel(plan, c);
   if (batch_stats) {
     // Running sums; the normaliser in blobs[2] turns them into averages.
     float* norm = blobs_[2]->mutable_cpu_data();
@@ -232,57 +346,26 @@ void BatchNormLayer::BackwardCpu(const std::vector<Tensor*>& top,
   std::vector<double> sum_g(channels_, 0.0), sum_gy(channels_, 0.0);
   const int count = bottom[0]->count();
   const bool sums = !use_global_stats_ || param_grads;
-  const bool down = propagate_down[0];
-  float* diff = down ? bottom[0]->mutable_cpu_diff() : nullptr;
+  float* diff = propagate_down[0] ? bottom[0]->mutable_cpu_diff() : nullptr;
+  BackwardPlan plan;
+  plan.top_diff = top_diff;
+  plan.x_norm = y;
+  plan.diff = diff;
+  plan.scale = s;
+  plan.bias = bias;
+  plan.std = std_.data();
+  plan.sum_g = sum_g.data();
+  plan.sum_gy = sum_gy.data();
+  plan.num = num_;
+  plan.channels = channels_;
+  plan.spatial = spatial_dim_;
+  plan.m = m;
+  plan.slope = slope;
+  plan.sums = sums;
+  plan.global = use_global_stats_;
+  plan.relu = relu;
 #pragma omp parallel for if (count > math::kParallelThreshold) schedule(static)
-  for (int c = 0; c < channels_; ++c) {
-    const float sc = s != nullptr ? s[c] : 1.0f;
-    const float bc = bias != nullptr ? bias[c] : 0.0f;
-    if (sums) {
-      for (int n = 0; n < num_; ++n) {
-        const int offset = (n * channels_ + c) * spatial_dim_;
-        const float* dy = top_diff + offset;
-        const float* yn = y + offset;
-        double a = 0.0, b = 0.0;
-        if (!relu) {
-          math::LaneSum2(
-              spatial_dim_, [dy](int i) { return dy[i]; },
-              [dy, yn](int i) { return dy[i] * yn[i]; }, &a, &b);
-        } else {
-          auto gi = [=](int i) { return MaskedGradient(yn[i], dy[i], sc, bc, slope); };
-          math::LaneSum2(
-              spatial_dim_, gi, [gi, yn](int i) { return gi(i) * yn[i]; }, &a, &b);
-        }
-        sum_g[c] += a;
-        sum_gy[c] += b;
-      }
-    }
-    if (!down) continue;
-    // dy at the normalised output is s * g: with the statistics constant, dx = s * g / std;
-    // with batch statistics (means over the channel's m values)
-    //   dx = (s * g - mean(s * g) - mean(s * g * y) * y) / std.
-    const float a = use_global_stats_ ? 0.0f : static_cast<float>(sc * sum_g[c] / m);
-    const float b = use_global_stats_ ? 0.0f : static_cast<float>(sc * sum_gy[c] / m);
-    const float sd = std_[c];
-    for (int n = 0; n < num_; ++n) {
-      const int offset = (n * channels_ + c) * spatial_dim_;
-      const float* dy = top_diff + offset;
-      const float* yn = y + offset;
-      float* dx = diff + offset;
-      auto gi = [=](int i) { return MaskedGradient(yn[i], dy[i], sc, bc, slope); };
-      if (use_global_stats_) {
-        if (relu) {
-          for (int i = 0; i < spatial_dim_; ++i) dx[i] = gi(i) * sc / sd;
-        } else {
-          for (int i = 0; i < spatial_dim_; ++i) dx[i] = dy[i] * sc / sd;
-        }
-      } else if (relu) {
-        for (int i = 0; i < spatial_dim_; ++i) dx[i] = (gi(i) * sc - a - b * yn[i]) / sd;
-      } else {
-        for (int i = 0; i < spatial_dim_; ++i) dx[i] = (dy[i] * sc - a - b * yn[i]) / sd;
-      }
-    }
-  }
+  for (int c = 0; c < channels_; ++c) BackwardChannel(plan, c);
   // The Scale's diffs (accumulated, as its own Backward does): d scale = sum(g * x_norm),
   // d bias = sum(g).
   if (affine.scale_grad != nullptr) {

@@ -9,18 +9,26 @@
 
 namespace cortado::math {
 
+// Inlined wherever they are called, also into functions built for wider vectors
+// (CORTADO_CPU_CLONES in math/math.hpp), which then sum with those.
+#if defined(__GNUC__)
+#define CORTADO_ALWAYS_INLINE [[gnu::always_inline]]
+#else
+#define CORTADO_ALWAYS_INLINE
+#endif
+
 inline constexpr int kSumLanes = 8;
 inline constexpr int kSumBlock = 64;
 
 namespace detail {
-inline float AddLanes(const float (&lane)[kSumLanes]) {
+CORTADO_ALWAYS_INLINE inline float AddLanes(const float (&lane)[kSumLanes]) {
   return ((lane[0] + lane[1]) + (lane[2] + lane[3])) + ((lane[4] + lane[5]) + (lane[6] + lane[7]));
 }
 }  // namespace detail
 
 // sum over i < n of value(i), where value(i) returns a float.
 template <typename Value>
-double LaneSum(int n, Value value) {
+CORTADO_ALWAYS_INLINE inline double LaneSum(int n, Value value) {
   double total = 0.0;
   int i = 0;
   for (; i + kSumBlock <= n; i += kSumBlock) {
@@ -36,7 +44,8 @@ double LaneSum(int n, Value value) {
 
 // Two sums in one pass: {sum of first(i), sum of second(i)}.
 template <typename First, typename Second>
-void LaneSum2(int n, First first, Second second, double* first_sum, double* second_sum) {
+CORTADO_ALWAYS_INLINE inline void LaneSum2(int n, First first, Second second, double* first_sum,
+                                           double* second_sum) {
   double a = 0.0, b = 0.0;
   int i = 0;
   for (; i + kSumBlock <= n; i += kSumBlock) {

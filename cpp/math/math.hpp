@@ -17,6 +17,16 @@ namespace cortado::math {
 // kParallelThreshold)`).
 inline constexpr int kParallelThreshold = 1 << 15;
 
+// Cortado's own CPU loops are built for the x86-64 baseline (SSE2); a function marked
+// CORTADO_CPU_CLONES is also built for AVX2 and AVX-512, and the loader picks the version the
+// CPU runs (GCC's target_clones). Neither enables FMA, so each operation rounds as in the
+// baseline: the same bits on every CPU, only wider vectors.
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && !defined(__CUDACC__)
+#define CORTADO_CPU_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#else
+#define CORTADO_CPU_CLONES
+#endif
+
 // C = alpha * op(A) * op(B) + beta * C, with op(A) M x K, op(B) K x N, C M x N.
 void Gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* a,
           const float* b, float beta, float* c);
