@@ -48,6 +48,11 @@ CORTADO_ALWAYS_INLINE inline float MaskedGradient(float y, float dy, float sc, f
   return v > 0.0f ? dy : leaky;
 }
 
+// The layout both passes walk: num rows of `spatial` values per channel, m = num * spatial.
+struct ChannelRows {
+  int num, channels, spatial, m;
+};
+
 // What ForwardChannel reads and writes: the bottom, the residual of a folded sum (or null),
 // the fused Scale's scale and bias (or null), x_norm (the top itself when it is not kept), the
 // top, and the per-channel statistics (mean and variance given for global statistics, else
@@ -62,62 +67,63 @@ struct ForwardPlan {
   float* mean;
   float* variance;
   float* std;
-  int num, channels, spatial, m;
+  ChannelRows rows;
   float eps, slope, sum_slope;
   bool batch_stats, relu, sum_relu;
 };
 
 // Channel c of the forward pass, from its statistics to its top.
 CORTADO_CPU_CLONES void ForwardChannel(const ForwardPlan& p, int c) {
+  const ChannelRows& rows = p.rows;
   if (p.batch_stats) {
     // Two passes (mean, then the mean of squared deviations), like Caffe.
     double sum = 0.0;
-    for (int n = 0; n < p.num; ++n) {
-      const float* x = p.in + (n * p.channels + c) * p.spatial;
-      sum += math::LaneSum(p.spatial, [x](int i) { return x[i]; });
+    for (int n = 0; n < rows.num; ++n) {
+      const float* x = p.in + (n * rows.channels + c) * rows.spatial;
+      sum += math::LaneSum(rows.spatial, [x](int i) { return x[i]; });
     }
-    const float channel_mean = static_cast<float>(sum / p.m);
+    const float channel_mean = static_cast<float>(sum / rows.m);
     p.mean[c] = channel_mean;
     sum = 0.0;
-    for (int n = 0; n < p.num; ++n) {
-      const float* x = p.in + (n * p.channels + c) * p.spatial;
-      sum += math::LaneSum(p.spatial, [x, channel_mean](int i) {
+    for (int n = 0; n < rows.num; ++n) {
+      const float* x = p.in + (n * rows.channels + c) * rows.spatial;
+      sum += math::LaneSum(rows.spatial, [x, channel_mean](int i) {
         const float d = x[i] - channel_mean;
         return d * d;
       });
     }
-    p.variance[c] = static_cast<float>(sum / p.m);
+    p.variance[c] = static_cast<float>(sum / rows.m);
   }
   p.std[c] = std::sqrt(p.variance[c] + p.eps);
   const float mean = p.mean[c];
   const float sd = p.std[c];
   const float sc = p.scale != nullptr ? p.scale[c] : 1.0f;
   const float bc = p.bias != nullptr ? p.bias[c] : 0.0f;
-  for (int n = 0; n < p.num; ++n) {
-    const int offset = (n * p.channels + c) * p.spatial;
+  for (int n = 0; n < rows.num; ++n) {
+    const int offset = (n * rows.channels + c) * rows.spatial;
     const float* x = p.in + offset;
     float* xn = p.x_norm + offset;
     float* y = p.out + offset;
     // Divide (not multiply by 1 / std) to round as Caffe does.
     auto normalised = [x, mean, sd](int i) { return (x[i] - mean) / sd; };
     if (p.scale == nullptr) {
-      for (int i = 0; i < p.spatial; ++i) xn[i] = normalised(i);
+      for (int i = 0; i < rows.spatial; ++i) xn[i] = normalised(i);
       if (xn != y) {
-        for (int i = 0; i < p.spatial; ++i) y[i] = xn[i];
+        for (int i = 0; i < rows.spatial; ++i) y[i] = xn[i];
       }
     } else {  // x_norm kept, or not (then only the fused top is written)
-      AffineRow(p.spatial, normalised, sc, bc, p.bias != nullptr, p.relu, p.slope,
+      AffineRow(rows.spatial, normalised, sc, bc, p.bias != nullptr, p.relu, p.slope,
                 xn != y ? xn : nullptr, y);
     }
     if (p.residual != nullptr) {  // the folded sum, as eltwise_layer.cpp computes it
       const float* r = p.residual + offset;
       if (p.sum_relu) {
-        for (int i = 0; i < p.spatial; ++i) {
+        for (int i = 0; i < rows.spatial; ++i) {
           const float v = r[i] + y[i];
           y[i] = std::max(v, 0.0f) + p.sum_slope * std::min(v, 0.0f);
         }
       } else {
-        for (int i = 0; i < p.spatial; ++i) y[i] = r[i] + y[i];
+        for (int i = 0; i < rows.spatial; ++i) y[i] = r[i] + y[i];
       }
     }
   }
@@ -135,30 +141,31 @@ struct BackwardPlan {
   const float* std;
   double* sum_g;
   double* sum_gy;
-  int num, channels, spatial, m;
+  ChannelRows rows;
   float slope;
   bool sums, global, relu;
 };
 
 // Channel c of the backward pass: sum(g) and sum(g * x_norm), then the bottom's diff.
 CORTADO_CPU_CLONES void BackwardChannel(const BackwardPlan& p, int c) {
+  const ChannelRows& rows = p.rows;
   const float sc = p.scale != nullptr ? p.scale[c] : 1.0f;
   const float bc = p.bias != nullptr ? p.bias[c] : 0.0f;
   const float slope = p.slope;
   if (p.sums) {
-    for (int n = 0; n < p.num; ++n) {
-      const int offset = (n * p.channels + c) * p.spatial;
+    for (int n = 0; n < rows.num; ++n) {
+      const int offset = (n * rows.channels + c) * rows.spatial;
       const float* dy = p.top_diff + offset;
       const float* yn = p.x_norm + offset;
       double a = 0.0, b = 0.0;
       if (!p.relu) {
         math::LaneSum2(
-            p.spatial, [dy](int i) { return dy[i]; }, [dy, yn](int i) { return dy[i] * yn[i]; }, &a,
-            &b);
+            rows.spatial, [dy](int i) { return dy[i]; }, [dy, yn](int i) { return dy[i] * yn[i]; },
+            &a, &b);
       } else {
         auto gi = [=](int i) { return MaskedGradient(yn[i], dy[i], sc, bc, slope); };
         math::LaneSum2(
-            p.spatial, gi, [gi, yn](int i) { return gi(i) * yn[i]; }, &a, &b);
+            rows.spatial, gi, [gi, yn](int i) { return gi(i) * yn[i]; }, &a, &b);
       }
       p.sum_g[c] += a;
       p.sum_gy[c] += b;
@@ -168,25 +175,25 @@ CORTADO_CPU_CLONES void BackwardChannel(const BackwardPlan& p, int c) {
   // dy at the normalised output is s * g: with the statistics constant, dx = s * g / std;
   // with batch statistics (means over the channel's m values)
   //   dx = (s * g - mean(s * g) - mean(s * g * y) * y) / std.
-  const float a = p.global ? 0.0f : static_cast<float>(sc * p.sum_g[c] / p.m);
-  const float b = p.global ? 0.0f : static_cast<float>(sc * p.sum_gy[c] / p.m);
+  const float a = p.global ? 0.0f : static_cast<float>(sc * p.sum_g[c] / rows.m);
+  const float b = p.global ? 0.0f : static_cast<float>(sc * p.sum_gy[c] / rows.m);
   const float sd = p.std[c];
-  for (int n = 0; n < p.num; ++n) {
-    const int offset = (n * p.channels + c) * p.spatial;
+  for (int n = 0; n < rows.num; ++n) {
+    const int offset = (n * rows.channels + c) * rows.spatial;
     const float* dy = p.top_diff + offset;
     const float* yn = p.x_norm + offset;
     float* dx = p.diff + offset;
     auto gi = [=](int i) { return MaskedGradient(yn[i], dy[i], sc, bc, slope); };
     if (p.global) {
       if (p.relu) {
-        for (int i = 0; i < p.spatial; ++i) dx[i] = gi(i) * sc / sd;
+        for (int i = 0; i < rows.spatial; ++i) dx[i] = gi(i) * sc / sd;
       } else {
-        for (int i = 0; i < p.spatial; ++i) dx[i] = dy[i] * sc / sd;
+        for (int i = 0; i < rows.spatial; ++i) dx[i] = dy[i] * sc / sd;
       }
     } else if (p.relu) {
-      for (int i = 0; i < p.spatial; ++i) dx[i] = (gi(i) * sc - a - b * yn[i]) / sd;
+      for (int i = 0; i < rows.spatial; ++i) dx[i] = (gi(i) * sc - a - b * yn[i]) / sd;
     } else {
-      for (int i = 0; i < p.spatial; ++i) dx[i] = (dy[i] * sc - a - b * yn[i]) / sd;
+      for (int i = 0; i < rows.spatial; ++i) dx[i] = (dy[i] * sc - a - b * yn[i]) / sd;
     }
   }
 }
@@ -294,10 +301,7 @@ void BatchNormLayer::ForwardCpu(const std::vector<Tensor*>& bottom,
   plan.mean = mean_.data();
   plan.variance = variance.data();
   plan.std = std_.data();
-  plan.num = num_;
-  plan.channels = channels_;
-  plan.spatial = spatial_dim_;
-  plan.m = m;
+  plan.rows = {num_, channels_, spatial_dim_, m};
   plan.eps = eps_;
   plan.slope = slope;
   plan.sum_slope = sum_slope;
@@ -356,10 +360,7 @@ void BatchNormLayer::BackwardCpu(const std::vector<Tensor*>& top,
   plan.std = std_.data();
   plan.sum_g = sum_g.data();
   plan.sum_gy = sum_gy.data();
-  plan.num = num_;
-  plan.channels = channels_;
-  plan.spatial = spatial_dim_;
-  plan.m = m;
+  plan.rows = {num_, channels_, spatial_dim_, m};
   plan.slope = slope;
   plan.sums = sums;
   plan.global = use_global_stats_;
