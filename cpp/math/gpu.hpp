@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "core/context.hpp"
+#include "math/math.hpp"
 
 namespace cortado::math::gpu {
 
@@ -80,17 +81,8 @@ struct DeviceSpan {
   int count;
 };
 void ZeroMany(Context& ctx, const std::vector<DeviceSpan>& tensors);
-// One tensor of an SGD step with momentum (solvers/sgd_solver.cpp), in Caffe's order:
-//   g = diff * diff_scale + decay * data;  history = rate * g + momentum * history;
-//   diff = history;  data -= history.
-struct SgdTensor {
-  float* data;
-  float* diff;
-  float* history;
-  int count;
-  float rate;   // the learning rate times the parameter's lr_mult
-  float decay;  // weight_decay times the parameter's decay_mult (L2)
-};
+// The CPU version's tensors (math/math.hpp).
+using SgdTensor = math::SgdTensor;
 void SgdUpdateMany(Context& ctx, const std::vector<SgdTensor>& tensors, float momentum,
                    float diff_scale);
 

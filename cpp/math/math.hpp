@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstddef>
+#include <vector>
 
 #include "core/context.hpp"
 
@@ -33,6 +34,22 @@ void Gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const fl
 // y = alpha * op(A) * x + beta * y, with A M x N (op(A) is N x M when trans_a).
 void Gemv(bool trans_a, int m, int n, float alpha, const float* a, const float* x, float beta,
           float* y);
+
+// One tensor of an SGD step with momentum (solvers/sgd_solver.cpp), in Caffe's order:
+//   g = diff * diff_scale + decay * data;  history = rate * g + momentum * history;
+//   diff = history;  data -= history.
+struct SgdTensor {
+  float* data;
+  float* diff;
+  float* history;
+  int count;
+  float rate;   // the learning rate times the parameter's lr_mult
+  float decay;  // weight_decay times the parameter's decay_mult (L2)
+};
+// The step for every tensor in one pass and one parallel loop (each value alone, so the thread
+// count changes nothing). As the per-parameter path: no scaling where diff_scale is 1, no decay
+// where it is 0.
+void SgdUpdateMany(const std::vector<SgdTensor>& tensors, float momentum, float diff_scale);
 
 void Axpy(int n, float alpha, const float* x, float* y);               // y += alpha * x
 void Axpby(int n, float alpha, const float* x, float beta, float* y);  // y = a*x + b*y

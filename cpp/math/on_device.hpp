@@ -62,6 +62,13 @@ inline void Set([[maybe_unused]] Context& ctx, int n, float value, float* x) {
 #endif
   math::Set(n, value, x);
 }
+inline void SgdUpdateMany([[maybe_unused]] Context& ctx, const std::vector<SgdTensor>& tensors,
+                          float momentum, float diff_scale) {
+#if CORTADO_WITH_CUDA
+  if (OnGpu(ctx)) return gpu::SgdUpdateMany(ctx, tensors, momentum, diff_scale);
+#endif
+  math::SgdUpdateMany(tensors, momentum, diff_scale);
+}
 inline void Copy([[maybe_unused]] Context& ctx, int n, const float* x, float* y) {
 #if CORTADO_WITH_CUDA
   if (OnGpu(ctx)) return gpu::Copy(ctx, n, x, y);
