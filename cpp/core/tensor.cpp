@@ -45,6 +45,13 @@ void Tensor::Reshape(const std::vector<int>& shape) {
   // Values written through a twin reach the home while the twin still matches its shape.
   if (data_twin_.written) Home(data_, data_twin_);
   if (diff_twin_.written) Home(diff_, diff_twin_);
+  if (block_ != 0 && shape != shape_) {
+    // A blocked home's twins are reorderings for one shape; a shape without whole channel
+    // blocks keeps its values in NCHW.
+    data_twin_ = Twin{};
+    diff_twin_ = Twin{};
+    if (shape.size() != 4 || shape[1] % block_ != 0) block_ = 0;
+  }
   shape_ = shape;
   count_ = static_cast<int>(count);
   const size_t value = value_bytes();
@@ -154,6 +161,61 @@ void Tensor::set_home_nhwc(bool nhwc) {
   diff_twin_ = Twin{};
 }
 
+void Tensor::set_cpu_block(int block) {
+  if (block == block_) return;
+  if (block != 0 && (block != 8 && block != 16)) {
+    CORTADO_THROW(kInvalidArgument, "a channel block of {} (0, 8 or 16)", block);
+  }
+  if (block != 0 && (home_ != HalfType::kNone || num_axes() != 4 || shape_[1] % block != 0)) {
+    CORTADO_THROW(kInvalidArgument,
+                  "a tensor of shape {} with a {} home cannot keep its values in blocks of {} "
+                  "channels (4-D float32 tensors whose channels are a multiple of the block only)",
+                  ShapeString(), HalfTypeName(home_), block);
+  }
+  if (data_twin_.written) Home(data_, data_twin_);
+  if (diff_twin_.written) Home(diff_, diff_twin_);
+  block_ = block;
+  data_twin_ = Twin{};
+  diff_twin_ = Twin{};
+}
+
+bool SameCpuBlocks(const std::vector<const Tensor*>& tensors) {
+  int block = -1;
+  for (const Tensor* t : tensors) {
+    if (t == nullptr) continue;
+    if (block == -1) block = t->cpu_block();
+    if (t->cpu_block() != block) return false;
+  }
+  return true;
+}
+
+void Tensor::Reorder(SyncedMemory& from, SyncedMemory& to, bool to_blocked) const {
+  CORTADO_CHECK(block_ != 0 && num_axes() == 4, "a reorder of a tensor of shape {} in blocks of {}",
+                ShapeString(), block_);
+  const int num = shape_[0], channels = shape_[1], spatial = shape_[2] * shape_[3];
+  const int block = block_, blocks = channels / block;
+  const auto* src = static_cast<const float*>(from.host_data());
+  auto* dst = static_cast<float*>(to.mutable_host_data());
+  const int planes = num * blocks;
+  // One block of `block` channel planes of one image at a time: the blocked side is read or
+  // written in order, the plain side in `block` streams.
+#pragma omp parallel for if (count_ >= (1 << 16)) schedule(static)
+  for (int nb = 0; nb < planes; ++nb) {
+    const size_t offset = static_cast<size_t>(nb) * block * spatial;
+    const float* in = src + offset;
+    float* out = dst + offset;
+    if (to_blocked) {
+      for (int i = 0; i < spatial; ++i) {
+        for (int l = 0; l < block; ++l) out[i * block + l] = in[l * spatial + i];
+      }
+    } else {
+      for (int l = 0; l < block; ++l) {
+        for (int i = 0; i < spatial; ++i) out[l * spatial + i] = in[i * block + l];
+      }
+    }
+  }
+}
+
 void Tensor::Convert(SyncedMemory& from, HalfType from_type, SyncedMemory& to, HalfType to_type,
                      bool on_device) const {
   CORTADO_CHECK((from_type == HalfType::kNone) != (to_type == HalfType::kNone),
@@ -211,6 +273,12 @@ SyncedMemory& Tensor::Home(const std::shared_ptr<SyncedMemory>& home, Twin& twin
   CORTADO_CHECK(home != nullptr, "tensor has no data (never reshaped)");
   if (twin.written) {
     twin.written = false;
+    if (home_ == HalfType::kNone && twin.type == HalfType::kNone) {
+      Reorder(*twin.memory, *home, true);  // a blocked home's NCHW twin
+      twin.current = true;
+      twin.version = home->version();
+      return *home;
+    }
     Convert(*twin.memory, home_ == HalfType::kNone ? twin.type : HalfType::kNone, *home, home_,
             OnDevice(*twin.memory));
     // A 16-bit twin widened into a float32 home matches it exactly; a float32 twin rounded into a
@@ -238,7 +306,20 @@ SyncedMemory& Tensor::TwinOf(const std::shared_ptr<SyncedMemory>& home, Twin& tw
                           twin.memory->head() == SyncedMemory::Head::kUninitialized;
     // Converted where the twin is wanted: a device twin of a home written on the host is
     // uploaded first and converted there.
-    if (!both_new && count_ > 0) Convert(*home, home_, *twin.memory, type, side == Side::kDevice);
+    if (!both_new && count_ > 0) {
+      if (block_ != 0) {
+        if (type != HalfType::kNone || side == Side::kDevice) {
+          CORTADO_THROW(kInternal,
+                        "a tensor of shape {} kept in blocks of {} channels has no {} view on the "
+                        "{} (blocked tensors are for the CPU's float32 passes)",
+                        ShapeString(), block_, HalfTypeName(type),
+                        side == Side::kDevice ? "device" : "host");
+        }
+        Reorder(*home, *twin.memory, false);
+      } else {
+        Convert(*home, home_, *twin.memory, type, side == Side::kDevice);
+      }
+    }
     twin.current = true;
     twin.version = home->version();
   }
@@ -260,10 +341,30 @@ const void* PointerOn(SyncedMemory& memory, bool write, bool host) {
 
 const float* Tensor::FloatPointer(const std::shared_ptr<SyncedMemory>& home, Twin& twin, bool write,
                                   Side side) const {
-  SyncedMemory& memory = home_ == HalfType::kNone
+  SyncedMemory& memory = home_ == HalfType::kNone && block_ == 0
                              ? Home(home, twin)
                              : TwinOf(home, twin, HalfType::kNone, write, side);
   return static_cast<const float*>(PointerOn(memory, write, side == Side::kHost));
+}
+
+const float* Tensor::HomePointer(const std::shared_ptr<SyncedMemory>& home, Twin& twin,
+                                 bool write) const {
+  if (home_ != HalfType::kNone) {
+    CORTADO_THROW(kInternal, "the float32 home of a tensor of shape {} kept in {}", ShapeString(),
+                  HalfTypeName(home_));
+  }
+  SyncedMemory& memory = Home(home, twin);
+  // Written through the home: the twin is stale from now on (its version check sees the write).
+  return static_cast<const float*>(PointerOn(memory, write, true));
+}
+
+const float* Tensor::cpu_home_data() const { return HomePointer(data_, data_twin_, false); }
+const float* Tensor::cpu_home_diff() const { return HomePointer(diff_, diff_twin_, false); }
+float* Tensor::mutable_cpu_home_data() {
+  return const_cast<float*>(HomePointer(data_, data_twin_, true));
+}
+float* Tensor::mutable_cpu_home_diff() {
+  return const_cast<float*>(HomePointer(diff_, diff_twin_, true));
 }
 
 const void* Tensor::HalfPointer(const std::shared_ptr<SyncedMemory>& home, Twin& twin,

@@ -94,6 +94,37 @@ class Tensor {
   // home.
   void set_home_nhwc(bool nhwc);
   bool home_nhwc() const { return nhwc_; }
+  // Channel blocks on the CPU: a 4-D float32 tensor whose channels are a multiple of `block`
+  // may keep its home values (data and diff) as oneDNN's blocked layout nChw{block}c,
+  // [n][c / block][h][w][c % block], for layers whose CPU passes take that (Layer::BlockedTensors:
+  // convolutions read and write it without reordering). Its float32 views (cpu_data and the
+  // rest) stay NCHW: twins, reordered copies; cpu_home_data and the like give the home itself.
+  // 0 (the default) is plain NCHW. Set it before the values matter, on every tensor that shares
+  // the buffers alike (Net does); a Reshape to a shape that cannot keep it drops it (the values
+  // written through the home are then not to be read back). kInvalidArgument unless 4-D with a
+  // float32 home, channels a multiple of `block`, and `block` 0, 8 or 16.
+  void set_cpu_block(int block);
+  int cpu_block() const { return block_; }
+  // The home values on the host whatever their layout (NCHW, or nChw{cpu_block()}c), any value
+  // written through a twin moved in first. A float32 home only (kInternal otherwise).
+  const float* cpu_home_data() const;
+  const float* cpu_home_diff() const;
+  float* mutable_cpu_home_data();
+  float* mutable_cpu_home_diff();
+  // For element-wise passes, which work in any layout when all their tensors share it
+  // (SameCpuBlocks): the home of a tensor in channel blocks when `kept`, else the NCHW view.
+  const float* cpu_data_kept(bool kept) const {
+    return kept && block_ != 0 ? cpu_home_data() : cpu_data();
+  }
+  const float* cpu_diff_kept(bool kept) const {
+    return kept && block_ != 0 ? cpu_home_diff() : cpu_diff();
+  }
+  float* mutable_cpu_data_kept(bool kept) {
+    return kept && block_ != 0 ? mutable_cpu_home_data() : mutable_cpu_data();
+  }
+  float* mutable_cpu_diff_kept(bool kept) {
+    return kept && block_ != 0 ? mutable_cpu_home_diff() : mutable_cpu_diff();
+  }
   size_t value_bytes() const { return ValueBytes(home_); }
   // The values in `type` (not kNone) on the GPU: the home buffer when it is of that type, else
   // the twin. A tensor whose home is one 16-bit type has no twin of the other (kInternal).
@@ -163,6 +194,9 @@ class Tensor {
                           bool write, Side side) const;
   const float* FloatPointer(const std::shared_ptr<SyncedMemory>& home, Twin& twin, bool write,
                             Side side) const;
+  const float* HomePointer(const std::shared_ptr<SyncedMemory>& home, Twin& twin, bool write) const;
+  // float32 nChw{block_}c <-> NCHW on the host.
+  void Reorder(SyncedMemory& from, SyncedMemory& to, bool to_blocked) const;
 
   std::shared_ptr<SyncedMemory> data_;
   std::shared_ptr<SyncedMemory> diff_;
@@ -172,9 +206,14 @@ class Tensor {
   int device_id_ = 0;
   HalfType home_ = HalfType::kNone;
   bool nhwc_ = false;
+  int block_ = 0;
   mutable Twin data_twin_;
   mutable Twin diff_twin_;
 };
+
+// Whether the tensors (null ones left out) all keep the same channel blocks (Tensor::cpu_block),
+// so that an element-wise pass may read and write their homes (Tensor::cpu_data_kept).
+bool SameCpuBlocks(const std::vector<const Tensor*>& tensors);
 
 // Shape of a BlobProto as a string ("2 3 4 5 (120)"), for error messages.
 std::string ProtoShapeString(const caffe::BlobProto& proto);

@@ -3,6 +3,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <initializer_list>
+#include <type_traits>
 
 #include "layers/eltwise_layer.hpp"
 #include "layers/scale_layer.hpp"
@@ -198,6 +200,213 @@ CORTADO_CPU_CLONES void BackwardChannel(const BackwardPlan& p, int c) {
   }
 }
 
+// ---- the same in channel blocks (Tensor::cpu_block): [n][c / B][spatial][c % B] ----------------
+// A block's B channels are done together, lane l for channel c0 + l, each value computed with
+// the same operations in the same order as the NCHW passes above (the sums through BlockLaneSum,
+// LaneSum's order lane for lane), so that either layout gives the same bits.
+
+// Where image n's values of channel block cb start.
+inline size_t BlockAt(const ChannelRows& rows, int block, int n, int cb) {
+  return (static_cast<size_t>(n) * (rows.channels / block) + cb) * rows.spatial * block;
+}
+
+// The fused top of one image's block: AffineRow with a scale and bias per lane.
+template <int B, typename Normalised>
+CORTADO_ALWAYS_INLINE inline void AffineBlock(int spatial, Normalised normalised, const float* sc,
+                                              const float* bc, bool has_bias, bool relu,
+                                              float slope, float* x_norm, float* y) {
+  if (has_bias && relu) {
+    for (int i = 0; i < spatial; ++i) {
+      for (int l = 0; l < B; ++l) {
+        const int e = i * B + l;
+        const float z = normalised(e, l);
+        if (x_norm != nullptr) x_norm[e] = z;
+        const float v = z * sc[l] + bc[l];
+        y[e] = std::max(v, 0.0f) + slope * std::min(v, 0.0f);
+      }
+    }
+    return;
+  }
+  for (int i = 0; i < spatial; ++i) {
+    for (int l = 0; l < B; ++l) {
+      const int e = i * B + l;
+      const float z = normalised(e, l);
+      if (x_norm != nullptr) x_norm[e] = z;
+      float v = z * sc[l];
+      if (has_bias) v += bc[l];
+      if (relu) v = std::max(v, 0.0f) + slope * std::min(v, 0.0f);
+      y[e] = v;
+    }
+  }
+}
+
+template <int B>
+CORTADO_CPU_CLONES void ForwardBlock(const ForwardPlan& p, int cb) {
+  const ChannelRows& rows = p.rows;
+  const int c0 = cb * B;
+  const int values = rows.spatial * B;  // one image's block
+  if (p.batch_stats) {
+    double sum[B] = {};
+    for (int n = 0; n < rows.num; ++n) {
+      const float* x = p.in + BlockAt(rows, B, n, cb);
+      math::BlockLaneSum<B>(
+          rows.spatial, [x](int i, int l) { return x[i * B + l]; }, sum);
+    }
+    float mean[B];
+    for (int l = 0; l < B; ++l) {
+      mean[l] = static_cast<float>(sum[l] / rows.m);
+      p.mean[c0 + l] = mean[l];
+    }
+    double squares[B] = {};
+    for (int n = 0; n < rows.num; ++n) {
+      const float* x = p.in + BlockAt(rows, B, n, cb);
+      math::BlockLaneSum<B>(
+          rows.spatial,
+          [x, &mean](int i, int l) {
+            const float d = x[i * B + l] - mean[l];
+            return d * d;
+          },
+          squares);
+    }
+    for (int l = 0; l < B; ++l) p.variance[c0 + l] = static_cast<float>(squares[l] / rows.m);
+  }
+  float mean[B], sd[B], sc[B], bc[B];
+  for (int l = 0; l < B; ++l) {
+    const int c = c0 + l;
+    p.std[c] = std::sqrt(p.variance[c] + p.eps);
+    mean[l] = p.mean[c];
+    sd[l] = p.std[c];
+    sc[l] = p.scale != nullptr ? p.scale[c] : 1.0f;
+    bc[l] = p.bias != nullptr ? p.bias[c] : 0.0f;
+  }
+  for (int n = 0; n < rows.num; ++n) {
+    const size_t offset = BlockAt(rows, B, n, cb);
+    const float* x = p.in + offset;
+    float* xn = p.x_norm + offset;
+    float* y = p.out + offset;
+    auto normalised = [x, &mean, &sd](int e, int l) { return (x[e] - mean[l]) / sd[l]; };
+    if (p.scale == nullptr) {
+      for (int i = 0; i < rows.spatial; ++i) {
+        for (int l = 0; l < B; ++l) xn[i * B + l] = normalised(i * B + l, l);
+      }
+      if (xn != y) {
+        for (int e = 0; e < values; ++e) y[e] = xn[e];
+      }
+    } else {
+      AffineBlock<B>(rows.spatial, normalised, sc, bc, p.bias != nullptr, p.relu, p.slope,
+                     xn != y ? xn : nullptr, y);
+    }
+    if (p.residual != nullptr) {  // element by element: as ForwardChannel's
+      const float* r = p.residual + offset;
+      if (p.sum_relu) {
+        for (int e = 0; e < values; ++e) {
+          const float v = r[e] + y[e];
+          y[e] = std::max(v, 0.0f) + p.sum_slope * std::min(v, 0.0f);
+        }
+      } else {
+        for (int e = 0; e < values; ++e) y[e] = r[e] + y[e];
+      }
+    }
+  }
+}
+
+template <int B>
+CORTADO_CPU_CLONES void BackwardBlock(const BackwardPlan& p, int cb) {
+  const ChannelRows& rows = p.rows;
+  const int c0 = cb * B;
+  float sc[B], bc[B];
+  for (int l = 0; l < B; ++l) {
+    sc[l] = p.scale != nullptr ? p.scale[c0 + l] : 1.0f;
+    bc[l] = p.bias != nullptr ? p.bias[c0 + l] : 0.0f;
+  }
+  const float slope = p.slope;
+  if (p.sums) {
+    for (int n = 0; n < rows.num; ++n) {
+      const size_t offset = BlockAt(rows, B, n, cb);
+      const float* dy = p.top_diff + offset;
+      const float* yn = p.x_norm + offset;
+      if (!p.relu) {
+        math::BlockLaneSum2<B>(
+            rows.spatial, [dy](int i, int l) { return dy[i * B + l]; },
+            [dy, yn](int i, int l) { return dy[i * B + l] * yn[i * B + l]; }, p.sum_g + c0,
+            p.sum_gy + c0);
+      } else {
+        auto gi = [=, &sc, &bc](int i, int l) {
+          const int e = i * B + l;
+          return MaskedGradient(yn[e], dy[e], sc[l], bc[l], slope);
+        };
+        math::BlockLaneSum2<B>(
+            rows.spatial, gi, [gi, yn](int i, int l) { return gi(i, l) * yn[i * B + l]; },
+            p.sum_g + c0, p.sum_gy + c0);
+      }
+    }
+  }
+  if (p.diff == nullptr) return;
+  float a[B], b[B], sd[B];
+  for (int l = 0; l < B; ++l) {
+    const int c = c0 + l;
+    a[l] = p.global ? 0.0f : static_cast<float>(sc[l] * p.sum_g[c] / rows.m);
+    b[l] = p.global ? 0.0f : static_cast<float>(sc[l] * p.sum_gy[c] / rows.m);
+    sd[l] = p.std[c];
+  }
+  for (int n = 0; n < rows.num; ++n) {
+    const size_t offset = BlockAt(rows, B, n, cb);
+    const float* dy = p.top_diff + offset;
+    const float* yn = p.x_norm + offset;
+    float* dx = p.diff + offset;
+    auto gi = [=, &sc, &bc](int e, int l) {
+      return MaskedGradient(yn[e], dy[e], sc[l], bc[l], slope);
+    };
+    auto each = [&](auto value) {
+      for (int i = 0; i < rows.spatial; ++i) {
+        for (int l = 0; l < B; ++l) dx[i * B + l] = value(i * B + l, l);
+      }
+    };
+    if (p.global) {
+      if (p.relu) {
+        each([&](int e, int l) { return gi(e, l) * sc[l] / sd[l]; });
+      } else {
+        each([&](int e, int l) { return dy[e] * sc[l] / sd[l]; });
+      }
+    } else if (p.relu) {
+      each([&](int e, int l) { return (gi(e, l) * sc[l] - a[l] - b[l] * yn[e]) / sd[l]; });
+    } else {
+      each([&](int e, int l) { return (dy[e] * sc[l] - a[l] - b[l] * yn[e]) / sd[l]; });
+    }
+  }
+}
+
+// The channel block the passes of `tensors` run in: theirs when all have the same, else 0
+// (then every one is read and written through its NCHW view).
+int CommonBlock(std::initializer_list<const Tensor*> tensors) {
+  int block = -1;
+  for (const Tensor* t : tensors) {
+    if (t == nullptr) continue;
+    if (block == -1) block = t->cpu_block();
+    if (t->cpu_block() != block) return 0;
+  }
+  return block < 0 ? 0 : block;
+}
+
+// Runs a pass over every channel (block 0: channel(c) for each c) or every block of 8 or 16
+// channels (block8(cb), block16(cb)) across the threads, each unit one thread's work.
+template <typename Channel, typename Block8, typename Block16>
+void ForEachChannel(int channels, int block, int count, Channel channel, Block8 block8,
+                    Block16 block16) {
+  CORTADO_CHECK(block == 0 || block == 8 || block == 16, "a channel block of {}", block);
+  const int units = block != 0 ? channels / block : channels;
+#pragma omp parallel for if (count > math::kParallelThreshold) schedule(static)
+  for (int u = 0; u < units; ++u) {
+    if (block == 16) {
+      block16(u);
+    } else if (block == 8) {
+      block8(u);
+    } else {
+      channel(u);
+    }
+  }
+}
+
 }  // namespace
 
 void BatchNormLayer::Setup(const std::vector<Tensor*>& bottom,
@@ -260,8 +469,10 @@ void BatchNormLayer::Reshape(const std::vector<Tensor*>& bottom, const std::vect
 
 void BatchNormLayer::ForwardCpu(const std::vector<Tensor*>& bottom,
                                 const std::vector<Tensor*>& top) {
-  const float* in = bottom[0]->cpu_data();
-  float* out = top[0]->mutable_cpu_data();
+  // In channel blocks where the net keeps the bottom, the top and a folded sum's other bottom so.
+  const int block = CommonBlock({bottom[0], top[0], sum_ != nullptr ? bottom[1] : nullptr});
+  const float* in = block != 0 ? bottom[0]->cpu_home_data() : bottom[0]->cpu_data();
+  float* out = block != 0 ? top[0]->mutable_cpu_home_data() : top[0]->mutable_cpu_data();
   const int count = bottom[0]->count();
   const int m = count / channels_;  // values per channel
   std::vector<float> variance(channels_, 0.0f);
@@ -284,7 +495,9 @@ void BatchNormLayer::ForwardCpu(const std::vector<Tensor*>& bottom,
   const float* b = affine.bias != nullptr ? affine.bias->cpu_data() : nullptr;
   const bool relu = relu_;
   const float slope = relu_slope_;
-  const float* residual = sum_ != nullptr ? bottom[1]->cpu_data() : nullptr;
+  const float* residual = sum_ == nullptr ? nullptr
+                          : block != 0    ? bottom[1]->cpu_home_data()
+                                          : bottom[1]->cpu_data();
   const bool sum_relu = sum_ != nullptr && sum_->fused_relu();
   const float sum_slope = sum_ != nullptr ? sum_->relu_slope() : 0.0f;
   // One channel after another, each one thread's work from its statistics to its top, so that
@@ -308,8 +521,10 @@ void BatchNormLayer::ForwardCpu(const std::vector<Tensor*>& bottom,
   plan.batch_stats = batch_stats;
   plan.relu = relu;
   plan.sum_relu = sum_relu;
-#pragma omp parallel for if (count > math::kParallelThreshold) schedule(static)
-  for (int c = 0; c < channels_; ++c) ForwardChannel(plan, c);
+  ForEachChannel(
+      channels_, block, count, [&plan](int c) { ForwardChannel(plan, c); },
+      [&plan](int cb) { ForwardBlock<8>(plan, cb); },
+      [&plan](int cb) { ForwardBlock<16>(plan, cb); });
   if (batch_stats) {
     // Running sums; the normaliser in blobs[2] turns them into averages.
     float* norm = blobs_[2]->mutable_cpu_data();
@@ -333,8 +548,10 @@ void BatchNormLayer::BackwardCpu(const std::vector<Tensor*>& top,
   CORTADO_CHECK(keep_x_norm_, "{}: Backward after DropBackwardState", Describe());
   // In place, top diff and bottom diff are one buffer; every step below reads an element
   // before writing the same element. A folded sum's gradient is bottom 1's.
-  const float* top_diff = (sum_ != nullptr ? bottom[1] : top[0])->cpu_diff();
-  const float* y = x_norm_.cpu_data();
+  const int block = CommonBlock({bottom[0], top[0], sum_ != nullptr ? bottom[1] : nullptr});
+  const Tensor* dy_blob = sum_ != nullptr ? bottom[1] : top[0];
+  const float* top_diff = block != 0 ? dy_blob->cpu_home_diff() : dy_blob->cpu_diff();
+  const float* y = x_norm_.cpu_data();  // in the layout of the forward pass
   const int m = num_ * spatial_dim_;
   // Fused, g is the gradient at the Scale's output: dy, times the ReLU's slope where the Scale's
   // output v = x_norm * s (+ b) is not positive (v > 0 exactly when relu(v) > 0 for slope >= 0).
@@ -350,7 +567,9 @@ void BatchNormLayer::BackwardCpu(const std::vector<Tensor*>& top,
   std::vector<double> sum_g(channels_, 0.0), sum_gy(channels_, 0.0);
   const int count = bottom[0]->count();
   const bool sums = !use_global_stats_ || param_grads;
-  float* diff = propagate_down[0] ? bottom[0]->mutable_cpu_diff() : nullptr;
+  float* diff = !propagate_down[0] ? nullptr
+                : block != 0       ? bottom[0]->mutable_cpu_home_diff()
+                                   : bottom[0]->mutable_cpu_diff();
   BackwardPlan plan;
   plan.top_diff = top_diff;
   plan.x_norm = y;
@@ -365,8 +584,10 @@ void BatchNormLayer::BackwardCpu(const std::vector<Tensor*>& top,
   plan.sums = sums;
   plan.global = use_global_stats_;
   plan.relu = relu;
-#pragma omp parallel for if (count > math::kParallelThreshold) schedule(static)
-  for (int c = 0; c < channels_; ++c) BackwardChannel(plan, c);
+  ForEachChannel(
+      channels_, block, count, [&plan](int c) { BackwardChannel(plan, c); },
+      [&plan](int cb) { BackwardBlock<8>(plan, cb); },
+      [&plan](int cb) { BackwardBlock<16>(plan, cb); });
   // The Scale's diffs (accumulated, as its own Backward does): d scale = sum(g * x_norm),
   // d bias = sum(g).
   if (affine.scale_grad != nullptr) {
@@ -387,8 +608,9 @@ void BatchNormLayer::RecomputeTops(const std::vector<Tensor*>& top) {
     return;
   }
 #endif
-  const float* x_norm = x_norm_.cpu_data();
-  float* out = top[0]->mutable_cpu_data();
+  const float* x_norm = x_norm_.cpu_data();  // in the layout of the forward pass
+  const int block = top[0]->cpu_block();
+  float* out = block != 0 ? top[0]->mutable_cpu_home_data() : top[0]->mutable_cpu_data();
   const int count = top[0]->count();
   if (scale_ == nullptr) {
     math::Copy(count, x_norm, out);
@@ -400,6 +622,27 @@ void BatchNormLayer::RecomputeTops(const std::vector<Tensor*>& top) {
   const float* b = affine.bias != nullptr ? affine.bias->cpu_data() : nullptr;
   const bool relu = relu_;
   const float slope = relu_slope_;
+  if (block != 0) {
+    const ChannelRows rows = {num_, channels_, spatial_dim_, num_ * spatial_dim_};
+    auto recompute = [&](auto block_size, int cb) {
+      constexpr int B = decltype(block_size)::value;
+      const float* sc = s + cb * B;
+      float bc[B] = {};
+      if (b != nullptr) std::copy(b + cb * B, b + cb * B + B, bc);
+      for (int n = 0; n < num_; ++n) {
+        const size_t offset = BlockAt(rows, B, n, cb);
+        const float* xn = x_norm + offset;
+        AffineBlock<B>(
+            spatial_dim_, [xn](int e, int) { return xn[e]; }, sc, bc, b != nullptr, relu, slope,
+            nullptr, out + offset);
+      }
+    };
+    ForEachChannel(
+        channels_, block, count, [](int) {},
+        [&](int cb) { recompute(std::integral_constant<int, 8>(), cb); },
+        [&](int cb) { recompute(std::integral_constant<int, 16>(), cb); });
+    return;
+  }
 #pragma omp parallel for if (count > math::kParallelThreshold) schedule(static)
   for (int c = 0; c < channels_; ++c) {
     const float sc = s[c];

@@ -36,6 +36,8 @@ class BatchNormLayer final : public Layer {
   // fused Scale and ReLU included; statistics and parameters stay float32.
   bool TakesHalfTensors() const override { return true; }
   NhwcUse NhwcTensors() const override { return NhwcUse::kSame; }
+  // Its CPU passes (and those of the Scale, ReLU and sum fused into it) take channel blocks.
+  NhwcUse BlockedTensors() const override { return NhwcUse::kSame; }
   int ExactNumBottomBlobs() const override { return 1; }
   int ExactNumTopBlobs() const override { return 1; }
   void Setup(const std::vector<Tensor*>& bottom, const std::vector<Tensor*>& top) override;

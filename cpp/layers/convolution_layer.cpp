@@ -43,6 +43,16 @@ math::HalfTensorLayouts ConvolutionLayer::LayoutsOf(const std::vector<Tensor*>& 
   return layouts;
 }
 
+math::CpuBlocks ConvolutionLayer::BlocksOf(const std::vector<Tensor*>& bottom,
+                                           const std::vector<Tensor*>& top) {
+  math::CpuBlocks blocks;
+  if (bottom.size() == 1 && top.size() == 1) {
+    blocks.src = bottom[0]->cpu_block();
+    blocks.dst = top[0]->cpu_block();
+  }
+  return blocks;
+}
+
 void ConvolutionLayer::Reshape(const std::vector<Tensor*>& bottom,
                                const std::vector<Tensor*>& top) {
   BaseConvolutionLayer::Reshape(bottom, top);
@@ -69,15 +79,20 @@ void ConvolutionLayer::Reshape(const std::vector<Tensor*>& bottom,
   shape.bias = bias_term_;
   const HalfType half = HalfTensors();
   const math::HalfTensorLayouts layouts = LayoutsOf(bottom, top);
-  if (fast_ && shape == fast_shape_ && half == fast_half_ && layouts == fast_layouts_) return;
+  const math::CpuBlocks blocks = BlocksOf(bottom, top);
+  if (fast_ && shape == fast_shape_ && half == fast_half_ && layouts == fast_layouts_ &&
+      blocks == fast_blocks_) {
+    return;
+  }
 #if CORTADO_WITH_CUDA
   fast_ = ctx_->device().is_cuda() ? math::MakeGpuConvolution(*ctx_, shape, half, layouts)
-                                   : math::MakeFastConvolution(shape);
+                                   : math::MakeFastConvolution(shape, blocks);
 #else
-  fast_ = math::MakeFastConvolution(shape);
+  fast_ = math::MakeFastConvolution(shape, blocks);
 #endif
   fast_shape_ = shape;
   fast_layouts_ = layouts;
+  fast_blocks_ = blocks;
   // A build without cuDNN has no plan for half tensors (nor takes them).
   fast_half_ = fast_ != nullptr ? half : HalfType::kNone;
   CORTADO_LOG_DEBUG("{}: {}", Describe(), fast_ ? fast_->Name() : std::string("im2col + GEMM"));
@@ -85,11 +100,17 @@ void ConvolutionLayer::Reshape(const std::vector<Tensor*>& bottom,
 
 void ConvolutionLayer::ForwardCpu(const std::vector<Tensor*>& bottom,
                                   const std::vector<Tensor*>& top) {
+  // The net sets channel blocks after Setup: a plan for other layouts is made again.
+  if (fast_ && BlocksOf(bottom, top) != fast_blocks_) Reshape(bottom, top);
   const float* weights = blobs_[0]->cpu_data();
   if (fast_) {
     const float* bias = bias_term_ ? blobs_[1]->cpu_data() : nullptr;
     for (size_t i = 0; i < bottom.size(); ++i) {
-      fast_->Forward(bottom[i]->cpu_data(), weights, bias, top[i]->mutable_cpu_data());
+      // A blocked tensor's home is in the plan's layout (the NCHW views are for other layers).
+      const float* src = fast_blocks_.src != 0 ? bottom[i]->cpu_home_data() : bottom[i]->cpu_data();
+      float* dst =
+          fast_blocks_.dst != 0 ? top[i]->mutable_cpu_home_data() : top[i]->mutable_cpu_data();
+      fast_->Forward(src, weights, bias, dst);
     }
     return;
   }
@@ -103,19 +124,27 @@ void ConvolutionLayer::ForwardCpu(const std::vector<Tensor*>& bottom,
 void ConvolutionLayer::BackwardCpu(const std::vector<Tensor*>& top,
                                    const std::vector<bool>& propagate_down,
                                    const std::vector<Tensor*>& bottom) {
+  if (fast_ && BlocksOf(bottom, top) != fast_blocks_) Reshape(bottom, top);
   const float* weights = blobs_[0]->cpu_data();
   for (size_t i = 0; i < top.size(); ++i) {
-    const float* top_diff = top[i]->cpu_diff();
     const bool bias_diff = bias_term_ && param_propagate_down(1);
     if (fast_) {
       const bool weight_diff = param_propagate_down(0);
-      if (bias_diff && !weight_diff) BackwardBias(top_diff, blobs_[1]->mutable_cpu_diff(), num_);
-      fast_->Backward(bottom[i]->cpu_data(), top_diff, weights,
-                      weight_diff ? blobs_[0]->mutable_cpu_diff() : nullptr,
+      const bool src_blocked = fast_blocks_.src != 0;
+      const float* top_diff = fast_blocks_.dst != 0 ? top[i]->cpu_home_diff() : top[i]->cpu_diff();
+      if (bias_diff && !weight_diff) {
+        // Caffe's bias pass reads NCHW (the twin when the top is blocked).
+        BackwardBias(top[i]->cpu_diff(), blobs_[1]->mutable_cpu_diff(), num_);
+      }
+      fast_->Backward(src_blocked ? bottom[i]->cpu_home_data() : bottom[i]->cpu_data(), top_diff,
+                      weights, weight_diff ? blobs_[0]->mutable_cpu_diff() : nullptr,
                       weight_diff && bias_diff ? blobs_[1]->mutable_cpu_diff() : nullptr,
-                      propagate_down[i] ? bottom[i]->mutable_cpu_diff() : nullptr);
+                      !propagate_down[i] ? nullptr
+                      : src_blocked      ? bottom[i]->mutable_cpu_home_diff()
+                                         : bottom[i]->mutable_cpu_diff());
       continue;
     }
+    const float* top_diff = top[i]->cpu_diff();
     if (bias_diff) BackwardBias(top_diff, blobs_[1]->mutable_cpu_diff(), num_);
     if (param_propagate_down(0)) {
       WeightGemm(bottom[i]->cpu_data(), top_diff, blobs_[0]->mutable_cpu_diff(), num_);

@@ -41,6 +41,12 @@ class ConvolutionLayer final : public BaseConvolutionLayer {
   NhwcUse NhwcTensors() const override {
     return TakesHalfTensors() && param_.bottom_size() == 1 ? NhwcUse::kEach : NhwcUse::kNo;
   }
+  // oneDNN likewise on the CPU, with blocked tensors (one bottom).
+  NhwcUse BlockedTensors() const override {
+    return fast_ != nullptr && !ctx_->device().is_cuda() && param_.bottom_size() == 1
+               ? NhwcUse::kEach
+               : NhwcUse::kNo;
+  }
 
  protected:
   bool reverse_dimensions() const override { return false; }
@@ -64,6 +70,10 @@ class ConvolutionLayer final : public BaseConvolutionLayer {
   math::HalfTensorLayouts fast_layouts_;
   static math::HalfTensorLayouts LayoutsOf(const std::vector<Tensor*>& bottom,
                                            const std::vector<Tensor*>& top);
+  // The same for the CPU: the bottom's and top's channel blocks (Tensor::cpu_block).
+  math::CpuBlocks fast_blocks_;
+  static math::CpuBlocks BlocksOf(const std::vector<Tensor*>& bottom,
+                                  const std::vector<Tensor*>& top);
 };
 
 }  // namespace cortado

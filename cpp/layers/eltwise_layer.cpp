@@ -2,6 +2,7 @@
 #include "layers/eltwise_layer.hpp"
 
 #include <algorithm>
+#include <iterator>
 #include <vector>
 
 #include "math/math.hpp"
@@ -59,17 +60,20 @@ void EltwiseLayer::Reshape(const std::vector<Tensor*>& bottom, const std::vector
 
 void EltwiseLayer::ForwardCpu(const std::vector<Tensor*>& bottom, const std::vector<Tensor*>& top) {
   const int n = top[0]->count();
-  float* out = top[0]->mutable_cpu_data();
+  std::vector<const Tensor*> all(bottom.begin(), bottom.end());
+  all.push_back(top[0]);
+  const bool kept = SameCpuBlocks(all);  // element by element: any layout, all alike
+  float* out = top[0]->mutable_cpu_data_kept(kept);
   const int num_bottom = static_cast<int>(bottom.size());
   switch (op_) {
     case caffe::EltwiseParameter::PROD:
-      math::Mul(n, bottom[0]->cpu_data(), bottom[1]->cpu_data(), out);
-      for (int b = 2; b < num_bottom; ++b) math::Mul(n, out, bottom[b]->cpu_data(), out);
+      math::Mul(n, bottom[0]->cpu_data_kept(kept), bottom[1]->cpu_data_kept(kept), out);
+      for (int b = 2; b < num_bottom; ++b) math::Mul(n, out, bottom[b]->cpu_data_kept(kept), out);
       break;
     case caffe::EltwiseParameter::SUM:
       if (num_bottom == 2) {  // a residual connection: one pass
-        const float* a = bottom[0]->cpu_data();
-        const float* c = bottom[1]->cpu_data();
+        const float* a = bottom[0]->cpu_data_kept(kept);
+        const float* c = bottom[1]->cpu_data_kept(kept);
         const float ca = coeffs_[0];
         const float cc = coeffs_[1];
         const float slope = relu_slope_;
@@ -82,7 +86,8 @@ void EltwiseLayer::ForwardCpu(const std::vector<Tensor*>& bottom, const std::vec
         break;
       }
       math::Set(n, 0.0f, out);
-      for (int b = 0; b < num_bottom; ++b) math::Axpy(n, coeffs_[b], bottom[b]->cpu_data(), out);
+      for (int b = 0; b < num_bottom; ++b)
+        math::Axpy(n, coeffs_[b], bottom[b]->cpu_data_kept(kept), out);
       if (relu_) {  // as relu_layer.cpp computes it
 #pragma omp parallel for if (n > math::kParallelThreshold) schedule(static)
         for (int i = 0; i < n; ++i) {
@@ -91,8 +96,8 @@ void EltwiseLayer::ForwardCpu(const std::vector<Tensor*>& bottom, const std::vec
       }
       break;
     case caffe::EltwiseParameter::MAX: {
-      const float* a = bottom[0]->cpu_data();
-      const float* c = bottom[1]->cpu_data();
+      const float* a = bottom[0]->cpu_data_kept(kept);
+      const float* c = bottom[1]->cpu_data_kept(kept);
       int* idx = max_idx_.data();
       for (int i = 0; i < n; ++i) {
         // Strict ">" so that a tie between the first two goes to bottom 1, as in Caffe.
@@ -101,7 +106,7 @@ void EltwiseLayer::ForwardCpu(const std::vector<Tensor*>& bottom, const std::vec
         idx[i] = first ? 0 : 1;
       }
       for (int b = 2; b < num_bottom; ++b) {
-        const float* x = bottom[b]->cpu_data();
+        const float* x = bottom[b]->cpu_data_kept(kept);
         for (int i = 0; i < n; ++i) {
           if (x[i] > out[i]) {
             out[i] = x[i];
@@ -180,30 +185,35 @@ void EltwiseLayer::BackwardCpu(const std::vector<Tensor*>& top,
                                const std::vector<Tensor*>& bottom) {
   const int n = top[0]->count();
   const int num_bottom = static_cast<int>(bottom.size());
+  std::vector<const Tensor*> all(bottom.begin(), bottom.end());
+  all.push_back(top[0]);
+  if (sums_top_diffs())
+    all.insert(all.end(), std::begin(top_diff_terms_), std::end(top_diff_terms_));
+  const bool kept = SameCpuBlocks(all);  // element by element: any layout, all alike
   if (op_ == caffe::EltwiseParameter::SUM) {
     std::vector<float*> diffs;
     std::vector<float> coeffs;
     for (int b = 0; b < num_bottom; ++b) {
       if (!propagate_down[b]) continue;
-      diffs.push_back(bottom[b]->mutable_cpu_diff());
+      diffs.push_back(bottom[b]->mutable_cpu_diff_kept(kept));
       coeffs.push_back(coeffs_[b]);
     }
     if (diffs.empty()) return;
-    const float* relu_top = relu_ ? top[0]->cpu_data() : nullptr;
+    const float* relu_top = relu_ ? top[0]->cpu_data_kept(kept) : nullptr;
     const bool terms = sums_top_diffs();
-    const float* t0 = terms ? top_diff_terms_[0]->cpu_diff() : top[0]->cpu_diff();
-    const float* t1 = terms ? top_diff_terms_[1]->cpu_diff() : nullptr;
+    const float* t0 = terms ? top_diff_terms_[0]->cpu_diff_kept(kept) : top[0]->cpu_diff_kept(kept);
+    const float* t1 = terms ? top_diff_terms_[1]->cpu_diff_kept(kept) : nullptr;
     decltype(&SumBackwardCpu<true, true>) pass =
         terms ? (relu_ ? SumBackwardCpu<true, true> : SumBackwardCpu<true, false>)
               : (relu_ ? SumBackwardCpu<false, true> : SumBackwardCpu<false, false>);
     pass(n, t0, t1, relu_top, relu_slope_, diffs, coeffs);
     return;
   }
-  const float* top_diff = top[0]->cpu_diff();
-  const float* top_data = top[0]->cpu_data();
+  const float* top_diff = top[0]->cpu_diff_kept(kept);
+  const float* top_data = top[0]->cpu_data_kept(kept);
   for (int b = 0; b < num_bottom; ++b) {
     if (!propagate_down[b]) continue;
-    float* diff = bottom[b]->mutable_cpu_diff();
+    float* diff = bottom[b]->mutable_cpu_diff_kept(kept);
     switch (op_) {
       case caffe::EltwiseParameter::PROD:
         if (stable_prod_grad_) {
@@ -212,14 +222,14 @@ void EltwiseLayer::BackwardCpu(const std::vector<Tensor*>& top,
           for (int j = 0; j < num_bottom; ++j) {
             if (j == b) continue;
             if (!started) {
-              math::Copy(n, bottom[j]->cpu_data(), diff);
+              math::Copy(n, bottom[j]->cpu_data_kept(kept), diff);
               started = true;
             } else {
-              math::Mul(n, diff, bottom[j]->cpu_data(), diff);
+              math::Mul(n, diff, bottom[j]->cpu_data_kept(kept), diff);
             }
           }
         } else {
-          math::Div(n, top_data, bottom[b]->cpu_data(), diff);
+          math::Div(n, top_data, bottom[b]->cpu_data_kept(kept), diff);
         }
         math::Mul(n, diff, top_diff, diff);
         break;

@@ -60,6 +60,7 @@ class EltwiseLayer final : public Layer {
   NhwcUse NhwcTensors() const override {  // element by element: any layout, all alike
     return TakesHalfTensors() ? NhwcUse::kSame : NhwcUse::kNo;
   }
+  NhwcUse BlockedTensors() const override { return NhwcUse::kSame; }  // likewise on the CPU
 
  protected:
   void ForwardCpu(const std::vector<Tensor*>& bottom, const std::vector<Tensor*>& top) override;

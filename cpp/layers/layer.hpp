@@ -117,6 +117,12 @@ class Layer {
   // (half_tensors.cpp). Default kNo.
   enum class NhwcUse { kNo, kSame, kEach };
   virtual NhwcUse NhwcTensors() const { return NhwcUse::kNo; }
+  // The same for the CPU's float32 passes and tensors kept in channel blocks (Tensor::cpu_block):
+  // kSame or kEach where the layer's CPU passes read and write the blocked homes themselves
+  // (cpu_home_data); others read and write the NCHW views, which are reordered copies. Net keeps
+  // a group of blobs in blocks when every layer that touches it takes them and a convolution is
+  // among them (blocked_tensors.cpp). Default kNo.
+  virtual NhwcUse BlockedTensors() const { return NhwcUse::kNo; }
 
   // Set by the Net when another layer's passes compute this layer too (it fuses BatchNorm with
   // the Scale and ReLU that follow it in place): Forward and Backward then do nothing.

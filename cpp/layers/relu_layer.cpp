@@ -20,10 +20,11 @@ void ReLULayer::Reshape(const std::vector<Tensor*>& bottom, const std::vector<Te
 void ReLULayer::ForwardCpu(const std::vector<Tensor*>& bottom, const std::vector<Tensor*>& top) {
   const int n = bottom[0]->count();
   const float slope = param_.relu_param().negative_slope();
+  const bool kept = SameCpuBlocks({bottom[0], top[0]});  // element by element: any layout
   if (KeepsBottom(bottom, top))
-    math::Copy(n, bottom[0]->cpu_data(), bottom_copy_.mutable_cpu_data());
-  const float* x = bottom[0]->cpu_data();
-  float* y = top[0]->mutable_cpu_data();
+    math::Copy(n, bottom[0]->cpu_data_kept(kept), bottom_copy_.mutable_cpu_data());
+  const float* x = bottom[0]->cpu_data_kept(kept);
+  float* y = top[0]->mutable_cpu_data_kept(kept);
   if (slope == 0.0f) {
 #pragma omp parallel for if (n > math::kParallelThreshold) schedule(static)
     for (int i = 0; i < n; ++i) y[i] = std::max(x[i], 0.0f);
@@ -41,11 +42,14 @@ void ReLULayer::BackwardCpu(const std::vector<Tensor*>& top,
   const float slope = param_.relu_param().negative_slope();
   // x > 0 exactly when y > 0 for slope >= 0, so the top data decides the branch (it is all we
   // have in place); a negative slope in place reads the copy taken in Forward.
-  const float* sign_source = KeepsBottom(bottom, top)
-                                 ? bottom_copy_.cpu_data()
-                                 : (slope < 0.0f ? bottom[0]->cpu_data() : top[0]->cpu_data());
-  const float* dy = top[0]->cpu_diff();
-  float* dx = bottom[0]->mutable_cpu_diff();
+  // The copy is in the layout Forward read (the same as now: a net sets blocks once).
+  const bool kept = SameCpuBlocks({bottom[0], top[0]});
+  const float* sign_source =
+      KeepsBottom(bottom, top)
+          ? bottom_copy_.cpu_data()
+          : (slope < 0.0f ? bottom[0]->cpu_data_kept(kept) : top[0]->cpu_data_kept(kept));
+  const float* dy = top[0]->cpu_diff_kept(kept);
+  float* dx = bottom[0]->mutable_cpu_diff_kept(kept);
 #pragma omp parallel for if (n > math::kParallelThreshold) schedule(static)
   for (int i = 0; i < n; ++i) dx[i] = sign_source[i] > 0.0f ? dy[i] : dy[i] * slope;
 }

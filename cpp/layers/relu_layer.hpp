@@ -20,6 +20,7 @@ class ReLULayer final : public Layer {
   const char* type() const override { return "ReLU"; }
   bool TakesHalfTensors() const override { return true; }
   NhwcUse NhwcTensors() const override { return NhwcUse::kSame; }  // element by element
+  NhwcUse BlockedTensors() const override { return NhwcUse::kSame; }
   int ExactNumBottomBlobs() const override { return 1; }
   int ExactNumTopBlobs() const override { return 1; }
 

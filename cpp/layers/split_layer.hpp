@@ -20,6 +20,7 @@ class SplitLayer final : public Layer {
   bool BackwardReadsTopData(int /*index*/) const override { return false; }
   bool TakesHalfTensors() const override { return true; }
   NhwcUse NhwcTensors() const override { return NhwcUse::kSame; }  // element by element
+  NhwcUse BlockedTensors() const override { return NhwcUse::kSame; }
 
  protected:
   void ForwardCpu(const std::vector<Tensor*>&, const std::vector<Tensor*>&) override {}

@@ -75,9 +75,25 @@ class ConvolutionPlan {
   }
 };
 
+// The layouts of a CPU plan's tensors: src (and diff_src) and dst (and diff_dst) in NCHW (0)
+// or in oneDNN's blocked nChw{block}c (8 or 16; Tensor::cpu_block), which its convolutions read
+// and write without reordering when it is the layout they choose (CpuChannelBlock).
+struct CpuBlocks {
+  int src = 0;
+  int dst = 0;
+  bool operator==(const CpuBlocks& o) const { return src == o.src && dst == o.dst; }
+  bool operator!=(const CpuBlocks& o) const { return !(*this == o); }
+};
+
 // A plan for `shape`, or nullptr when no fast implementation exists in this build or for this
 // shape (the caller then uses im2col + GEMM).
-std::unique_ptr<ConvolutionPlan> MakeFastConvolution(const ConvolutionShape& shape);
+std::unique_ptr<ConvolutionPlan> MakeFastConvolution(const ConvolutionShape& shape,
+                                                     CpuBlocks blocks = {});
+
+// The channel block oneDNN's CPU convolutions keep activations in on this machine (16 with
+// AVX-512, 8 with AVX2), or 0: none, or a build without oneDNN. Asked once per process;
+// CORTADO_CPU_BLOCKS=0 makes it 0 (nets then keep every blob NCHW).
+int CpuChannelBlock();
 
 // The same on the GPU of `ctx` (cuDNN; device pointers, work queued on the context's stream),
 // or nullptr in a build without cuDNN. The plan picks each pass's algorithm once, by timing

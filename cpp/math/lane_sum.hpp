@@ -67,4 +67,66 @@ CORTADO_ALWAYS_INLINE inline void LaneSum2(int n, First first, Second second, do
   *second_sum = b;
 }
 
+// The sums of `block` interleaved rows at once, as LaneSum sums each: value(i, l) is row l's
+// i-th value (i < n), and totals[l] += LaneSum(n, value(., l)), bit for bit, for l < Block.
+// Rows kept interleaved (a channel block's values, [i][l]) then sum with one vector operation
+// per step instead of strided reads.
+template <int Block, typename Value>
+CORTADO_ALWAYS_INLINE inline void BlockLaneSum(int n, Value value, double* totals) {
+  double row[Block] = {};
+  int i = 0;
+  for (; i + kSumBlock <= n; i += kSumBlock) {
+    float lane[kSumLanes][Block] = {};
+    for (int j = 0; j < kSumBlock; j += kSumLanes) {
+      for (int k = 0; k < kSumLanes; ++k) {
+        for (int l = 0; l < Block; ++l) lane[k][l] += value(i + j + k, l);
+      }
+    }
+    for (int l = 0; l < Block; ++l) {
+      row[l] += ((lane[0][l] + lane[1][l]) + (lane[2][l] + lane[3][l])) +
+                ((lane[4][l] + lane[5][l]) + (lane[6][l] + lane[7][l]));
+    }
+  }
+  for (; i < n; ++i) {
+    for (int l = 0; l < Block; ++l) row[l] += value(i, l);
+  }
+  for (int l = 0; l < Block; ++l) totals[l] += row[l];
+}
+
+// Two such sums in one pass, as LaneSum2 sums each row: first_totals[l] += its first sum,
+// second_totals[l] += its second.
+template <int Block, typename First, typename Second>
+CORTADO_ALWAYS_INLINE inline void BlockLaneSum2(int n, First first, Second second,
+                                                double* first_totals, double* second_totals) {
+  double a[Block] = {}, b[Block] = {};
+  int i = 0;
+  for (; i + kSumBlock <= n; i += kSumBlock) {
+    float la[kSumLanes][Block] = {}, lb[kSumLanes][Block] = {};
+    for (int j = 0; j < kSumBlock; j += kSumLanes) {
+      for (int k = 0; k < kSumLanes; ++k) {
+        for (int l = 0; l < Block; ++l) {
+          la[k][l] += first(i + j + k, l);
+          lb[k][l] += second(i + j + k, l);
+        }
+      }
+    }
+    for (int l = 0; l < Block; ++l) {
+      a[l] += ((la[0][l] + la[1][l]) + (la[2][l] + la[3][l])) +
+              ((la[4][l] + la[5][l]) + (la[6][l] + la[7][l]));
+      b[l] += ((lb[0][l] + lb[1][l]) + (lb[2][l] + lb[3][l])) +
+              ((lb[4][l] + lb[5][l]) + (lb[6][l] + lb[7][l]));
+    }
+  }
+  for (; i < n; ++i) {
+    for (int l = 0; l < Block; ++l) {
+      a[l] += first(i, l);
+      b[l] += second(i, l);
+    }
+  }
+  for (int l = 0; l < Block; ++l) {
+    first_totals[l] += a[l];
+    second_totals[l] += b[l];
+  }
+}
+
 }  // namespace cortado::math

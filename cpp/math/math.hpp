@@ -20,8 +20,9 @@ inline constexpr int kParallelThreshold = 1 << 15;
 
 // Cortado's own CPU loops are built for the x86-64 baseline (SSE2); a function marked
 // CORTADO_CPU_CLONES is also built for AVX2 and AVX-512, and the loader picks the version the
-// CPU runs (GCC's target_clones). Neither enables FMA, so each operation rounds as in the
-// baseline: the same bits on every CPU, only wider vectors.
+// CPU runs (GCC's target_clones). None fuses a multiply and an add (GCC's avx512f target allows
+// FMA, but the build's -ffp-contract=off keeps it from contracting), so each operation rounds as
+// in the baseline: the same bits on every CPU, only wider vectors.
 #if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && !defined(__CUDACC__)
 #define CORTADO_CPU_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
 #else

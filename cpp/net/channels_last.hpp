@@ -4,8 +4,10 @@
 // GPU; Net::KeepHalfTensors applies it (half_tensors.cpp).
 #pragma once
 
+#include <memory>
 #include <vector>
 
+#include "core/tensor.hpp"
 #include "layers/layer.hpp"
 
 namespace cortado {
@@ -27,5 +29,16 @@ struct LayoutUser {
 std::vector<bool> ChannelsLastBlobs(const std::vector<bool>& may_be_nhwc,
                                     const std::vector<int>& group_of_blob,
                                     const std::vector<LayoutUser>& layers);
+
+// The same choice serves channel blocks on the CPU (blocked_tensors.cpp). Its inputs from a net:
+// one group id per blob, alike for blobs that share a data buffer (a Split's tops and its
+// bottom, a Flatten's top and bottom)...
+std::vector<int> DataBufferGroups(const std::vector<std::shared_ptr<Tensor>>& blobs);
+// ...and each layer as a LayoutUser, its use given by `use_of` (a fused layer's passes are its
+// host's: kSame), a convolution being a "Convolution" layer whose use is kEach.
+std::vector<LayoutUser> LayoutUsers(const std::vector<std::unique_ptr<Layer>>& layers,
+                                    const std::vector<std::vector<int>>& bottom_ids,
+                                    const std::vector<std::vector<int>>& top_ids,
+                                    Layer::NhwcUse (Layer::*use_of)() const);
 
 }  // namespace cortado

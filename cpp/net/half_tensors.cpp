@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 // Mixed precision (net.hpp): the blobs a net keeps in its 16-bit type between layers.
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <map>
@@ -49,6 +50,33 @@ std::vector<bool> ChannelsLastBlobs(const std::vector<bool>& may_be_nhwc,
   return nhwc;
 }
 
+std::vector<int> DataBufferGroups(const std::vector<std::shared_ptr<Tensor>>& blobs) {
+  std::map<const SyncedMemory*, int> group_of_buffer;
+  std::vector<int> group_of_blob;
+  for (const auto& blob : blobs) {
+    group_of_blob.push_back(
+        group_of_buffer.emplace(blob->data().get(), static_cast<int>(group_of_buffer.size()))
+            .first->second);
+  }
+  return group_of_blob;
+}
+
+std::vector<LayoutUser> LayoutUsers(const std::vector<std::unique_ptr<Layer>>& layers,
+                                    const std::vector<std::vector<int>>& bottom_ids,
+                                    const std::vector<std::vector<int>>& top_ids,
+                                    Layer::NhwcUse (Layer::*use_of)() const) {
+  std::vector<LayoutUser> users(layers.size());
+  for (size_t i = 0; i < layers.size(); ++i) {
+    const Layer& layer = *layers[i];
+    users[i].use = layer.fused_into() != nullptr ? Layer::NhwcUse::kSame : (layer.*use_of)();
+    users[i].convolution =
+        std::strcmp(layer.type(), "Convolution") == 0 && users[i].use == Layer::NhwcUse::kEach;
+    users[i].blobs = bottom_ids[i];
+    users[i].blobs.insert(users[i].blobs.end(), top_ids[i].begin(), top_ids[i].end());
+  }
+  return users;
+}
+
 namespace {
 
 // CORTADO_NHWC_BLOBS=0 keeps every 16-bit blob NCHW (convolutions then transpose per shape, as
@@ -75,16 +103,11 @@ int Net::KeepHalfTensors() {
     if (layer_type != HalfType::kNone) type = layer_type;
   }
   if (type == HalfType::kNone) return 0;
-  // Blobs that share a data buffer (a Split's tops and its bottom, a Flatten's top and bottom)
-  // keep one type: one group each.
-  std::map<const SyncedMemory*, int> group_of_buffer;
-  std::vector<int> group_of_blob;
-  for (const auto& blob : blobs_) {
-    group_of_blob.push_back(
-        group_of_buffer.emplace(blob->data().get(), static_cast<int>(group_of_buffer.size()))
-            .first->second);
-  }
-  std::vector<bool> half(group_of_buffer.size(), true);
+  // Blobs that share a data buffer keep one type: one group each.
+  const std::vector<int> group_of_blob = DataBufferGroups(blobs_);
+  const int num_groups =
+      group_of_blob.empty() ? 0 : *std::max_element(group_of_blob.begin(), group_of_blob.end()) + 1;
+  std::vector<bool> half(num_groups, true);
   for (int i = 0; i < num_layers; ++i) {
     if (takes[i]) continue;
     for (int blob : bottom_ids_[i]) half[group_of_blob[blob]] = false;
@@ -129,16 +152,9 @@ int Net::KeepHalfTensors() {
       may_be_nhwc[b] = half[group_of_blob[b]] && blob.num_axes() == 4 &&
                        blob.shape(2) * blob.shape(3) > 1 && blob.shape(1) > 1;
     }
-    std::vector<LayoutUser> users(num_layers);
-    for (int i = 0; i < num_layers; ++i) {
-      const Layer& layer = *layers_[i];
-      users[i].use = layer.fused_into() != nullptr ? Layer::NhwcUse::kSame : layer.NhwcTensors();
-      users[i].convolution =
-          std::strcmp(layer.type(), "Convolution") == 0 && users[i].use == Layer::NhwcUse::kEach;
-      users[i].blobs = bottom_ids_[i];
-      users[i].blobs.insert(users[i].blobs.end(), top_ids_[i].begin(), top_ids_[i].end());
-    }
-    const std::vector<bool> nhwc = ChannelsLastBlobs(may_be_nhwc, group_of_blob, users);
+    const std::vector<bool> nhwc =
+        ChannelsLastBlobs(may_be_nhwc, group_of_blob,
+                          LayoutUsers(layers_, bottom_ids_, top_ids_, &Layer::NhwcTensors));
     for (size_t b = 0; b < blobs_.size(); ++b) {
       if (!nhwc[b]) continue;
       blobs_[b]->set_home_nhwc(true);

@@ -361,6 +361,7 @@ void Net::RecomputeBlobsFor(int i) {
                                                      : r.backward_buffer;
     for (Tensor* t : r.tensors) t->UseDataBuffer(buffer);
     layers_[r.layer]->RecomputeTops(top_vecs_[r.layer]);
+    if (num_blocked_blobs_ > 0) FlushBlockedTwins(top_vecs_[r.layer]);
   }
 }
 

@@ -275,6 +275,7 @@ void Net::Init(const caffe::NetParameter& in_param) {
     output_blob_indices_.push_back(blob_id);
   }
   KeepHalfTensors();
+  KeepBlockedTensors();
   FlattenParamDiffs();
   CORTADO_LOG_DEBUG("net '{}' ({}) built: {} layers, {} blobs, {} learnable params", name_,
                     caffe::Phase_Name(phase_), layers_.size(), blobs_.size(),

@@ -148,6 +148,9 @@ class Net {
   int num_half_blobs() const { return num_half_blobs_; }
   // How many of them it keeps channels-last (NHWC; Layer::NhwcTensors, net/channels_last.hpp).
   int num_nhwc_blobs() const { return num_nhwc_blobs_; }
+  // How many blobs it keeps in channel blocks on the CPU (Tensor::cpu_block, Layer::
+  // BlockedTensors; blocked_tensors.cpp), and the block (0: none).
+  int num_blocked_blobs() const { return num_blocked_blobs_; }
   const std::vector<int>& output_blob_indices() const { return output_blob_indices_; }
 
   bool has_blob(const std::string& name) const { return blob_index_.count(name) != 0; }
@@ -245,6 +248,13 @@ class Net {
   // every blob that only such layers read and write and that is not an output of the net
   // (Tensor::set_home_type); returns how many (half_tensors.cpp).
   int KeepHalfTensors();
+  // On the CPU: keeps in oneDNN's channel blocks (math::CpuChannelBlock) every set of float32
+  // blobs that convolutions read or write and that only layers taking blocks touch (the
+  // choice of channels_last.hpp); returns how many blobs (blocked_tensors.cpp).
+  int KeepBlockedTensors();
+  // After a layer's pass on a net with blocked blobs: what it wrote through the NCHW views of
+  // `tensors` goes to their homes now, before a tensor sharing a buffer reads it.
+  void FlushBlockedTwins(const std::vector<Tensor*>& tensors) const;
   // Puts the learnable parameters' diffs into flat_diff_ (memory_plan.cpp).
   void FlattenParamDiffs();
   // Throws kInternal unless every learnable parameter's diff is still its view of flat_diff_.
@@ -312,6 +322,7 @@ class Net {
   std::vector<Tensor*> input_blobs_;
   int num_half_blobs_ = 0;
   int num_nhwc_blobs_ = 0;
+  int num_blocked_blobs_ = 0;
   std::vector<Tensor*> output_blobs_;
   std::vector<int> output_blob_indices_;
   std::vector<std::shared_ptr<Tensor>> params_;

@@ -27,6 +27,7 @@ NetOptions NetOptionsFromEnvironment() {
   options.fold_splits = NotZero("CORTADO_FOLD_SPLITS");
   options.share_buffers = NotZero("CORTADO_SHARE_BUFFERS");
   options.recompute = NotZero("CORTADO_RECOMPUTE");
+  options.cpu_blocks = NotZero("CORTADO_CPU_BLOCKS");
   if (IsOne("CORTADO_BN_KEEP_INPUTS")) {
     options.keep_batch_norm_inputs = NetOptions::BatchNormInputs::kOnGpus;
   }

@@ -47,12 +47,16 @@ struct NetOptions {
   // bench/RESULTS.md).
   enum class SumFolds { kNever, kTrainNets, kAlways };
   SumFolds fold_sums_into_batch_norms = SumFolds::kTrainNets;
+  // On the CPU with oneDNN: keep the blobs between convolutions and the BatchNorm chains after
+  // them in oneDNN's channel blocks (Net::KeepBlockedTensors), so that no convolution reorders
+  // its input and output to and from NCHW. The same bits. Off: every blob NCHW.
+  bool cpu_blocks = true;
 };
 
 // The defaults, with CORTADO_FUSE=0 setting `fuse` false, CORTADO_FOLD_SPLITS=0 setting
 // `fold_splits` false, CORTADO_SHARE_BUFFERS=0 setting `share_buffers` false and
-// CORTADO_RECOMPUTE=0 setting `recompute` false, CORTADO_BN_KEEP_INPUTS=1 setting
-// `keep_batch_norm_inputs` to kOnGpus, CORTADO_FOLD_SUMS=0 setting
+// CORTADO_RECOMPUTE=0 setting `recompute` false, CORTADO_CPU_BLOCKS=0 setting `cpu_blocks` false,
+// CORTADO_BN_KEEP_INPUTS=1 setting `keep_batch_norm_inputs` to kOnGpus, CORTADO_FOLD_SUMS=0 setting
 // `fold_sums_into_batch_norms` to kNever and CORTADO_FOLD_SUMS=1 to kAlways (any other value,
 // or none, keeps the default).
 // The only place the library reads these variables; only the CLI and the JNI shim call it.

@@ -36,6 +36,10 @@ float Net::ForwardFromTo(int start, int end) {
       if (layers_[i]->HalfTensors() != HalfType::kNone) {
         for (Tensor* top : top_vecs_[i]) top->FlushTwins();
       }
+      if (num_blocked_blobs_ > 0) {
+        FlushBlockedTwins(top_vecs_[i]);
+        FlushBlockedTwins(bottom_vecs_[i]);
+      }
     } catch (const Error& e) {
       throw Error(e.code(), fmt::format("forward of {}: {}", DescribeLayer(i), e.what()), e.file(),
                   e.line());
@@ -57,6 +61,7 @@ void Net::BackwardFromTo(int start, int end) {
         if (layers_[i]->HalfTensors() != HalfType::kNone) {
           for (Tensor* bottom : bottom_vecs_[i]) bottom->FlushTwins();
         }
+        if (num_blocked_blobs_ > 0) FlushBlockedTwins(bottom_vecs_[i]);
       } catch (const Error& e) {
         throw Error(e.code(), fmt::format("backward of {}: {}", DescribeLayer(i), e.what()),
                     e.file(), e.line());

@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <initializer_list>
 #include <new>
+#include <string>
 #include <unordered_map>
 #include <vector>
 
@@ -129,9 +130,23 @@ class Operand {
   dnnl::engine engine_;
 };
 
+// A tensor's layout as a oneDNN format: NCHW or nChw{block}c.
+Tag UserTag(int block) {
+  switch (block) {
+    case 0:
+      return Tag::nchw;
+    case 8:
+      return Tag::nChw8c;
+    case 16:
+      return Tag::nChw16c;
+    default:
+      CORTADO_THROW(kInternal, "a channel block of {}", block);
+  }
+}
+
 class OneDnnConvolution final : public ConvolutionPlan {
  public:
-  explicit OneDnnConvolution(const ConvolutionShape& s)
+  OneDnnConvolution(const ConvolutionShape& s, CpuBlocks blocks)
       : shape_(s), engine_(dnnl::engine::kind::cpu, 0), stream_(engine_) {
     const memory::dim oh = s.output_h(), ow = s.output_w();
     const memory::dims src_dims = {s.num, s.channels, s.height, s.width};
@@ -177,8 +192,8 @@ class OneDnnConvolution final : public ConvolutionPlan {
     backward_data_ = dnnl::convolution_backward_data(bwd_data_pd_);
     backward_weights_ = dnnl::convolution_backward_weights(bwd_weights_pd_);
 
-    const memory::desc src_user(src_dims, Type::f32, Tag::nchw);
-    const memory::desc dst_user(dst_dims, Type::f32, Tag::nchw);
+    const memory::desc src_user(src_dims, Type::f32, UserTag(blocks.src));
+    const memory::desc dst_user(dst_dims, Type::f32, UserTag(blocks.dst));
     const memory::desc weight_user(weight_dims, Type::f32, weight_tag);
     fwd_src_ = Operand(src_user, fwd_pd_.src_desc(), engine_);
     fwd_weights_ = Operand(weight_user, fwd_pd_.weights_desc(), engine_);
@@ -300,18 +315,46 @@ class OneDnnConvolution final : public ConvolutionPlan {
 
 }  // namespace
 
-std::unique_ptr<ConvolutionPlan> MakeFastConvolution(const ConvolutionShape& shape) {
+std::unique_ptr<ConvolutionPlan> MakeFastConvolution(const ConvolutionShape& shape,
+                                                     CpuBlocks blocks) {
   if (shape.output_h() <= 0 || shape.output_w() <= 0) return nullptr;
   try {
-    return std::make_unique<OneDnnConvolution>(shape);
+    return std::make_unique<OneDnnConvolution>(shape, blocks);
   } catch (const dnnl::error&) {
     return nullptr;  // a shape oneDNN does not take: the caller falls back to im2col
   }
 }
 
+int CpuChannelBlock() {
+  static const int block = [] {
+    try {
+      // What a 3x3 convolution of 64 channels chooses for its source (ResNet's and MobileNet's
+      // middle layers).
+      const dnnl::engine engine(dnnl::engine::kind::cpu, 0);
+      const memory::dims src = {8, 64, 28, 28};
+      const memory::desc any(src, Type::f32, Tag::any);
+      const memory::desc weights({64, 64, 3, 3}, Type::f32, Tag::any);
+      const dnnl::convolution_forward::desc desc(
+          dnnl::prop_kind::forward_training, dnnl::algorithm::convolution_direct, any, weights,
+          memory::desc(), any, {1, 1}, {0, 0}, {1, 1}, {1, 1});
+      const dnnl::convolution_forward::primitive_desc pd(desc, engine);
+      for (int b : {16, 8}) {
+        if (pd.src_desc() == memory::desc(src, Type::f32, UserTag(b))) return b;
+      }
+    } catch (const dnnl::error&) {
+    }
+    return 0;
+  }();
+  return block;
+}
+
 #else
 
-std::unique_ptr<ConvolutionPlan> MakeFastConvolution(const ConvolutionShape&) { return nullptr; }
+std::unique_ptr<ConvolutionPlan> MakeFastConvolution(const ConvolutionShape&, CpuBlocks) {
+  return nullptr;
+}
+
+int CpuChannelBlock() { return 0; }
 
 #endif
 
