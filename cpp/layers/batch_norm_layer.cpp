@@ -3,7 +3,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <initializer_list>
 #include <type_traits>
 
 #include "layers/eltwise_layer.hpp"
@@ -376,16 +375,10 @@ CORTADO_CPU_CLONES void BackwardBlock(const BackwardPlan& p, int cb) {
   }
 }
 
-// The channel block the passes of `tensors` run in: theirs when all have the same, else 0
-// (then every one is read and written through its NCHW view).
-int CommonBlock(std::initializer_list<const Tensor*> tensors) {
-  int block = -1;
-  for (const Tensor* t : tensors) {
-    if (t == nullptr) continue;
-    if (block == -1) block = t->cpu_block();
-    if (t->cpu_block() != block) return 0;
-  }
-  return block < 0 ? 0 : block;
+// The channel block the passes run in: the bottom's when its top and a folded sum's other
+// bottom keep the same (SameCpuBlocks), else 0 (every one read and written as NCHW views).
+int CommonBlock(const Tensor* bottom, const Tensor* top, const Tensor* residual) {
+  return SameCpuBlocks({bottom, top, residual}) ? bottom->cpu_block() : 0;
 }
 
 // Runs a pass over every channel (block 0: channel(c) for each c) or every block of 8 or 16
@@ -470,7 +463,7 @@ void BatchNormLayer::Reshape(const std::vector<Tensor*>& bottom, const std::vect
 void BatchNormLayer::ForwardCpu(const std::vector<Tensor*>& bottom,
                                 const std::vector<Tensor*>& top) {
   // In channel blocks where the net keeps the bottom, the top and a folded sum's other bottom so.
-  const int block = CommonBlock({bottom[0], top[0], sum_ != nullptr ? bottom[1] : nullptr});
+  const int block = CommonBlock(bottom[0], top[0], sum_ != nullptr ? bottom[1] : nullptr);
   const float* in = block != 0 ? bottom[0]->cpu_home_data() : bottom[0]->cpu_data();
   float* out = block != 0 ? top[0]->mutable_cpu_home_data() : top[0]->mutable_cpu_data();
   const int count = bottom[0]->count();
@@ -548,7 +541,7 @@ void BatchNormLayer::BackwardCpu(const std::vector<Tensor*>& top,
   CORTADO_CHECK(keep_x_norm_, "{}: Backward after DropBackwardState", Describe());
   // In place, top diff and bottom diff are one buffer; every step below reads an element
   // before writing the same element. A folded sum's gradient is bottom 1's.
-  const int block = CommonBlock({bottom[0], top[0], sum_ != nullptr ? bottom[1] : nullptr});
+  const int block = CommonBlock(bottom[0], top[0], sum_ != nullptr ? bottom[1] : nullptr);
   const Tensor* dy_blob = sum_ != nullptr ? bottom[1] : top[0];
   const float* top_diff = block != 0 ? dy_blob->cpu_home_diff() : dy_blob->cpu_diff();
   const float* y = x_norm_.cpu_data();  // in the layout of the forward pass
