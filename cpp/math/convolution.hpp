@@ -90,6 +90,27 @@ struct CpuBlocks {
 std::unique_ptr<ConvolutionPlan> MakeFastConvolution(const ConvolutionShape& shape,
                                                      CpuBlocks blocks = {});
 
+// How oneDNN's CPU convolutions compute 3x3 kernels: kAuto (the default) uses Winograd's
+// F(4x4, 3x3) where WinogradSuits says so and oneDNN offers it on this CPU (AVX-512), the direct
+// algorithm elsewhere; kDirect never uses Winograd; kWinograd uses it wherever oneDNN offers it
+// (tests). Winograd's transforms round differently from a direct sum (about 1e-6 of the result's
+// scale in float32, as cuDNN's Winograd algorithms do on a GPU); the choice is made from the
+// shape alone, so the same net gives the same bits on the same machine, run after run.
+enum class CpuConvAlgorithm { kAuto, kDirect, kWinograd };
+// CORTADO_CPU_CONV=auto|direct|winograd, read once per process (default auto; another value is
+// kInvalidArgument), unless SetCpuConvAlgorithm has set it since.
+CpuConvAlgorithm CpuConvolutionAlgorithm();
+// Makes the plans made from now on use `algorithm`; returns the one before. Plans already made
+// keep theirs.
+CpuConvAlgorithm SetCpuConvAlgorithm(CpuConvAlgorithm algorithm);
+// kAuto's rule: a 3x3 kernel with stride 1, no dilation and no groups, at least 64 input and 64
+// output channels, and at least 64 output tiles of 4x4 over the batch. Below that the
+// transforms cost more than the multiplies saved (measured with oneDNN 2.6 on AVX-512, 2
+// threads: ResNet-50's 3x3 layers at batch 8 take 0.53-0.6 of the direct time at 56x56 to 14x14,
+// 0.9 at 7x7 and 2.1 at 7x7 with batch 2; 16 or 32 channels are slower than direct;
+// bench/history/cpu-pytorch.md).
+bool WinogradSuits(const ConvolutionShape& shape);
+
 // The channel block oneDNN's CPU convolutions keep activations in on this machine (16 with
 // AVX-512, 8 with AVX2), or 0: none, or a build without oneDNN. Asked once per process;
 // CORTADO_CPU_BLOCKS=0 makes it 0 (nets then keep every blob NCHW).

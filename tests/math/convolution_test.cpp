@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <random>
+#include <string>
 #include <vector>
 
 #include "core/config.hpp"
@@ -65,14 +66,8 @@ void ExpectClose(const std::vector<float>& a, const std::vector<float>& b, const
 
 class FastConvolutionTest : public ::testing::TestWithParam<ConvolutionShape> {};
 
-TEST_P(FastConvolutionTest, MatchesDirectConvolution) {
-  const ConvolutionShape s = GetParam();
-  auto plan = MakeFastConvolution(s);
-  if (!CORTADO_WITH_ONEDNN) {
-    EXPECT_EQ(plan, nullptr);
-    GTEST_SKIP() << "built without oneDNN";
-  }
-  ASSERT_NE(plan, nullptr);
+// Every pass of `plan` (made for `s`) against the six loops.
+void ExpectMatchesDirect(const ConvolutionShape& s, ConvolutionPlan* plan) {
   Direct d{s};
   const size_t src_n = static_cast<size_t>(s.num) * s.channels * s.height * s.width;
   const size_t dst_n = static_cast<size_t>(s.num) * s.num_output * d.oh() * d.ow();
@@ -126,6 +121,17 @@ TEST_P(FastConvolutionTest, MatchesDirectConvolution) {
   ExpectClose(weights_only, want_diff_wei, "backward (weights alone)");
 }
 
+TEST_P(FastConvolutionTest, MatchesDirectConvolution) {
+  const ConvolutionShape s = GetParam();
+  auto plan = MakeFastConvolution(s);
+  if (!CORTADO_WITH_ONEDNN) {
+    EXPECT_EQ(plan, nullptr);
+    GTEST_SKIP() << "built without oneDNN";
+  }
+  ASSERT_NE(plan, nullptr);
+  ExpectMatchesDirect(s, plan.get());
+}
+
 ConvolutionShape Shape(int n, int c, int h, int w, int oc, int k, int pad, int stride, int dilation,
                        int group, bool bias) {
   ConvolutionShape s;
@@ -156,6 +162,90 @@ INSTANTIATE_TEST_SUITE_P(
                       Shape(2, 16, 7, 7, 32, 3, 1, 1, 1, 1, true),
                       Shape(2, 32, 6, 6, 16, 1, 0, 1, 1, 1, false),
                       Shape(2, 16, 8, 8, 16, 3, 1, 2, 1, 16, false)));  // depthwise
+
+// Sets the algorithm of the plans made in a scope and puts the one before back.
+class AlgorithmScope {
+ public:
+  explicit AlgorithmScope(CpuConvAlgorithm algorithm) : before_(SetCpuConvAlgorithm(algorithm)) {}
+  ~AlgorithmScope() { SetCpuConvAlgorithm(before_); }
+  AlgorithmScope(const AlgorithmScope&) = delete;
+  AlgorithmScope& operator=(const AlgorithmScope&) = delete;
+
+ private:
+  CpuConvAlgorithm before_;
+};
+
+bool IsWinograd(const ConvolutionPlan& plan) {
+  return plan.Name().find("wino") != std::string::npos;
+}
+
+// Whether oneDNN offers Winograd on this CPU (AVX-512): a plan of a shape it takes, forced.
+bool WinogradOffered() {
+  if (!CORTADO_WITH_ONEDNN) return false;
+  AlgorithmScope scope(CpuConvAlgorithm::kWinograd);
+  auto plan = MakeFastConvolution(Shape(1, 16, 8, 8, 16, 3, 1, 1, 1, 1, false));
+  return plan != nullptr && IsWinograd(*plan);
+}
+
+// Winograd's F(4x4, 3x3), forced on shapes kAuto leaves direct: every pass against the six loops
+// (to the same tolerance: its rounding is about 1e-6 of the values here), gradients accumulated.
+class WinogradConvolutionTest : public ::testing::TestWithParam<ConvolutionShape> {};
+
+TEST_P(WinogradConvolutionTest, MatchesDirectConvolution) {
+  if (!WinogradOffered()) GTEST_SKIP() << "oneDNN offers no Winograd convolution on this CPU";
+  const ConvolutionShape s = GetParam();
+  AlgorithmScope scope(CpuConvAlgorithm::kWinograd);
+  auto plan = MakeFastConvolution(s);
+  ASSERT_NE(plan, nullptr);
+  ASSERT_TRUE(IsWinograd(*plan)) << plan->Name();
+  ExpectMatchesDirect(s, plan.get());
+  // In blocked layouts (the nets' channel blocks) the same.
+  auto blocked = MakeFastConvolution(s, CpuBlocks{16, 16});
+  ASSERT_NE(blocked, nullptr);
+  EXPECT_TRUE(IsWinograd(*blocked)) << blocked->Name();
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, WinogradConvolutionTest,
+                         ::testing::Values(Shape(2, 64, 9, 10, 64, 3, 1, 1, 1, 1, true),
+                                           Shape(1, 32, 8, 7, 48, 3, 0, 1, 1, 1, false)));
+
+TEST(WinogradRuleTest, ChoosesResNetsMiddleLayersAlone) {
+  // ResNet-50's 3x3 layers at batch 8: Winograd from 56x56 to 14x14, direct at 7x7 (32 tiles).
+  EXPECT_TRUE(WinogradSuits(Shape(8, 64, 56, 56, 64, 3, 1, 1, 1, 1, false)));
+  EXPECT_TRUE(WinogradSuits(Shape(8, 128, 28, 28, 128, 3, 1, 1, 1, 1, false)));
+  EXPECT_TRUE(WinogradSuits(Shape(8, 256, 14, 14, 256, 3, 1, 1, 1, 1, false)));
+  EXPECT_FALSE(WinogradSuits(Shape(8, 512, 7, 7, 512, 3, 1, 1, 1, 1, false)));
+  EXPECT_TRUE(WinogradSuits(Shape(16, 512, 7, 7, 512, 3, 1, 1, 1, 1, false)));
+  // Few channels, strides, dilation, groups and other kernels: direct.
+  EXPECT_FALSE(WinogradSuits(Shape(8, 32, 32, 32, 64, 3, 1, 1, 1, 1, false)));
+  EXPECT_FALSE(WinogradSuits(Shape(8, 64, 32, 32, 32, 3, 1, 1, 1, 1, false)));
+  EXPECT_FALSE(WinogradSuits(Shape(8, 64, 56, 56, 64, 3, 1, 2, 1, 1, false)));
+  EXPECT_FALSE(WinogradSuits(Shape(8, 64, 56, 56, 64, 3, 2, 1, 2, 1, false)));
+  EXPECT_FALSE(WinogradSuits(Shape(8, 64, 56, 56, 64, 3, 1, 1, 1, 2, false)));
+  EXPECT_FALSE(WinogradSuits(Shape(8, 64, 56, 56, 64, 5, 2, 1, 1, 1, false)));
+  EXPECT_FALSE(WinogradSuits(Shape(8, 64, 56, 56, 64, 1, 0, 1, 1, 1, false)));
+}
+
+TEST(WinogradRuleTest, PlansFollowTheAlgorithmSet) {
+  if (!WinogradOffered()) GTEST_SKIP() << "oneDNN offers no Winograd convolution on this CPU";
+  const ConvolutionShape suits = Shape(8, 64, 28, 28, 64, 3, 1, 1, 1, 1, false);
+  const ConvolutionShape small = Shape(2, 16, 8, 8, 16, 3, 1, 1, 1, 1, false);
+  {
+    AlgorithmScope scope(CpuConvAlgorithm::kAuto);
+    EXPECT_TRUE(IsWinograd(*MakeFastConvolution(suits)));
+    EXPECT_FALSE(IsWinograd(*MakeFastConvolution(small)));
+  }
+  {
+    AlgorithmScope scope(CpuConvAlgorithm::kDirect);
+    EXPECT_FALSE(IsWinograd(*MakeFastConvolution(suits)));
+  }
+  {
+    AlgorithmScope scope(CpuConvAlgorithm::kWinograd);
+    EXPECT_TRUE(IsWinograd(*MakeFastConvolution(small)));
+    // Where oneDNN has no Winograd (a stride of 2), the direct algorithm.
+    EXPECT_FALSE(IsWinograd(*MakeFastConvolution(Shape(2, 16, 8, 8, 16, 3, 1, 2, 1, 1, false))));
+  }
+}
 
 }  // namespace
 }  // namespace cortado::math

@@ -3,11 +3,13 @@
 // BatchNorm computes in its own passes listed as fused into it.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <fstream>
 #include <string>
 #include <vector>
 
 #include "cli_runner.hpp"
+#include "core/config.hpp"
 #include "solvers/tiny_problem.hpp"
 
 namespace cortado {
@@ -85,6 +87,19 @@ layer { name: 'loss' type: 'SoftmaxWithLoss' bottom: 'y' bottom: 't' top: 'loss'
   const CliResult t = RunCli({"train", "--solver=" + (dir / "solver.prototxt")});
   EXPECT_NE(t.exit_code, 0) << t.output;
   EXPECT_TRUE(t.Contains("cortado train has nothing to feed it with")) << t.output;
+}
+
+TEST(TimeCommandTest, AnUnknownConvolutionAlgorithmIsAnError) {
+  if (!CORTADO_WITH_ONEDNN) GTEST_SKIP() << "built without oneDNN: no CPU convolution plans";
+  TempDir dir;
+  std::ofstream(dir / "net.prototxt") << kNet;
+  setenv("CORTADO_CPU_CONV", "fast", 1);  // inherited by the child
+  const CliResult r = RunCli({"time", "--model=" + (dir / "net.prototxt"), "--iterations=1"});
+  unsetenv("CORTADO_CPU_CONV");
+  EXPECT_NE(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(r.Contains("CORTADO_CPU_CONV must be auto, direct or winograd, not 'fast'"))
+      << r.output;
+  EXPECT_FALSE(r.Contains("Average Forward-Backward")) << r.output;
 }
 
 }  // namespace

@@ -2,7 +2,10 @@
 // ConvolutionPlan on oneDNN. Primitives choose their own (blocked) memory formats; our plain
 // NCHW buffers are reordered in and out, through scratch memory that every plan a thread runs
 // shares (passes run one at a time), so a deep net holds one pass's copies, not every layer's.
+#include <atomic>
+#include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <initializer_list>
 #include <new>
 #include <string>
@@ -26,6 +29,42 @@ bool ConvolutionShape::operator==(const ConvolutionShape& o) const {
          pad_h == o.pad_h && pad_w == o.pad_w && stride_h == o.stride_h && stride_w == o.stride_w &&
          dilation_h == o.dilation_h && dilation_w == o.dilation_w && group == o.group &&
          bias == o.bias;
+}
+
+bool WinogradSuits(const ConvolutionShape& s) {
+  if (s.kernel_h != 3 || s.kernel_w != 3 || s.stride_h != 1 || s.stride_w != 1 ||
+      s.dilation_h != 1 || s.dilation_w != 1 || s.group != 1) {
+    return false;
+  }
+  if (s.channels < 64 || s.num_output < 64) return false;
+  const int64_t tiles =
+      static_cast<int64_t>(s.num) * ((s.output_h() + 3) / 4) * ((s.output_w() + 3) / 4);
+  return tiles >= 64;
+}
+
+namespace {
+
+CpuConvAlgorithm AlgorithmFromEnvironment() {
+  const char* env = std::getenv("CORTADO_CPU_CONV");
+  if (env == nullptr || std::strcmp(env, "auto") == 0) return CpuConvAlgorithm::kAuto;
+  if (std::strcmp(env, "direct") == 0) return CpuConvAlgorithm::kDirect;
+  if (std::strcmp(env, "winograd") == 0) return CpuConvAlgorithm::kWinograd;
+  CORTADO_THROW(kInvalidArgument, "CORTADO_CPU_CONV must be auto, direct or winograd, not '{}'",
+                env);
+}
+
+// The environment's algorithm, read at the first use, until a test sets another.
+std::atomic<CpuConvAlgorithm>& AlgorithmInUse() {
+  static std::atomic<CpuConvAlgorithm> algorithm(AlgorithmFromEnvironment());
+  return algorithm;
+}
+
+}  // namespace
+
+CpuConvAlgorithm CpuConvolutionAlgorithm() { return AlgorithmInUse().load(); }
+
+CpuConvAlgorithm SetCpuConvAlgorithm(CpuConvAlgorithm algorithm) {
+  return AlgorithmInUse().exchange(algorithm);
 }
 
 #if CORTADO_WITH_ONEDNN
@@ -175,19 +214,34 @@ class OneDnnConvolution final : public ConvolutionPlan {
     const memory::desc bias_md(bias_dims, Type::f32, Tag::x);
     const memory::desc no_bias;
 
-    const auto algorithm = dnnl::algorithm::convolution_direct;
-    dnnl::convolution_forward::desc fwd_desc(dnnl::prop_kind::forward_training, algorithm, src_any,
-                                             weight_any, s.bias ? bias_md : no_bias, dst_any,
-                                             strides, dilates, pad_l, pad_r);
-    fwd_pd_ = dnnl::convolution_forward::primitive_desc(fwd_desc, engine_);
-    dnnl::convolution_backward_data::desc bwd_data_desc(algorithm, src_any, weight_any, dst_any,
-                                                        strides, dilates, pad_l, pad_r);
-    bwd_data_pd_ = dnnl::convolution_backward_data::primitive_desc(bwd_data_desc, engine_, fwd_pd_);
-    dnnl::convolution_backward_weights::desc bwd_weights_desc(algorithm, src_any, weight_any,
-                                                              s.bias ? bias_md : no_bias, dst_any,
-                                                              strides, dilates, pad_l, pad_r);
-    bwd_weights_pd_ =
-        dnnl::convolution_backward_weights::primitive_desc(bwd_weights_desc, engine_, fwd_pd_);
+    // The three passes' descriptions for one algorithm; dnnl::error when oneDNN has none.
+    auto describe = [&](dnnl::algorithm algorithm) {
+      dnnl::convolution_forward::desc fwd_desc(dnnl::prop_kind::forward_training, algorithm,
+                                               src_any, weight_any, s.bias ? bias_md : no_bias,
+                                               dst_any, strides, dilates, pad_l, pad_r);
+      fwd_pd_ = dnnl::convolution_forward::primitive_desc(fwd_desc, engine_);
+      dnnl::convolution_backward_data::desc bwd_data_desc(algorithm, src_any, weight_any, dst_any,
+                                                          strides, dilates, pad_l, pad_r);
+      bwd_data_pd_ =
+          dnnl::convolution_backward_data::primitive_desc(bwd_data_desc, engine_, fwd_pd_);
+      dnnl::convolution_backward_weights::desc bwd_weights_desc(algorithm, src_any, weight_any,
+                                                                s.bias ? bias_md : no_bias, dst_any,
+                                                                strides, dilates, pad_l, pad_r);
+      bwd_weights_pd_ =
+          dnnl::convolution_backward_weights::primitive_desc(bwd_weights_desc, engine_, fwd_pd_);
+    };
+    const CpuConvAlgorithm choice = CpuConvolutionAlgorithm();
+    bool described = false;
+    if (choice == CpuConvAlgorithm::kWinograd ||
+        (choice == CpuConvAlgorithm::kAuto && WinogradSuits(s))) {
+      try {
+        describe(dnnl::algorithm::convolution_winograd);
+        described = true;
+      } catch (const dnnl::error&) {
+        // not offered for this shape or CPU (Winograd is AVX-512's alone): the direct algorithm
+      }
+    }
+    if (!described) describe(dnnl::algorithm::convolution_direct);
     forward_ = dnnl::convolution_forward(fwd_pd_);
     backward_data_ = dnnl::convolution_backward_data(bwd_data_pd_);
     backward_weights_ = dnnl::convolution_backward_weights(bwd_weights_pd_);
