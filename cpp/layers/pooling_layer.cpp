@@ -4,12 +4,17 @@
 #include <algorithm>
 #include <cfloat>
 #include <cmath>
+#include <cstring>
+#include <type_traits>
 #include <vector>
 
-// Forward splits the planes (image x channel) across the OpenMP threads, which OpenBLAS and
-// oneDNN share now that Cortado links OpenBLAS's OpenMP build. Backward stays serial: with
-// OpenBLAS's pthread build an OpenMP region there measured 8-11 ms against 0.2-1.8 ms serial
-// (two thread pools fighting over 2 cores); re-measure before changing it.
+#include "math/lane_sum.hpp"
+#include "math/math.hpp"
+
+// Both passes split the planes (image x channel; image x channel block in blocks) across the
+// OpenMP threads, which OpenBLAS and oneDNN share since Cortado links OpenBLAS's OpenMP build.
+// (Backward was serial while OpenBLAS had its own pthread pool: an OpenMP region there then
+// measured 8-11 ms against 0.2-1.8 ms serial, two pools fighting over 2 cores.)
 namespace cortado {
 
 void PoolingLayer::ThrowIfStochastic() const {
@@ -129,6 +134,10 @@ void PoolingLayer::Reshape(const std::vector<Tensor*>& bottom, const std::vector
 
 void PoolingLayer::ForwardCpu(const std::vector<Tensor*>& bottom, const std::vector<Tensor*>& top) {
   ThrowIfStochastic();
+  if (bottom[0]->cpu_block() != 0 || top[0]->cpu_block() != 0) {
+    ForwardBlocks(*bottom[0], top[0]);
+    return;
+  }
   const float* bottom_data = bottom[0]->cpu_data();
   float* top_data = top[0]->mutable_cpu_data();
   const int planes = bottom[0]->shape(0) * channels_;
@@ -218,6 +227,10 @@ void PoolingLayer::BackwardCpu(const std::vector<Tensor*>& top,
                                const std::vector<Tensor*>& bottom) {
   ThrowIfStochastic();
   if (!propagate_down[0]) return;
+  if (bottom[0]->cpu_block() != 0 || top[0]->cpu_block() != 0) {
+    BackwardBlocks(*top[0], bottom[0]);
+    return;
+  }
   const float* top_diff = top[0]->cpu_diff();
   float* bottom_diff = bottom[0]->mutable_cpu_diff();
   const int planes = bottom[0]->shape(0) * channels_;
@@ -226,6 +239,7 @@ void PoolingLayer::BackwardCpu(const std::vector<Tensor*>& top,
   if (pool_ == caffe::PoolingParameter::MAX) {
     const float* top_mask = top.size() > 1 ? top[1]->cpu_data() : nullptr;
     const int* mask = top_mask ? nullptr : max_idx_.data();
+#pragma omp parallel for schedule(static)
     for (int plane = 0; plane < planes; ++plane) {
       float* dst = bottom_diff + static_cast<size_t>(plane) * in_plane;
       std::fill(dst, dst + in_plane, 0.0f);
@@ -237,6 +251,7 @@ void PoolingLayer::BackwardCpu(const std::vector<Tensor*>& top,
       }
     }
   } else {
+#pragma omp parallel for schedule(static)
     for (int plane = 0; plane < planes; ++plane) {
       float* dst = bottom_diff + static_cast<size_t>(plane) * in_plane;
       const float* src = top_diff + static_cast<size_t>(plane) * out_plane;
@@ -262,6 +277,235 @@ void PoolingLayer::BackwardCpu(const std::vector<Tensor*>& top,
       }
     }
   }
+}
+
+// ---- the same with channel blocks on either side ---------------------------------------------
+// Groups of L channels (the block) at a time, one vector lane per channel: each window's values
+// are visited in the NCHW passes' order (rows, then columns; outputs in order for the gradients'
+// sums), so either layout gives the same bits. MAX keeps its argmax per output in max_idx_ in
+// the blocked order ([n][group][ph][pw][lane]), as the index h * W + w. Each side's layout is a
+// template argument, so that a blocked side's lanes are contiguous to the compiler.
+
+namespace {
+
+struct PoolGeometry {
+  bool max;
+  int height, width, pooled_h, pooled_w;
+  int kernel_h, kernel_w, stride_h, stride_w, pad_h, pad_w;
+};
+
+// Position p's lane l of a group: contiguous lanes in blocks, a plane apart in NCHW.
+template <int L, bool kBlocked>
+CORTADO_ALWAYS_INLINE inline size_t At(int p, int l, int plane) {
+  return kBlocked ? static_cast<size_t>(p) * L + l : static_cast<size_t>(l) * plane + p;
+}
+
+// A group's L lanes as one vector (GCC's vector extensions: the compiler's own vectors on every
+// target the passes are built for, element for element the same arithmetic as scalars).
+template <int L>
+struct Lanes {
+  typedef float Floats __attribute__((vector_size(L * sizeof(float))));
+  typedef int Ints __attribute__((vector_size(L * sizeof(int))));
+};
+
+template <int L, bool kBlocked, typename V>
+CORTADO_ALWAYS_INLINE inline void LoadLanes(const float* group, int p, int plane, V* v) {
+  if constexpr (kBlocked) {
+    std::memcpy(v, group + static_cast<size_t>(p) * L, sizeof(V));
+  } else {
+    for (int l = 0; l < L; ++l) (*v)[l] = group[static_cast<size_t>(l) * plane + p];
+  }
+}
+
+template <int L, bool kBlocked, typename V>
+CORTADO_ALWAYS_INLINE inline void StoreLanes(const V& v, int p, int plane, float* group) {
+  if constexpr (kBlocked) {
+    std::memcpy(group + static_cast<size_t>(p) * L, &v, sizeof(V));
+  } else {
+    for (int l = 0; l < L; ++l) group[static_cast<size_t>(l) * plane + p] = v[l];
+  }
+}
+
+template <int L, bool kIn, bool kOut>
+CORTADO_CPU_CLONES void ForwardGroup(const PoolGeometry& g, const float* src, float* dst,
+                                     int* mask) {
+  using Floats = typename Lanes<L>::Floats;
+  using Ints = typename Lanes<L>::Ints;
+  const int in_plane = g.height * g.width, out_plane = g.pooled_h * g.pooled_w;
+  for (int ph = 0; ph < g.pooled_h; ++ph) {
+    for (int pw = 0; pw < g.pooled_w; ++pw) {
+      const int o = ph * g.pooled_w + pw;
+      int hstart = ph * g.stride_h - g.pad_h, wstart = pw * g.stride_w - g.pad_w;
+      if (g.max) {
+        const int hend = std::min(hstart + g.kernel_h, g.height);
+        const int wend = std::min(wstart + g.kernel_w, g.width);
+        hstart = std::max(hstart, 0);
+        wstart = std::max(wstart, 0);
+        Floats acc = Floats{} - FLT_MAX;
+        Ints best = Ints{} - 1;
+        for (int h = hstart; h < hend; ++h) {
+          for (int x = wstart; x < wend; ++x) {
+            const int p = h * g.width + x;
+            Floats value;
+            LoadLanes<L, kIn>(src, p, in_plane, &value);
+            const Ints larger = value > acc;  // the first maximum wins, as in NCHW
+            acc = larger ? value : acc;
+            best = larger ? Ints{} + p : best;
+          }
+        }
+        const Floats out = best < 0 ? Floats{} : acc;
+        StoreLanes<L, kOut>(out, o, out_plane, dst);
+        std::memcpy(mask + static_cast<size_t>(o) * L, &best, sizeof(best));
+        continue;
+      }
+      int hend = std::min(hstart + g.kernel_h, g.height + g.pad_h);
+      int wend = std::min(wstart + g.kernel_w, g.width + g.pad_w);
+      const int pool_size = (hend - hstart) * (wend - wstart);
+      hstart = std::max(hstart, 0);
+      wstart = std::max(wstart, 0);
+      hend = std::min(hend, g.height);
+      wend = std::min(wend, g.width);
+      Floats acc = {};
+      for (int h = hstart; h < hend; ++h) {
+        for (int x = wstart; x < wend; ++x) {
+          Floats value;
+          LoadLanes<L, kIn>(src, h * g.width + x, in_plane, &value);
+          acc += value;
+        }
+      }
+      const Floats out = pool_size > 0 ? acc / static_cast<float>(pool_size) : Floats{};
+      StoreLanes<L, kOut>(out, o, out_plane, dst);
+    }
+  }
+}
+
+template <int L, bool kIn, bool kOut>
+CORTADO_CPU_CLONES void BackwardGroup(const PoolGeometry& g, const float* top_diff,
+                                      float* bottom_diff, const int* mask) {
+  using Floats = typename Lanes<L>::Floats;
+  const int in_plane = g.height * g.width, out_plane = g.pooled_h * g.pooled_w;
+  for (int p = 0; p < in_plane; ++p) StoreLanes<L, kIn>(Floats{}, p, in_plane, bottom_diff);
+  if (g.max) {
+    for (int o = 0; o < out_plane; ++o) {
+      for (int l = 0; l < L; ++l) {
+        const int index = mask[o * L + l];
+        if (index >= 0) {
+          bottom_diff[At<L, kIn>(index, l, in_plane)] += top_diff[At<L, kOut>(o, l, out_plane)];
+        }
+      }
+    }
+    return;
+  }
+  for (int ph = 0; ph < g.pooled_h; ++ph) {
+    int hstart = ph * g.stride_h - g.pad_h;
+    int hend = std::min(hstart + g.kernel_h, g.height + g.pad_h);
+    const int window_h = hend - hstart;
+    hstart = std::max(hstart, 0);
+    hend = std::min(hend, g.height);
+    for (int pw = 0; pw < g.pooled_w; ++pw) {
+      int wstart = pw * g.stride_w - g.pad_w;
+      int wend = std::min(wstart + g.kernel_w, g.width + g.pad_w);
+      const int pool_size = window_h * (wend - wstart);
+      wstart = std::max(wstart, 0);
+      wend = std::min(wend, g.width);
+      if (pool_size <= 0) continue;
+      Floats grad;
+      LoadLanes<L, kOut>(top_diff, ph * g.pooled_w + pw, out_plane, &grad);
+      grad /= static_cast<float>(pool_size);
+      for (int h = hstart; h < hend; ++h) {
+        for (int x = wstart; x < wend; ++x) {
+          const int p = h * g.width + x;
+          Floats d;
+          LoadLanes<L, kIn>(bottom_diff, p, in_plane, &d);
+          d += grad;
+          StoreLanes<L, kIn>(d, p, in_plane, bottom_diff);
+        }
+      }
+    }
+  }
+}
+
+// Calls f(L, kIn, kOut) (std::integral_constant values) for the layouts of a bottom and a top,
+// at least one of them in blocks of L.
+template <typename F>
+void WithLayouts(int in_block, int out_block, F f) {
+  auto sides = [&](auto lanes) {
+    if (in_block != 0 && out_block != 0) {
+      f(lanes, std::true_type(), std::true_type());
+    } else if (in_block != 0) {
+      f(lanes, std::true_type(), std::false_type());
+    } else {
+      f(lanes, std::false_type(), std::true_type());
+    }
+  };
+  if ((in_block != 0 ? in_block : out_block) == 8) {
+    sides(std::integral_constant<int, 8>());
+  } else {
+    sides(std::integral_constant<int, 16>());
+  }
+}
+
+}  // namespace
+
+void PoolingLayer::ForwardBlocks(const Tensor& bottom, Tensor* top) {
+  const int lanes = bottom.cpu_block() != 0 ? bottom.cpu_block() : top->cpu_block();
+  CORTADO_CHECK(lanes == 8 || lanes == 16, "{}: channel blocks of {}", Describe(), lanes);
+  const PoolGeometry g{pool_ == caffe::PoolingParameter::MAX,
+                       height_,
+                       width_,
+                       pooled_h_,
+                       pooled_w_,
+                       kernel_h_,
+                       kernel_w_,
+                       stride_h_,
+                       stride_w_,
+                       pad_h_,
+                       pad_w_};
+  const float* src = bottom.cpu_data_kept(true);
+  float* dst = top->mutable_cpu_data_kept(true);
+  int* mask = max_idx_.data();
+  const int groups = bottom.shape(0) * (channels_ / lanes);
+  const size_t in_group = static_cast<size_t>(lanes) * height_ * width_;
+  const size_t out_group = static_cast<size_t>(lanes) * pooled_h_ * pooled_w_;
+  WithLayouts(bottom.cpu_block(), top->cpu_block(), [&](auto width, auto in, auto out) {
+    constexpr int L = decltype(width)::value;
+    constexpr bool kIn = decltype(in)::value, kOut = decltype(out)::value;
+#pragma omp parallel for schedule(static)
+    for (int i = 0; i < groups; ++i) {
+      ForwardGroup<L, kIn, kOut>(g, src + i * in_group, dst + i * out_group,
+                                 g.max ? mask + i * out_group : nullptr);
+    }
+  });
+}
+
+void PoolingLayer::BackwardBlocks(const Tensor& top, Tensor* bottom) {
+  const int lanes = bottom->cpu_block() != 0 ? bottom->cpu_block() : top.cpu_block();
+  const PoolGeometry g{pool_ == caffe::PoolingParameter::MAX,
+                       height_,
+                       width_,
+                       pooled_h_,
+                       pooled_w_,
+                       kernel_h_,
+                       kernel_w_,
+                       stride_h_,
+                       stride_w_,
+                       pad_h_,
+                       pad_w_};
+  const float* top_diff = top.cpu_diff_kept(true);
+  float* bottom_diff = bottom->mutable_cpu_diff_kept(true);
+  const int* mask = max_idx_.data();
+  const int groups = bottom->shape(0) * (channels_ / lanes);
+  const size_t in_group = static_cast<size_t>(lanes) * height_ * width_;
+  const size_t out_group = static_cast<size_t>(lanes) * pooled_h_ * pooled_w_;
+  WithLayouts(bottom->cpu_block(), top.cpu_block(), [&](auto width, auto in, auto out) {
+    constexpr int L = decltype(width)::value;
+    constexpr bool kIn = decltype(in)::value, kOut = decltype(out)::value;
+#pragma omp parallel for schedule(static)
+    for (int i = 0; i < groups; ++i) {
+      BackwardGroup<L, kIn, kOut>(g, top_diff + i * out_group, bottom_diff + i * in_group,
+                                  g.max ? mask + i * out_group : nullptr);
+    }
+  });
 }
 
 CORTADO_REGISTER_LAYER(Pooling, PoolingLayer);

@@ -51,6 +51,11 @@ class PoolingLayer final : public Layer {
     if (!TakesHalfTensors()) return NhwcUse::kNo;
     return pooled_h_ * pooled_w_ == 1 ? NhwcUse::kEach : NhwcUse::kSame;
   }
+  // On the CPU, MAX and AVE with one top read and write channel blocks on either side (a block's
+  // channels in vector lanes, each window visited in the NCHW pass's order: the same bits).
+  NhwcUse BlockedTensors() const override {
+    return TakesHalfTensors() ? NhwcUse::kEach : NhwcUse::kNo;
+  }
 
  protected:
   void ForwardCpu(const std::vector<Tensor*>& bottom, const std::vector<Tensor*>& top) override;
@@ -60,6 +65,9 @@ class PoolingLayer final : public Layer {
 
  private:
   void ThrowIfStochastic() const;
+  // The passes when the bottom or the top is kept in channel blocks (Tensor::cpu_block).
+  void ForwardBlocks(const Tensor& bottom, Tensor* top);
+  void BackwardBlocks(const Tensor& top, Tensor* bottom);
 
   caffe::PoolingParameter::PoolMethod pool_ = caffe::PoolingParameter::MAX;
   bool global_ = false;

@@ -11,6 +11,7 @@
 #include <cstring>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/error.hpp"
@@ -103,19 +104,21 @@ TEST(TensorBlocksTest, ShapesThatCannotBeBlockedAreRefused) {
 // `block`, from the same values, and expects the same bits in the top, the bottom's gradient
 // and the parameters' gradients.
 void ExpectLayerSameInBlocks(const std::string& layer_text, std::vector<int> bottom_shape,
-                             int block) {
+                             int block, bool bottom_blocked = true, bool top_blocked = true) {
+  SCOPED_TRACE(::testing::Message() << "bottom " << (bottom_blocked ? "in blocks" : "NCHW")
+                                    << ", top " << (top_blocked ? "in blocks" : "NCHW"));
   Context ctx(Device::Cpu(), 1701);
   Rng rng(99);
   Tensor plain_in(bottom_shape), blocked_in(bottom_shape), plain_top, blocked_top;
   math::RngGaussian(plain_in.count(), 0.0f, 1.0f, rng, plain_in.mutable_cpu_data());
-  blocked_in.set_cpu_block(block);
+  if (bottom_blocked) blocked_in.set_cpu_block(block);
   std::memcpy(blocked_in.mutable_cpu_data(), plain_in.cpu_data(), sizeof(float) * plain_in.count());
   auto plain = CreateLayer(testing::LayerParam(layer_text), &ctx);
   auto blocked = CreateLayer(testing::LayerParam(layer_text), &ctx);
   plain->Initialize({&plain_in}, {&plain_top});
   blocked->Initialize({&blocked_in}, {&blocked_top});
   ASSERT_EQ(plain_top.channels() % block, 0);
-  blocked_top.set_cpu_block(block);
+  if (top_blocked) blocked_top.set_cpu_block(block);
   for (size_t p = 0; p < plain->blobs().size(); ++p) {
     blocked->blobs()[p]->CopyFrom(*plain->blobs()[p]);
   }
@@ -159,6 +162,25 @@ TEST_P(LayerBlocks, BatchNormComputesTheSameBits) {
   ExpectLayerSameInBlocks(R"(name: "bn" type: "BatchNorm" batch_norm_param {
       use_global_stats: false eps: 0.001 })",
                           {2, 16, 1, 3}, GetParam());
+}
+
+TEST_P(LayerBlocks, PoolingComputesTheSameBits) {
+  // Windows that overlap, padding, Caffe's ceil (a last window cut by the edge), a global one;
+  // each with the bottom and the top in blocks, and each side alone.
+  const std::vector<std::pair<std::string, std::vector<int>>> cases = {
+      {"pool: MAX kernel_size: 3 stride: 2 pad: 1", {2, 16, 9, 8}},
+      {"pool: MAX kernel_size: 2 stride: 2", {3, 32, 7, 7}},
+      {"pool: AVE kernel_size: 3 stride: 2 pad: 1", {2, 16, 9, 8}},
+      {"pool: AVE kernel_size: 3 stride: 1", {2, 16, 6, 7}},
+      {"pool: AVE global_pooling: true", {2, 32, 7, 7}},
+      {"pool: MAX global_pooling: true", {2, 16, 3, 5}}};
+  for (const auto& [params, shape] : cases) {
+    SCOPED_TRACE(params);
+    const std::string layer = R"(name: "pool" type: "Pooling" pooling_param { )" + params + " }";
+    for (const auto& [bottom, top] : {std::pair{true, true}, {true, false}, {false, true}}) {
+      ExpectLayerSameInBlocks(layer, shape, GetParam(), bottom, top);
+    }
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Blocks, LayerBlocks, ::testing::Values(8, 16));
@@ -242,7 +264,12 @@ void ExpectSameWithAndWithoutBlocks(const std::string& phase, Plan plan) {
   EXPECT_GE(blocked.num_blocked_blobs(), 6);
   EXPECT_EQ(blocked.blob_by_name("x")->cpu_block(), 0);  // 3 channels
   EXPECT_EQ(blocked.blob_by_name("pw")->cpu_block(), math::CpuChannelBlock());
-  EXPECT_EQ(blocked.blob_by_name("gap")->cpu_block(), 0);
+  EXPECT_EQ(blocked.blob_by_name("gap")->cpu_block(), 0);  // 1x1: global pooling's top
+  // Pooling reads and writes blocks: the sum before it and its output stay blocked, and so does
+  // conv2's output, which the global pooling reads.
+  EXPECT_EQ(blocked.blob_by_name("sum")->cpu_block(), math::CpuChannelBlock());
+  EXPECT_EQ(blocked.blob_by_name("pool")->cpu_block(), math::CpuChannelBlock());
+  EXPECT_EQ(blocked.blob_by_name("conv2")->cpu_block(), math::CpuChannelBlock());
   if (plan == Plan::kTraining) {
     EXPECT_GT(plain.ShareTrainingBuffers(), 0u);
     EXPECT_GT(blocked.ShareTrainingBuffers(), 0u);
