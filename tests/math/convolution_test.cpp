@@ -163,6 +163,32 @@ INSTANTIATE_TEST_SUITE_P(
                       Shape(2, 32, 6, 6, 16, 1, 0, 1, 1, 1, false),
                       Shape(2, 16, 8, 8, 16, 3, 1, 2, 1, 16, false)));  // depthwise
 
+// The weights' gradient is added to the layer's with one float addition per element (what
+// Caffe's accumulation does), whichever way the plan brings it back from the primitive's
+// layout: onto zeros it is the gradient g itself, onto values v exactly v + g. Channels in 16s
+// (the tiles Cortado adds itself), and a shape that is not.
+TEST(FastConvolutionAccumulationTest, WeightGradientsAddExactly) {
+  if (!CORTADO_WITH_ONEDNN) GTEST_SKIP() << "built without oneDNN";
+  for (const ConvolutionShape& s :
+       {Shape(2, 32, 6, 6, 48, 1, 0, 1, 1, 1, false), Shape(2, 16, 7, 7, 32, 3, 1, 1, 1, 1, true),
+        Shape(2, 3, 7, 6, 4, 3, 0, 1, 1, 1, true)}) {
+    auto plan = MakeFastConvolution(s);
+    ASSERT_NE(plan, nullptr);
+    Direct d{s};
+    const size_t src_n = static_cast<size_t>(s.num) * s.channels * s.height * s.width;
+    const size_t dst_n = static_cast<size_t>(s.num) * s.num_output * d.oh() * d.ow();
+    const size_t wei_n = static_cast<size_t>(s.num_output) * d.cg() * s.kernel_h * s.kernel_w;
+    const auto src = Random(src_n, 5), diff_dst = Random(dst_n, 6), start = Random(wei_n, 7);
+    std::vector<float> fresh(wei_n, 0.0f), added(start), bias_fresh(s.num_output, 0.0f),
+        bias_added(s.num_output, 1.0f);
+    plan->BackwardWeights(src.data(), diff_dst.data(), fresh.data(), bias_fresh.data());
+    plan->BackwardWeights(src.data(), diff_dst.data(), added.data(), bias_added.data());
+    for (size_t i = 0; i < wei_n; ++i) {
+      ASSERT_EQ(added[i], start[i] + fresh[i]) << plan->Name() << ": weight " << i;
+    }
+  }
+}
+
 // Sets the algorithm of the plans made in a scope and puts the one before back.
 class AlgorithmScope {
  public:

@@ -95,6 +95,30 @@ void* ThreadScratch(size_t bytes) {
   return arena.data;
 }
 
+// user += blocked, where `blocked` holds a [O, I, H, W] tensor in oneDNN's OIhw16i16o
+// (ABcd16b16a: 16 x 16 tiles of output and input channels, 16 inputs of an output side by side)
+// and O and I are multiples of 16: a convolution's weight gradient added to the layer's. oneDNN's
+// reorder with a sum post-op does the same additions (the same bits) but writes the plain side
+// a whole row of inputs apart: with 1x1 kernels it took 2.8 ms for ResNet-50's 2048 x 1024
+// layer against 0.8 ms here (2 threads), where each output's row of 16 inputs is contiguous.
+void AddFromTiles(const float* blocked, int outputs, int inputs, int spatial, float* user) {
+  const int output_tiles = outputs / 16, input_tiles = inputs / 16;
+#pragma omp parallel for collapse(2) schedule(static)
+  for (int ot = 0; ot < output_tiles; ++ot) {
+    for (int it = 0; it < input_tiles; ++it) {
+      const float* tile = blocked + (static_cast<size_t>(ot) * input_tiles + it) * spatial * 256;
+      for (int o = 0; o < 16; ++o) {
+        float* row = user + (static_cast<size_t>(ot * 16 + o) * inputs + it * 16) * spatial;
+        for (int i = 0; i < 16; ++i) {
+          for (int p = 0; p < spatial; ++p) {
+            row[i * spatial + p] += tile[static_cast<size_t>(p) * 256 + i * 16 + o];
+          }
+        }
+      }
+    }
+  }
+}
+
 // A plain user buffer and, when the primitive wants another layout, a copy in that layout in
 // scratch memory placed before each pass (Place).
 class Operand {
@@ -105,6 +129,15 @@ class Operand {
     if (wanted != user) {
       scratch_ = memory(wanted, engine, DNNL_MEMORY_NONE);
       scratch_bytes_ = (wanted.get_size() + 63) / 64 * 64;
+      const memory::dims dims = user.dims();
+      tiles_ = dims.size() == 4 && dims[0] % 16 == 0 && dims[1] % 16 == 0 &&
+               user == memory::desc(dims, Type::f32, Tag::oihw) &&
+               wanted == memory::desc(dims, Type::f32, Tag::OIhw16i16o);
+      if (tiles_) {
+        tile_dims_[0] = static_cast<int>(dims[0]);
+        tile_dims_[1] = static_cast<int>(dims[1]);
+        tile_dims_[2] = static_cast<int>(dims[2] * dims[3]);
+      }
       to_scratch_ = dnnl::reorder(user_, scratch_);
       from_scratch_ = dnnl::reorder(scratch_, user_);
       // The copy back that adds to the user's values (a sum post-op: user = user + copy, the
@@ -155,9 +188,19 @@ class Operand {
     if (reordered()) from_scratch_.execute(stream, scratch_, user_);
   }
   // Whether AddOut can add the copy to the user's buffer.
-  bool adds() const { return static_cast<bool>(add_from_scratch_); }
-  // Adds the primitive's output (written to Target's memory) to the user's values.
-  void AddOut(dnnl::stream& stream) { add_from_scratch_.execute(stream, scratch_, user_); }
+  bool adds() const { return tiles_ || static_cast<bool>(add_from_scratch_); }
+  // Adds the primitive's output (written to Target's memory) to the user's values; waits for
+  // the stream's work.
+  void AddOut(dnnl::stream& stream) {
+    if (tiles_) {
+      stream.wait();
+      AddFromTiles(static_cast<const float*>(scratch_.get_data_handle()), tile_dims_[0],
+                   tile_dims_[1], tile_dims_[2], static_cast<float*>(user_.get_data_handle()));
+      return;
+    }
+    add_from_scratch_.execute(stream, scratch_, user_);
+    stream.wait();
+  }
 
  private:
   memory user_;
@@ -167,6 +210,8 @@ class Operand {
   dnnl::reorder from_scratch_;
   dnnl::reorder add_from_scratch_;
   dnnl::engine engine_;
+  bool tiles_ = false;            // AddOut through AddFromTiles
+  int tile_dims_[3] = {0, 0, 0};  // outputs, inputs, kernel positions
 };
 
 // A tensor's layout as a oneDNN format: NCHW or nChw{block}c.
@@ -337,8 +382,8 @@ class OneDnnConvolution final : public ConvolutionPlan {
       bw_diff_weights_.AddOut(stream_);
     } else {
       bw_diff_weights_.Out(stream_);
+      stream_.wait();
     }
-    stream_.wait();
     if (!bw_diff_weights_.adds()) Axpy(weight_count_, 1.0f, weight_grad_.data(), diff_weights);
     if (shape_.bias && diff_bias != nullptr) {
       Axpy(shape_.num_output, 1.0f, bias_grad_.data(), diff_bias);
