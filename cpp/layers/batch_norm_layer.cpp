@@ -375,6 +375,44 @@ CORTADO_CPU_CLONES void BackwardBlock(const BackwardPlan& p, int cb) {
   }
 }
 
+// RecomputeTops's passes (the fused top from x_norm, as Forward computes it), built for each
+// CPU like the passes above: channel c (NCHW) or channel block cb.
+struct RecomputePlan {
+  ChannelRows rows;
+  const float* x_norm;
+  const float* scale;
+  const float* bias;  // or null
+  bool relu;
+  float slope;
+  float* out;
+};
+
+CORTADO_CPU_CLONES void RecomputeChannel(const RecomputePlan& p, int c) {
+  const float sc = p.scale[c];
+  const float bc = p.bias != nullptr ? p.bias[c] : 0.0f;
+  for (int n = 0; n < p.rows.num; ++n) {
+    const int offset = (n * p.rows.channels + c) * p.rows.spatial;
+    const float* xn = p.x_norm + offset;
+    AffineRow(
+        p.rows.spatial, [xn](int i) { return xn[i]; }, sc, bc, p.bias != nullptr, p.relu, p.slope,
+        nullptr, p.out + offset);
+  }
+}
+
+template <int B>
+CORTADO_CPU_CLONES void RecomputeBlock(const RecomputePlan& p, int cb) {
+  const float* sc = p.scale + cb * B;
+  float bc[B] = {};
+  if (p.bias != nullptr) std::copy(p.bias + cb * B, p.bias + cb * B + B, bc);
+  for (int n = 0; n < p.rows.num; ++n) {
+    const size_t offset = BlockAt(p.rows, B, n, cb);
+    const float* xn = p.x_norm + offset;
+    AffineBlock<B>(
+        p.rows.spatial, [xn](int e, int) { return xn[e]; }, sc, bc, p.bias != nullptr, p.relu,
+        p.slope, nullptr, p.out + offset);
+  }
+}
+
 // The channel block the passes run in: the bottom's when its top and a folded sum's other
 // bottom keep the same (SameCpuBlocks), else 0 (every one read and written as NCHW views).
 int CommonBlock(const Tensor* bottom, const Tensor* top, const Tensor* residual) {
@@ -611,43 +649,18 @@ void BatchNormLayer::RecomputeTops(const std::vector<Tensor*>& top) {
   }
   // As Forward computes the top from its x_norm, step for step.
   const Affine affine = FusedAffine();
-  const float* s = affine.scale->cpu_data();
-  const float* b = affine.bias != nullptr ? affine.bias->cpu_data() : nullptr;
-  const bool relu = relu_;
-  const float slope = relu_slope_;
-  if (block != 0) {
-    const ChannelRows rows = {num_, channels_, spatial_dim_, num_ * spatial_dim_};
-    auto recompute = [&](auto block_size, int cb) {
-      constexpr int B = decltype(block_size)::value;
-      const float* sc = s + cb * B;
-      float bc[B] = {};
-      if (b != nullptr) std::copy(b + cb * B, b + cb * B + B, bc);
-      for (int n = 0; n < num_; ++n) {
-        const size_t offset = BlockAt(rows, B, n, cb);
-        const float* xn = x_norm + offset;
-        AffineBlock<B>(
-            spatial_dim_, [xn](int e, int) { return xn[e]; }, sc, bc, b != nullptr, relu, slope,
-            nullptr, out + offset);
-      }
-    };
-    ForEachChannel(
-        channels_, block, count, [](int) {},
-        [&](int cb) { recompute(std::integral_constant<int, 8>(), cb); },
-        [&](int cb) { recompute(std::integral_constant<int, 16>(), cb); });
-    return;
-  }
-#pragma omp parallel for if (count > math::kParallelThreshold) schedule(static)
-  for (int c = 0; c < channels_; ++c) {
-    const float sc = s[c];
-    const float bc = b != nullptr ? b[c] : 0.0f;
-    for (int n = 0; n < num_; ++n) {
-      const int offset = (n * channels_ + c) * spatial_dim_;
-      const float* xn = x_norm + offset;
-      AffineRow(
-          spatial_dim_, [xn](int i) { return xn[i]; }, sc, bc, b != nullptr, relu, slope, nullptr,
-          out + offset);
-    }
-  }
+  RecomputePlan plan;
+  plan.rows = {num_, channels_, spatial_dim_, num_ * spatial_dim_};
+  plan.x_norm = x_norm;
+  plan.scale = affine.scale->cpu_data();
+  plan.bias = affine.bias != nullptr ? affine.bias->cpu_data() : nullptr;
+  plan.relu = relu_;
+  plan.slope = relu_slope_;
+  plan.out = out;
+  ForEachChannel(
+      channels_, block, count, [&plan](int c) { RecomputeChannel(plan, c); },
+      [&plan](int cb) { RecomputeBlock<8>(plan, cb); },
+      [&plan](int cb) { RecomputeBlock<16>(plan, cb); });
 }
 
 void BatchNormLayer::FuseScale(ScaleLayer* scale, bool scale_backward, bool relu,
