@@ -135,7 +135,7 @@ void PoolingLayer::Reshape(const std::vector<Tensor*>& bottom, const std::vector
 void PoolingLayer::ForwardCpu(const std::vector<Tensor*>& bottom, const std::vector<Tensor*>& top) {
   ThrowIfStochastic();
   if (bottom[0]->cpu_block() != 0 || top[0]->cpu_block() != 0) {
-    ForwardBlocks(*bottom[0], top[0]);
+    PassBlocks(/*forward=*/true, bottom[0], top[0]);
     return;
   }
   const float* bottom_data = bottom[0]->cpu_data();
@@ -228,7 +228,7 @@ void PoolingLayer::BackwardCpu(const std::vector<Tensor*>& top,
   ThrowIfStochastic();
   if (!propagate_down[0]) return;
   if (bottom[0]->cpu_block() != 0 || top[0]->cpu_block() != 0) {
-    BackwardBlocks(*top[0], bottom[0]);
+    PassBlocks(/*forward=*/false, bottom[0], top[0]);
     return;
   }
   const float* top_diff = top[0]->cpu_diff();
@@ -447,8 +447,8 @@ void WithLayouts(int in_block, int out_block, F f) {
 
 }  // namespace
 
-void PoolingLayer::ForwardBlocks(const Tensor& bottom, Tensor* top) {
-  const int lanes = bottom.cpu_block() != 0 ? bottom.cpu_block() : top->cpu_block();
+void PoolingLayer::PassBlocks(bool forward, Tensor* bottom, Tensor* top) {
+  const int lanes = bottom->cpu_block() != 0 ? bottom->cpu_block() : top->cpu_block();
   CORTADO_CHECK(lanes == 8 || lanes == 16, "{}: channel blocks of {}", Describe(), lanes);
   const PoolGeometry g{pool_ == caffe::PoolingParameter::MAX,
                        height_,
@@ -461,49 +461,29 @@ void PoolingLayer::ForwardBlocks(const Tensor& bottom, Tensor* top) {
                        stride_w_,
                        pad_h_,
                        pad_w_};
-  const float* src = bottom.cpu_data_kept(true);
-  float* dst = top->mutable_cpu_data_kept(true);
-  int* mask = max_idx_.data();
-  const int groups = bottom.shape(0) * (channels_ / lanes);
-  const size_t in_group = static_cast<size_t>(lanes) * height_ * width_;
-  const size_t out_group = static_cast<size_t>(lanes) * pooled_h_ * pooled_w_;
-  WithLayouts(bottom.cpu_block(), top->cpu_block(), [&](auto width, auto in, auto out) {
-    constexpr int L = decltype(width)::value;
-    constexpr bool kIn = decltype(in)::value, kOut = decltype(out)::value;
-#pragma omp parallel for schedule(static)
-    for (int i = 0; i < groups; ++i) {
-      ForwardGroup<L, kIn, kOut>(g, src + i * in_group, dst + i * out_group,
-                                 g.max ? mask + i * out_group : nullptr);
-    }
-  });
-}
-
-void PoolingLayer::BackwardBlocks(const Tensor& top, Tensor* bottom) {
-  const int lanes = bottom->cpu_block() != 0 ? bottom->cpu_block() : top.cpu_block();
-  const PoolGeometry g{pool_ == caffe::PoolingParameter::MAX,
-                       height_,
-                       width_,
-                       pooled_h_,
-                       pooled_w_,
-                       kernel_h_,
-                       kernel_w_,
-                       stride_h_,
-                       stride_w_,
-                       pad_h_,
-                       pad_w_};
-  const float* top_diff = top.cpu_diff_kept(true);
-  float* bottom_diff = bottom->mutable_cpu_diff_kept(true);
-  const int* mask = max_idx_.data();
+  int* mask = g.max ? max_idx_.data() : nullptr;
   const int groups = bottom->shape(0) * (channels_ / lanes);
   const size_t in_group = static_cast<size_t>(lanes) * height_ * width_;
   const size_t out_group = static_cast<size_t>(lanes) * pooled_h_ * pooled_w_;
-  WithLayouts(bottom->cpu_block(), top.cpu_block(), [&](auto width, auto in, auto out) {
+  WithLayouts(bottom->cpu_block(), top->cpu_block(), [&](auto width, auto in, auto out) {
     constexpr int L = decltype(width)::value;
     constexpr bool kIn = decltype(in)::value, kOut = decltype(out)::value;
+    if (forward) {
+      const float* src = bottom->cpu_data_kept(true);
+      float* dst = top->mutable_cpu_data_kept(true);
+#pragma omp parallel for schedule(static)
+      for (int i = 0; i < groups; ++i) {
+        ForwardGroup<L, kIn, kOut>(g, src + i * in_group, dst + i * out_group,
+                                   mask != nullptr ? mask + i * out_group : nullptr);
+      }
+      return;
+    }
+    const float* top_diff = top->cpu_diff_kept(true);
+    float* bottom_diff = bottom->mutable_cpu_diff_kept(true);
 #pragma omp parallel for schedule(static)
     for (int i = 0; i < groups; ++i) {
       BackwardGroup<L, kIn, kOut>(g, top_diff + i * out_group, bottom_diff + i * in_group,
-                                  g.max ? mask + i * out_group : nullptr);
+                                  mask != nullptr ? mask + i * out_group : nullptr);
     }
   });
 }

@@ -65,9 +65,9 @@ class PoolingLayer final : public Layer {
 
  private:
   void ThrowIfStochastic() const;
-  // The passes when the bottom or the top is kept in channel blocks (Tensor::cpu_block).
-  void ForwardBlocks(const Tensor& bottom, Tensor* top);
-  void BackwardBlocks(const Tensor& top, Tensor* bottom);
+  // Forward (or Backward) when the bottom or the top is kept in channel blocks
+  // (Tensor::cpu_block).
+  void PassBlocks(bool forward, Tensor* bottom, Tensor* top);
 
   caffe::PoolingParameter::PoolMethod pool_ = caffe::PoolingParameter::MAX;
   bool global_ = false;
