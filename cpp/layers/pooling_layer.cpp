@@ -11,10 +11,12 @@
 #include "math/lane_sum.hpp"
 #include "math/math.hpp"
 
-// Both passes split the planes (image x channel; image x channel block in blocks) across the
-// OpenMP threads, which OpenBLAS and oneDNN share since Cortado links OpenBLAS's OpenMP build.
-// (Backward was serial while OpenBLAS had its own pthread pool: an OpenMP region there then
-// measured 8-11 ms against 0.2-1.8 ms serial, two pools fighting over 2 cores.)
+// Forward splits the planes (image x channel; image x channel block in blocks) across the
+// OpenMP threads. Backward stays serial in NCHW, and in blocks below a million values: its work
+// is short (LeNet's two layers: 0.05-0.1 ms), and a parallel region waits for the second thread,
+// which, beside other work on the cores, may not run for a while. Measured on LeNet, 2 threads
+// beside 2 busy loops, in turn: 20.4-23.1 ms per iteration with parallel backward passes, and
+// 15.5-16.3 serial in 6 pairs of 8 (0.1-0.5 ms faster alone); bench/history/cpu-shared-cores.md.
 namespace cortado {
 
 void PoolingLayer::ThrowIfStochastic() const {
@@ -239,7 +241,6 @@ void PoolingLayer::BackwardCpu(const std::vector<Tensor*>& top,
   if (pool_ == caffe::PoolingParameter::MAX) {
     const float* top_mask = top.size() > 1 ? top[1]->cpu_data() : nullptr;
     const int* mask = top_mask ? nullptr : max_idx_.data();
-#pragma omp parallel for schedule(static)
     for (int plane = 0; plane < planes; ++plane) {
       float* dst = bottom_diff + static_cast<size_t>(plane) * in_plane;
       std::fill(dst, dst + in_plane, 0.0f);
@@ -251,7 +252,6 @@ void PoolingLayer::BackwardCpu(const std::vector<Tensor*>& top,
       }
     }
   } else {
-#pragma omp parallel for schedule(static)
     for (int plane = 0; plane < planes; ++plane) {
       float* dst = bottom_diff + static_cast<size_t>(plane) * in_plane;
       const float* src = top_diff + static_cast<size_t>(plane) * out_plane;
@@ -447,6 +447,9 @@ void WithLayouts(int in_block, int out_block, F f) {
 
 }  // namespace
 
+// Values of the bottom from which the blocked backward pass runs on the OpenMP threads.
+constexpr size_t kParallelBackward = size_t{1} << 20;
+
 void PoolingLayer::PassBlocks(bool forward, Tensor* bottom, Tensor* top) {
   const int lanes = bottom->cpu_block() != 0 ? bottom->cpu_block() : top->cpu_block();
   CORTADO_CHECK(lanes == 8 || lanes == 16, "{}: channel blocks of {}", Describe(), lanes);
@@ -480,7 +483,7 @@ void PoolingLayer::PassBlocks(bool forward, Tensor* bottom, Tensor* top) {
     }
     const float* top_diff = top->cpu_diff_kept(true);
     float* bottom_diff = bottom->mutable_cpu_diff_kept(true);
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for if (groups * in_group >= kParallelBackward) schedule(static)
     for (int i = 0; i < groups; ++i) {
       BackwardGroup<L, kIn, kOut>(g, top_diff + i * out_group, bottom_diff + i * in_group,
                                   mask != nullptr ? mask + i * out_group : nullptr);
