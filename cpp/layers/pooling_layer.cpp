@@ -15,8 +15,9 @@
 // OpenMP threads. Backward stays serial in NCHW, and in blocks below a million values: its work
 // is short (LeNet's two layers: 0.05-0.1 ms), and a parallel region waits for the second thread,
 // which, beside other work on the cores, may not run for a while. Measured on LeNet, 2 threads
-// beside 2 busy loops, in turn: 20.4-23.1 ms per iteration with parallel backward passes, and
-// 15.5-16.3 serial in 6 pairs of 8 (0.1-0.5 ms faster alone); bench/history/cpu-shared-cores.md.
+// beside 2 busy loops, in turn: in 6 pairs of 9 the parallel passes took 20.4-23.1 ms per
+// iteration against 15.5-20.3 serial, the other 3 within 0.8 ms of each other (alone, parallel
+// was 0.1-0.8 ms faster); bench/history/cpu-shared-cores.md.
 namespace cortado {
 
 void PoolingLayer::ThrowIfStochastic() const {
