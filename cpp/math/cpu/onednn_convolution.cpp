@@ -133,23 +133,20 @@ class Operand {
       tiles_ = dims.size() == 4 && dims[0] % 16 == 0 && dims[1] % 16 == 0 &&
                user == memory::desc(dims, Type::f32, Tag::oihw) &&
                wanted == memory::desc(dims, Type::f32, Tag::OIhw16i16o);
-      if (tiles_) {
-        tile_dims_[0] = static_cast<int>(dims[0]);
-        tile_dims_[1] = static_cast<int>(dims[1]);
-        tile_dims_[2] = static_cast<int>(dims[2] * dims[3]);
-      }
       to_scratch_ = dnnl::reorder(user_, scratch_);
       from_scratch_ = dnnl::reorder(scratch_, user_);
       // The copy back that adds to the user's values (a sum post-op: user = user + copy, the
-      // bits of an Axpy with 1), for gradients that accumulate.
-      try {
-        dnnl::post_ops sum;
-        sum.append_sum(1.0f);
-        dnnl::primitive_attr attr;
-        attr.set_post_ops(sum);
-        add_from_scratch_ = dnnl::reorder(scratch_, user_, attr);
-      } catch (const dnnl::error&) {
-        add_from_scratch_ = dnnl::reorder();  // not offered: the caller adds itself
+      // bits of an Axpy with 1), for gradients that accumulate; AddFromTiles adds tiles itself.
+      if (!tiles_) {
+        try {
+          dnnl::post_ops sum;
+          sum.append_sum(1.0f);
+          dnnl::primitive_attr attr;
+          attr.set_post_ops(sum);
+          add_from_scratch_ = dnnl::reorder(scratch_, user_, attr);
+        } catch (const dnnl::error&) {
+          add_from_scratch_ = dnnl::reorder();  // not offered: the caller adds itself
+        }
       }
     }
   }
@@ -194,8 +191,10 @@ class Operand {
   void AddOut(dnnl::stream& stream) {
     if (tiles_) {
       stream.wait();
-      AddFromTiles(static_cast<const float*>(scratch_.get_data_handle()), tile_dims_[0],
-                   tile_dims_[1], tile_dims_[2], static_cast<float*>(user_.get_data_handle()));
+      const memory::dims dims = user_.get_desc().dims();
+      AddFromTiles(static_cast<const float*>(scratch_.get_data_handle()), static_cast<int>(dims[0]),
+                   static_cast<int>(dims[1]), static_cast<int>(dims[2] * dims[3]),
+                   static_cast<float*>(user_.get_data_handle()));
       return;
     }
     add_from_scratch_.execute(stream, scratch_, user_);
@@ -210,8 +209,7 @@ class Operand {
   dnnl::reorder from_scratch_;
   dnnl::reorder add_from_scratch_;
   dnnl::engine engine_;
-  bool tiles_ = false;            // AddOut through AddFromTiles
-  int tile_dims_[3] = {0, 0, 0};  // outputs, inputs, kernel positions
+  bool tiles_ = false;  // AddOut through AddFromTiles
 };
 
 // A tensor's layout as a oneDNN format: NCHW or nChw{block}c.
