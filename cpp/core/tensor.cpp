@@ -50,13 +50,17 @@ void Tensor::Reshape(const std::vector<int>& shape) {
     // blocks keeps its values in NCHW.
     data_twin_ = Twin{};
     diff_twin_ = Twin{};
-    if (shape.size() != 4 || shape[1] % block_ != 0) block_ = 0;
+    // A padded last block stays only for a tensor that had one: the net chose the layout
+    // knowing its users (Tensor::set_cpu_block).
+    const bool was_padded = shape_.size() == 4 && shape_[1] % block_ != 0;
+    if (shape.size() != 4 || (shape[1] % block_ != 0 && !was_padded)) block_ = 0;
   }
   shape_ = shape;
   count_ = static_cast<int>(count);
   const size_t value = value_bytes();
-  if (count_ > capacity_ || !data_) {
-    capacity_ = count_;
+  const int home = home_count();
+  if (home > capacity_ || !data_) {
+    capacity_ = home;
     data_ = std::make_shared<SyncedMemory>(value * static_cast<size_t>(capacity_), device_id_);
     diff_ = std::make_shared<SyncedMemory>(value * static_cast<size_t>(capacity_), device_id_);
     data_twin_ = Twin{};
@@ -64,11 +68,11 @@ void Tensor::Reshape(const std::vector<int>& shape) {
   } else {
     // A buffer taken with UseDataBuffer or UseDiffBuffer that is too small for the new shape.
     const size_t bytes = value * static_cast<size_t>(capacity_);
-    if (data_->size() < value * static_cast<size_t>(count_)) {
+    if (data_->size() < value * static_cast<size_t>(home)) {
       data_ = std::make_shared<SyncedMemory>(bytes, device_id_);
       data_twin_ = Twin{};
     }
-    if (diff_->size() < value * static_cast<size_t>(count_)) {
+    if (diff_->size() < value * static_cast<size_t>(home)) {
       diff_ = std::make_shared<SyncedMemory>(bytes, device_id_);
       diff_twin_ = Twin{};
     }
@@ -166,10 +170,10 @@ void Tensor::set_cpu_block(int block) {
   if (block != 0 && (block != 8 && block != 16)) {
     CORTADO_THROW(kInvalidArgument, "a channel block of {} (0, 8 or 16)", block);
   }
-  if (block != 0 && (home_ != HalfType::kNone || num_axes() != 4 || shape_[1] % block != 0)) {
+  if (block != 0 && (home_ != HalfType::kNone || num_axes() != 4)) {
     CORTADO_THROW(kInvalidArgument,
                   "a tensor of shape {} with a {} home cannot keep its values in blocks of {} "
-                  "channels (4-D float32 tensors whose channels are a multiple of the block only)",
+                  "channels (4-D float32 tensors only)",
                   ShapeString(), HalfTypeName(home_), block);
   }
   if (data_twin_.written) Home(data_, data_twin_);
@@ -177,6 +181,22 @@ void Tensor::set_cpu_block(int block) {
   block_ = block;
   data_twin_ = Twin{};
   diff_twin_ = Twin{};
+  // A padded last block needs a larger home (zeros: the values are set after this).
+  const int home = home_count();
+  if (home > capacity_) capacity_ = home;
+  const size_t bytes = home_bytes();
+  if (data_ != nullptr && data_->size() < bytes) {
+    data_ = std::make_shared<SyncedMemory>(bytes, device_id_);
+  }
+  if (diff_ != nullptr && diff_->size() < bytes) {
+    diff_ = std::make_shared<SyncedMemory>(bytes, device_id_);
+  }
+}
+
+int Tensor::home_count() const {
+  if (!cpu_block_padded()) return count_;
+  const int blocks = (shape_[1] + block_ - 1) / block_;
+  return shape_[0] * blocks * block_ * shape_[2] * shape_[3];
 }
 
 bool SameCpuBlocks(const std::vector<const Tensor*>& tensors) {
@@ -184,7 +204,7 @@ bool SameCpuBlocks(const std::vector<const Tensor*>& tensors) {
   for (const Tensor* t : tensors) {
     if (t == nullptr) continue;
     if (block == -1) block = t->cpu_block();
-    if (t->cpu_block() != block) return false;
+    if (t->cpu_block() != block || t->cpu_block_padded()) return false;
   }
   return true;
 }
@@ -193,23 +213,36 @@ void Tensor::Reorder(SyncedMemory& from, SyncedMemory& to, bool to_blocked) cons
   CORTADO_CHECK(block_ != 0 && num_axes() == 4, "a reorder of a tensor of shape {} in blocks of {}",
                 ShapeString(), block_);
   const int num = shape_[0], channels = shape_[1], spatial = shape_[2] * shape_[3];
-  const int block = block_, blocks = channels / block;
+  const int block = block_, blocks = (channels + block - 1) / block;
   const auto* src = static_cast<const float*>(from.host_data());
   auto* dst = static_cast<float*>(to.mutable_host_data());
   const int planes = num * blocks;
   // One block of `block` channel planes of one image at a time: the blocked side is read or
-  // written in order, the plain side in `block` streams.
+  // written in order, the plain side in `block` streams. A padded last block's extra lanes are
+  // written as zeros on the blocked side.
 #pragma omp parallel for if (count_ >= (1 << 16)) schedule(static)
   for (int nb = 0; nb < planes; ++nb) {
-    const size_t offset = static_cast<size_t>(nb) * block * spatial;
-    const float* in = src + offset;
-    float* out = dst + offset;
+    const int n = nb / blocks, first = nb % blocks * block;
+    const int lanes = std::min(block, channels - first);
+    const size_t plain = (static_cast<size_t>(n) * channels + first) * spatial;
+    const size_t blocked = static_cast<size_t>(nb) * block * spatial;
     if (to_blocked) {
-      for (int i = 0; i < spatial; ++i) {
-        for (int l = 0; l < block; ++l) out[i * block + l] = in[l * spatial + i];
+      const float* in = src + plain;
+      float* out = dst + blocked;
+      if (lanes == block) {
+        for (int i = 0; i < spatial; ++i) {
+          for (int l = 0; l < block; ++l) out[i * block + l] = in[l * spatial + i];
+        }
+      } else {
+        for (int i = 0; i < spatial; ++i) {
+          for (int l = 0; l < lanes; ++l) out[i * block + l] = in[l * spatial + i];
+          for (int l = lanes; l < block; ++l) out[i * block + l] = 0.0f;
+        }
       }
     } else {
-      for (int l = 0; l < block; ++l) {
+      const float* in = src + blocked;
+      float* out = dst + plain;
+      for (int l = 0; l < lanes; ++l) {
         for (int i = 0; i < spatial; ++i) out[l * spatial + i] = in[i * block + l];
       }
     }
@@ -442,7 +475,7 @@ void Tensor::ShareDiff(const Tensor& other) {
 }
 
 void Tensor::UseDataBuffer(std::shared_ptr<SyncedMemory> buffer) {
-  CORTADO_CHECK(buffer != nullptr && buffer->size() >= value_bytes() * static_cast<size_t>(count_),
+  CORTADO_CHECK(buffer != nullptr && buffer->size() >= home_bytes(),
                 "data buffer of {} bytes for a tensor of shape {}", buffer ? buffer->size() : 0,
                 ShapeString());
   if (data_ != buffer) data_twin_ = Twin{};
@@ -450,7 +483,7 @@ void Tensor::UseDataBuffer(std::shared_ptr<SyncedMemory> buffer) {
 }
 
 void Tensor::UseDiffBuffer(std::shared_ptr<SyncedMemory> buffer) {
-  CORTADO_CHECK(buffer != nullptr && buffer->size() >= value_bytes() * static_cast<size_t>(count_),
+  CORTADO_CHECK(buffer != nullptr && buffer->size() >= home_bytes(),
                 "diff buffer of {} bytes for a tensor of shape {}", buffer ? buffer->size() : 0,
                 ShapeString());
   if (diff_ != buffer) diff_twin_ = Twin{};

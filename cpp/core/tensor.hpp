@@ -94,17 +94,25 @@ class Tensor {
   // home.
   void set_home_nhwc(bool nhwc);
   bool home_nhwc() const { return nhwc_; }
-  // Channel blocks on the CPU: a 4-D float32 tensor whose channels are a multiple of `block`
-  // may keep its home values (data and diff) as oneDNN's blocked layout nChw{block}c,
-  // [n][c / block][h][w][c % block], for layers whose CPU passes take that (Layer::BlockedTensors:
-  // convolutions read and write it without reordering). Its float32 views (cpu_data and the
-  // rest) stay NCHW: twins, reordered copies; cpu_home_data and the like give the home itself.
-  // 0 (the default) is plain NCHW. Set it before the values matter, on every tensor that shares
-  // the buffers alike (Net does); a Reshape to a shape that cannot keep it drops it (the values
-  // written through the home are then not to be read back). kInvalidArgument unless 4-D with a
-  // float32 home, channels a multiple of `block`, and `block` 0, 8 or 16.
+  // Channel blocks on the CPU: a 4-D float32 tensor may keep its home values (data and diff) as
+  // oneDNN's blocked layout nChw{block}c, [n][c / block][h][w][c % block], for layers whose CPU
+  // passes take that (Layer::BlockedTensors: convolutions read and write it without reordering).
+  // Channels that are not a multiple of `block` fill a last, padded block whose extra lanes hold
+  // zeros (oneDNN's padded layout; home_count() counts them): only passes that know the
+  // geometry (convolution, pooling) read such a home, element-wise ones take the NCHW views
+  // (SameCpuBlocks says no). Its float32 views (cpu_data and the rest) stay NCHW: twins,
+  // reordered copies; cpu_home_data and the like give the home itself. 0 (the default) is plain
+  // NCHW. Set it before the values matter, on every tensor that shares the buffers alike (Net
+  // does); a Reshape to a shape that cannot keep it drops it (the values written through the
+  // home are then not to be read back). kInvalidArgument unless 4-D with a float32 home and
+  // `block` 0, 8 or 16.
   void set_cpu_block(int block);
   int cpu_block() const { return block_; }
+  // Whether the channels fill a last block only in part (padded lanes in the home).
+  bool cpu_block_padded() const { return block_ != 0 && shape_[1] % block_ != 0; }
+  // Values in the home, padded lanes included (count() unless padded), and their bytes.
+  int home_count() const;
+  size_t home_bytes() const { return value_bytes() * static_cast<size_t>(home_count()); }
   // The home values on the host whatever their layout (NCHW, or nChw{cpu_block()}c), any value
   // written through a twin moved in first. A float32 home only (kInternal otherwise).
   const float* cpu_home_data() const;

@@ -47,6 +47,7 @@ class ConvolutionLayer final : public BaseConvolutionLayer {
                ? NhwcUse::kEach
                : NhwcUse::kNo;
   }
+  NhwcUse PaddedBlockedTensors() const override { return BlockedTensors(); }
 
  protected:
   bool reverse_dimensions() const override { return false; }

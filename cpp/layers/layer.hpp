@@ -123,6 +123,10 @@ class Layer {
   // a group of blobs in blocks when every layer that touches it takes them and a convolution is
   // among them (blocked_tensors.cpp). Default kNo.
   virtual NhwcUse BlockedTensors() const { return NhwcUse::kNo; }
+  // The same for blobs whose channels end in a padded block (Tensor::cpu_block_padded): layers
+  // whose passes know the geometry (convolution, pooling) and so leave the extra lanes zero.
+  // Default kNo.
+  virtual NhwcUse PaddedBlockedTensors() const { return NhwcUse::kNo; }
 
   // Set by the Net when another layer's passes compute this layer too (it fuses BatchNorm with
   // the Scale and ReLU that follow it in place): Forward and Backward then do nothing.

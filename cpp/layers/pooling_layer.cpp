@@ -131,7 +131,9 @@ void PoolingLayer::Reshape(const std::vector<Tensor*>& bottom, const std::vector
   top[0]->Reshape(in.shape(0), channels_, pooled_h_, pooled_w_);
   if (top.size() > 1) top[1]->ReshapeLike(*top[0]);
   if (pool_ == caffe::PoolingParameter::MAX && top.size() == 1) {
-    max_idx_.resize(top[0]->count());
+    // Room for channel blocks of up to 16 with a padded last one (PassBlocks).
+    const size_t padded_channels = (channels_ + 15) / 16 * 16;
+    max_idx_.resize(static_cast<size_t>(in.shape(0)) * padded_channels * pooled_h_ * pooled_w_);
   }
 }
 
@@ -451,6 +453,22 @@ void WithLayouts(int in_block, int out_block, F f) {
 // Values of the bottom from which the blocked backward pass runs on the OpenMP threads.
 constexpr size_t kParallelBackward = size_t{1} << 20;
 
+namespace {
+
+// A padded last block's lanes between an NCHW side and an L-lane block (zeros beyond `lanes`).
+void GatherLanes(const float* plain, int lanes, int plane, int L, float* block) {
+  for (int p = 0; p < plane; ++p) {
+    for (int l = 0; l < L; ++l) block[p * L + l] = l < lanes ? plain[l * plane + p] : 0.0f;
+  }
+}
+void ScatterLanes(const float* block, int lanes, int plane, int L, float* plain) {
+  for (int l = 0; l < lanes; ++l) {
+    for (int p = 0; p < plane; ++p) plain[l * plane + p] = block[p * L + l];
+  }
+}
+
+}  // namespace
+
 void PoolingLayer::PassBlocks(bool forward, Tensor* bottom, Tensor* top) {
   const int lanes = bottom->cpu_block() != 0 ? bottom->cpu_block() : top->cpu_block();
   CORTADO_CHECK(lanes == 8 || lanes == 16, "{}: channel blocks of {}", Describe(), lanes);
@@ -466,28 +484,60 @@ void PoolingLayer::PassBlocks(bool forward, Tensor* bottom, Tensor* top) {
                        pad_h_,
                        pad_w_};
   int* mask = g.max ? max_idx_.data() : nullptr;
-  const int groups = bottom->shape(0) * (channels_ / lanes);
-  const size_t in_group = static_cast<size_t>(lanes) * height_ * width_;
-  const size_t out_group = static_cast<size_t>(lanes) * pooled_h_ * pooled_w_;
+  // Channels that are not a multiple of the block end in a padded block (Tensor::set_cpu_block):
+  // its extra lanes are zeros on a blocked side and absent on an NCHW one, where that block goes
+  // through an L-lane copy.
+  const int blocks = (channels_ + lanes - 1) / lanes, tail = channels_ % lanes;
+  const int groups = bottom->shape(0) * blocks;
+  const int in_plane = height_ * width_, out_plane = pooled_h_ * pooled_w_;
   WithLayouts(bottom->cpu_block(), top->cpu_block(), [&](auto width, auto in, auto out) {
     constexpr int L = decltype(width)::value;
     constexpr bool kIn = decltype(in)::value, kOut = decltype(out)::value;
+    // A group's first value on each side.
+    auto at = [&](int i, bool blocked, int plane) {
+      return blocked ? static_cast<size_t>(i) * L * plane
+                     : (static_cast<size_t>(i / blocks) * channels_ + i % blocks * L) * plane;
+    };
+    auto partial = [&](int i) { return tail != 0 && (!kIn || !kOut) && i % blocks == blocks - 1; };
     if (forward) {
       const float* src = bottom->cpu_data_kept(true);
       float* dst = top->mutable_cpu_data_kept(true);
 #pragma omp parallel for schedule(static)
       for (int i = 0; i < groups; ++i) {
-        ForwardGroup<L, kIn, kOut>(g, src + i * in_group, dst + i * out_group,
-                                   mask != nullptr ? mask + i * out_group : nullptr);
+        const float* from = src + at(i, kIn, in_plane);
+        float* to = dst + at(i, kOut, out_plane);
+        int* argmax = mask != nullptr ? mask + static_cast<size_t>(i) * L * out_plane : nullptr;
+        if (!partial(i)) {
+          ForwardGroup<L, kIn, kOut>(g, from, to, argmax);
+          continue;
+        }
+        std::vector<float> in_lanes(kIn ? 0 : static_cast<size_t>(L) * in_plane);
+        std::vector<float> out_lanes(static_cast<size_t>(L) * out_plane);
+        if (!kIn) GatherLanes(from, tail, in_plane, L, in_lanes.data());
+        ForwardGroup<L, true, true>(g, kIn ? from : in_lanes.data(), kOut ? to : out_lanes.data(),
+                                    argmax);
+        if (!kOut) ScatterLanes(out_lanes.data(), tail, out_plane, L, to);
       }
       return;
     }
     const float* top_diff = top->cpu_diff_kept(true);
     float* bottom_diff = bottom->mutable_cpu_diff_kept(true);
-#pragma omp parallel for if (groups * in_group >= kParallelBackward) schedule(static)
+    const bool parallel = static_cast<size_t>(bottom->count()) >= kParallelBackward;
+#pragma omp parallel for if (parallel) schedule(static)
     for (int i = 0; i < groups; ++i) {
-      BackwardGroup<L, kIn, kOut>(g, top_diff + i * out_group, bottom_diff + i * in_group,
-                                  mask != nullptr ? mask + i * out_group : nullptr);
+      const float* from = top_diff + at(i, kOut, out_plane);
+      float* to = bottom_diff + at(i, kIn, in_plane);
+      const int* argmax = mask != nullptr ? mask + static_cast<size_t>(i) * L * out_plane : nullptr;
+      if (!partial(i)) {
+        BackwardGroup<L, kIn, kOut>(g, from, to, argmax);
+        continue;
+      }
+      std::vector<float> out_lanes(kOut ? 0 : static_cast<size_t>(L) * out_plane);
+      std::vector<float> in_lanes(static_cast<size_t>(L) * in_plane);
+      if (!kOut) GatherLanes(from, tail, out_plane, L, out_lanes.data());
+      BackwardGroup<L, true, true>(g, kOut ? from : out_lanes.data(), kIn ? to : in_lanes.data(),
+                                   argmax);
+      if (!kIn) ScatterLanes(in_lanes.data(), tail, in_plane, L, to);
     }
   });
 }

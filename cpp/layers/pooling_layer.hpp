@@ -56,6 +56,7 @@ class PoolingLayer final : public Layer {
   NhwcUse BlockedTensors() const override {
     return TakesHalfTensors() ? NhwcUse::kEach : NhwcUse::kNo;
   }
+  NhwcUse PaddedBlockedTensors() const override { return BlockedTensors(); }
 
  protected:
   void ForwardCpu(const std::vector<Tensor*>& bottom, const std::vector<Tensor*>& top) override;

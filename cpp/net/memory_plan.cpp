@@ -35,8 +35,7 @@ BufferGroups GroupBlobs(const std::vector<std::shared_ptr<Tensor>>& blobs, Buffe
     }
     groups.of_blob.push_back(it->second);
     groups.tensors[it->second].push_back(blob.get());
-    groups.bytes[it->second] = std::max(groups.bytes[it->second],
-                                        blob->value_bytes() * static_cast<size_t>(blob->count()));
+    groups.bytes[it->second] = std::max(groups.bytes[it->second], blob->home_bytes());
   }
   return groups;
 }
@@ -325,7 +324,7 @@ namespace {
 size_t LargestBytes(const std::vector<Tensor*>& tensors) {
   size_t bytes = 0;
   for (const Tensor* t : tensors) {
-    bytes = std::max(bytes, t->value_bytes() * static_cast<size_t>(t->count()));
+    bytes = std::max(bytes, t->home_bytes());
   }
   return bytes;
 }

@@ -6,9 +6,12 @@
 // fused BatchNorm chains, a residual sum, pooling and a classifier computes the same loss,
 // tops and gradients with its blobs kept in blocks as with every blob NCHW
 // (NetOptions::cpu_blocks), with and without the training memory plan, in TRAIN and in TEST.
+// Channels that fill the last block in part (LeNet's 20 and 50) keep zeros in its extra lanes.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
+#include <limits>
 #include <memory>
 #include <string>
 #include <utility>
@@ -26,9 +29,30 @@ namespace cortado {
 namespace {
 
 // Where NCHW element (n, c, i) of an N x C x spatial tensor sits in nChw{block}c.
+// A last block that the channels fill in part is padded to `block` lanes.
 size_t BlockedIndex(int channels, int spatial, int block, int n, int c, int i) {
-  return ((static_cast<size_t>(n) * (channels / block) + c / block) * spatial + i) * block +
-         c % block;
+  const int blocks = (channels + block - 1) / block;
+  return ((static_cast<size_t>(n) * blocks + c / block) * spatial + i) * block + c % block;
+}
+
+// Whether every padded lane of a tensor's blocked home (data and diff) holds +0.0f.
+void ExpectZeroPadding(Tensor* t, const std::string& what) {
+  if (!t->cpu_block_padded()) return;
+  const int block = t->cpu_block(), channels = t->channels();
+  const int blocks = (channels + block - 1) / block, spatial = t->height() * t->width();
+  for (const float* home : {t->cpu_home_data(), t->cpu_home_diff()}) {
+    int nonzero = 0;
+    for (int n = 0; n < t->num(); ++n) {
+      for (int c = channels; c < blocks * block; ++c) {
+        for (int i = 0; i < spatial; ++i) {
+          const float v = home[BlockedIndex(channels, spatial, block, n, c, i)];
+          nonzero += std::signbit(v) || v != 0.0f;
+        }
+      }
+    }
+    EXPECT_EQ(nonzero, 0) << what << ": padded lanes that are not zero, " << t->ShapeString()
+                          << (home == t->cpu_home_data() ? " (data)" : " (diff)");
+  }
 }
 
 void ExpectSameBits(const float* expected, const float* actual, int count,
@@ -90,9 +114,52 @@ TEST_P(TensorBlocks, NchwViewsAndTheBlockedHomeHoldTheSameValues) {
 
 INSTANTIATE_TEST_SUITE_P(Blocks, TensorBlocks, ::testing::Values(8, 16));
 
+TEST_P(TensorBlocks, ChannelsThatFillTheLastBlockInPartArePaddedWithZeros) {
+  const int block = GetParam();
+  const int num = 2, channels = block + 3, spatial = 4 * 3;
+  Tensor t({num, channels, 4, 3});
+  t.set_cpu_block(block);
+  ASSERT_TRUE(t.cpu_block_padded());
+  EXPECT_EQ(t.home_count(), num * 2 * block * spatial);
+  EXPECT_EQ(t.home_bytes(), sizeof(float) * t.home_count());
+  EXPECT_FALSE(SameCpuBlocks({&t}));  // element-wise passes take the NCHW views
+  // Garbage in the whole home first: writing through the views leaves zeros in the padding.
+  std::fill_n(t.mutable_cpu_home_data(), t.home_count(), std::numeric_limits<float>::quiet_NaN());
+  std::fill_n(t.mutable_cpu_home_diff(), t.home_count(), -1.0f);
+  float* view = t.mutable_cpu_data();
+  for (int i = 0; i < t.count(); ++i) view[i] = static_cast<float>(i + 1);
+  float* grad = t.mutable_cpu_diff();
+  for (int i = 0; i < t.count(); ++i) grad[i] = static_cast<float>(-i - 1);
+  const float* home = t.cpu_home_data();
+  const float* home_diff = t.cpu_home_diff();
+  for (int n = 0; n < num; ++n) {
+    for (int c = 0; c < channels; ++c) {
+      for (int i = 0; i < spatial; ++i) {
+        const size_t at = BlockedIndex(channels, spatial, block, n, c, i);
+        const float expected = static_cast<float>((n * channels + c) * spatial + i + 1);
+        ASSERT_EQ(home[at], expected) << "n " << n << " c " << c << " i " << i;
+        ASSERT_EQ(home_diff[at], -expected) << "n " << n << " c " << c << " i " << i;
+      }
+    }
+  }
+  ExpectZeroPadding(&t, "written through the views");
+  // Written through the home: the views follow.
+  t.mutable_cpu_home_data()[BlockedIndex(channels, spatial, block, 1, block + 2, 5)] = -7.0f;
+  EXPECT_EQ(t.data_at(1, block + 2, 1, 2), -7.0f);
+  EXPECT_EQ(t.data_at(1, block + 1, 1, 2), static_cast<float>((channels + block + 1) * 12 + 6));
+  // Another batch size keeps the padded blocks (and a home large enough for them).
+  t.Reshape({3, channels, 4, 3});
+  EXPECT_EQ(t.cpu_block(), block);
+  EXPECT_EQ(t.home_count(), 3 * 2 * block * spatial);
+  // A tensor with whole blocks does not become padded by a reshape: it drops the blocks.
+  Tensor whole({2, 2 * block, 3, 3});
+  whole.set_cpu_block(block);
+  whole.Reshape({2, block + 1, 3, 3});
+  EXPECT_EQ(whole.cpu_block(), 0);
+}
+
 TEST(TensorBlocksTest, ShapesThatCannotBeBlockedAreRefused) {
   Tensor t({2, 12, 3, 3});
-  EXPECT_THROW(t.set_cpu_block(8), Error);  // 12 channels: not whole blocks of 8
   EXPECT_THROW(t.set_cpu_block(5), Error);  // not a block oneDNN uses
   Tensor flat({2, 16});
   EXPECT_THROW(flat.set_cpu_block(16), Error);  // not 4-D
@@ -117,8 +184,16 @@ void ExpectLayerSameInBlocks(const std::string& layer_text, std::vector<int> bot
   auto blocked = CreateLayer(testing::LayerParam(layer_text), &ctx);
   plain->Initialize({&plain_in}, {&plain_top});
   blocked->Initialize({&blocked_in}, {&blocked_top});
-  ASSERT_EQ(plain_top.channels() % block, 0);
   if (top_blocked) blocked_top.set_cpu_block(block);
+  // Garbage where the passes write: padded lanes must come out zero.
+  if (blocked_top.cpu_block_padded()) {
+    std::fill_n(blocked_top.mutable_cpu_home_data(), blocked_top.home_count(),
+                std::numeric_limits<float>::quiet_NaN());
+  }
+  if (blocked_in.cpu_block_padded()) {
+    std::fill_n(blocked_in.mutable_cpu_home_diff(), blocked_in.home_count(),
+                std::numeric_limits<float>::quiet_NaN());
+  }
   for (size_t p = 0; p < plain->blobs().size(); ++p) {
     blocked->blobs()[p]->CopyFrom(*plain->blobs()[p]);
   }
@@ -135,6 +210,8 @@ void ExpectLayerSameInBlocks(const std::string& layer_text, std::vector<int> bot
   plain->Backward({&plain_top}, {true}, {&plain_in});
   blocked->Backward({&blocked_top}, {true}, {&blocked_in});
   ExpectSameBits(plain_in.cpu_diff(), blocked_in.cpu_diff(), plain_in.count(), "bottom diff");
+  ExpectZeroPadding(&blocked_top, "top");
+  ExpectZeroPadding(&blocked_in, "bottom");
   for (size_t p = 0; p < plain->blobs().size(); ++p) {
     ExpectSameBits(plain->blobs()[p]->cpu_diff(), blocked->blobs()[p]->cpu_diff(),
                    plain->blobs()[p]->count(), "param " + std::to_string(p) + " diff");
@@ -154,6 +231,13 @@ TEST_P(LayerBlocks, ConvolutionComputesTheSameBits) {
       num_output: 16 group: 16 kernel_size: 3 pad: 1 stride: 2 bias_term: false
       weight_filler { type: "gaussian" std: 0.3 } })",
                           {2, 16, 9, 8}, GetParam());
+  // LeNet's channels, 20 in and 50 out: padded last blocks on both sides, and each alone.
+  for (const auto& [bottom, top] : {std::pair{true, true}, {true, false}, {false, true}}) {
+    ExpectLayerSameInBlocks(R"(name: "conv" type: "Convolution" convolution_param {
+        num_output: 50 kernel_size: 5 weight_filler { type: "gaussian" std: 0.1 }
+        bias_filler { type: "gaussian" std: 0.1 } })",
+                            {3, 20, 12, 12}, GetParam(), bottom, top);
+  }
 }
 
 TEST_P(LayerBlocks, BatchNormComputesTheSameBits) {
@@ -173,7 +257,11 @@ TEST_P(LayerBlocks, PoolingComputesTheSameBits) {
       {"pool: AVE kernel_size: 3 stride: 2 pad: 1", {2, 16, 9, 8}},
       {"pool: AVE kernel_size: 3 stride: 1", {2, 16, 6, 7}},
       {"pool: AVE global_pooling: true", {2, 32, 7, 7}},
-      {"pool: MAX global_pooling: true", {2, 16, 3, 5}}};
+      {"pool: MAX global_pooling: true", {2, 16, 3, 5}},
+      // Channels that end in a padded block (LeNet's 20 and 50).
+      {"pool: MAX kernel_size: 2 stride: 2", {3, 20, 8, 8}},
+      {"pool: MAX kernel_size: 3 stride: 2 pad: 1", {2, 50, 7, 6}},
+      {"pool: AVE kernel_size: 3 stride: 2 pad: 1", {2, 20, 9, 8}}};
   for (const auto& [params, shape] : cases) {
     SCOPED_TRACE(params);
     const std::string layer = R"(name: "pool" type: "Pooling" pooling_param { )" + params + " }";
@@ -252,24 +340,17 @@ enum class Plan { kNone, kTraining };
 // Two steps (the running statistics accumulate) of the same net with and without blocks, from
 // the same weights and inputs: the same loss, parameter gradients, input gradient, and (without
 // the memory plan, which reuses buffers) every blob's values.
-void ExpectSameWithAndWithoutBlocks(const std::string& phase, Plan plan) {
-  if (math::CpuChannelBlock() == 0) GTEST_SKIP() << "no oneDNN convolutions in this build";
-  const caffe::NetParameter param = BlockNet(phase);
+// `param`'s input blob is "x", its labels "label" (5 classes); `expect_layouts` checks which
+// blobs the blocked net keeps in blocks.
+template <typename ExpectLayouts>
+void ExpectSameWithAndWithoutBlocks(const caffe::NetParameter& param, const std::string& phase,
+                                    Plan plan, ExpectLayouts expect_layouts) {
   Context ctx(Device::Cpu(), 1701);
   NetOptions plain_options, blocked_options;
   plain_options.cpu_blocks = false;
   Net plain(param, &ctx, plain_options), blocked(param, &ctx, blocked_options);
   EXPECT_EQ(plain.num_blocked_blobs(), 0);
-  // conv1, dw, pw, branch2a and conv2 with their chains, and the two branches' outputs.
-  EXPECT_GE(blocked.num_blocked_blobs(), 6);
-  EXPECT_EQ(blocked.blob_by_name("x")->cpu_block(), 0);  // 3 channels
-  EXPECT_EQ(blocked.blob_by_name("pw")->cpu_block(), math::CpuChannelBlock());
-  EXPECT_EQ(blocked.blob_by_name("gap")->cpu_block(), 0);  // 1x1: global pooling's top
-  // Pooling reads and writes blocks: the sum before it and its output stay blocked, and so does
-  // conv2's output, which the global pooling reads.
-  EXPECT_EQ(blocked.blob_by_name("sum")->cpu_block(), math::CpuChannelBlock());
-  EXPECT_EQ(blocked.blob_by_name("pool")->cpu_block(), math::CpuChannelBlock());
-  EXPECT_EQ(blocked.blob_by_name("conv2")->cpu_block(), math::CpuChannelBlock());
+  expect_layouts(blocked);
   if (plan == Plan::kTraining) {
     EXPECT_GT(plain.ShareTrainingBuffers(), 0u);
     EXPECT_GT(blocked.ShareTrainingBuffers(), 0u);
@@ -303,27 +384,90 @@ void ExpectSameWithAndWithoutBlocks(const std::string& phase, Plan plan) {
                        "blob '" + plain.blob_names()[b] + "'" + at);
       }
     }
-    for (const auto& layer : {"conv1_bn", "conv2_bn"}) {
-      const auto& e = plain.layer_by_name(layer)->blobs();
-      const auto& a = blocked.layer_by_name(layer)->blobs();
+    for (size_t l = 0; l < plain.layers().size(); ++l) {  // BatchNorm's running statistics
+      const auto& e = plain.layers()[l]->blobs();
+      const auto& a = blocked.layers()[l]->blobs();
       for (size_t k = 0; k < e.size(); ++k) {
         ExpectSameBits(e[k]->cpu_data(), a[k]->cpu_data(), e[k]->count(),
-                       std::string(layer) + " blob " + std::to_string(k) + at);
+                       plain.layer_names()[l] + " blob " + std::to_string(k) + at);
       }
     }
   }
 }
 
+void ExpectBlockNetLayouts(const Net& blocked) {
+  // conv1, dw, pw, branch2a and conv2 with their chains, and the two branches' outputs.
+  EXPECT_GE(blocked.num_blocked_blobs(), 6);
+  EXPECT_EQ(blocked.blob_by_name("x")->cpu_block(), 0);  // 3 channels, the Input's top
+  EXPECT_EQ(blocked.blob_by_name("pw")->cpu_block(), math::CpuChannelBlock());
+  EXPECT_EQ(blocked.blob_by_name("gap")->cpu_block(), 0);  // 1x1: global pooling's top
+  // Pooling reads and writes blocks: the sum before it and its output stay blocked, and so does
+  // conv2's output, which the global pooling reads.
+  EXPECT_EQ(blocked.blob_by_name("sum")->cpu_block(), math::CpuChannelBlock());
+  EXPECT_EQ(blocked.blob_by_name("pool")->cpu_block(), math::CpuChannelBlock());
+  EXPECT_EQ(blocked.blob_by_name("conv2")->cpu_block(), math::CpuChannelBlock());
+}
+
 TEST(NetBlocksTest, TrainingNetComputesTheSameBitsInBlocks) {
-  ExpectSameWithAndWithoutBlocks("TRAIN", Plan::kNone);
+  if (math::CpuChannelBlock() == 0) GTEST_SKIP() << "no oneDNN convolutions in this build";
+  ExpectSameWithAndWithoutBlocks(BlockNet("TRAIN"), "TRAIN", Plan::kNone, ExpectBlockNetLayouts);
 }
 
 TEST(NetBlocksTest, TrainingNetWithTheMemoryPlanComputesTheSameBitsInBlocks) {
-  ExpectSameWithAndWithoutBlocks("TRAIN", Plan::kTraining);
+  if (math::CpuChannelBlock() == 0) GTEST_SKIP() << "no oneDNN convolutions in this build";
+  ExpectSameWithAndWithoutBlocks(BlockNet("TRAIN"), "TRAIN", Plan::kTraining,
+                                 ExpectBlockNetLayouts);
 }
 
 TEST(NetBlocksTest, TestNetComputesTheSameBitsInBlocks) {
-  ExpectSameWithAndWithoutBlocks("TEST", Plan::kNone);
+  if (math::CpuChannelBlock() == 0) GTEST_SKIP() << "no oneDNN convolutions in this build";
+  ExpectSameWithAndWithoutBlocks(BlockNet("TEST"), "TEST", Plan::kNone, ExpectBlockNetLayouts);
+}
+
+// LeNet's layers (20 and 50 channels: padded last blocks), the classifier after a ReLU.
+caffe::NetParameter LeNetBlocks() {
+  caffe::NetParameter param;
+  io::ReadProtoFromTextString(R"(
+    name: "lenet" force_backward: true
+    layer { name: "in" type: "Input" top: "x" top: "label"
+            input_param { shape { dim: 4 dim: 1 dim: 28 dim: 28 } shape { dim: 4 } } }
+    layer { name: "conv1" type: "Convolution" bottom: "x" top: "conv1"
+            convolution_param { num_output: 20 kernel_size: 5 weight_filler { type: "xavier" }
+                                bias_filler { type: "gaussian" std: 0.1 } } }
+    layer { name: "pool1" type: "Pooling" bottom: "conv1" top: "pool1"
+            pooling_param { pool: MAX kernel_size: 2 stride: 2 } }
+    layer { name: "conv2" type: "Convolution" bottom: "pool1" top: "conv2"
+            convolution_param { num_output: 50 kernel_size: 5 weight_filler { type: "xavier" }
+                                bias_filler { type: "gaussian" std: 0.1 } } }
+    layer { name: "pool2" type: "Pooling" bottom: "conv2" top: "pool2"
+            pooling_param { pool: MAX kernel_size: 2 stride: 2 } }
+    layer { name: "ip1" type: "InnerProduct" bottom: "pool2" top: "ip1"
+            inner_product_param { num_output: 30 weight_filler { type: "xavier" } } }
+    layer { name: "relu1" type: "ReLU" bottom: "ip1" top: "ip1" }
+    layer { name: "ip2" type: "InnerProduct" bottom: "ip1" top: "ip2"
+            inner_product_param { num_output: 5 weight_filler { type: "xavier" } } }
+    layer { name: "loss" type: "SoftmaxWithLoss" bottom: "ip2" bottom: "label" top: "loss" }
+  )",
+                              "<lenet>", &param);
+  return param;
+}
+
+void ExpectLeNetLayouts(const Net& blocked) {
+  // The convolutions' outputs and the first pooling's, read only by convolutions and pooling,
+  // in padded blocks; the second pooling's output, read by an InnerProduct, in NCHW.
+  for (const char* blob : {"conv1", "pool1", "conv2"}) {
+    EXPECT_EQ(blocked.blob_by_name(blob)->cpu_block(), math::CpuChannelBlock()) << blob;
+    EXPECT_TRUE(blocked.blob_by_name(blob)->cpu_block_padded()) << blob;
+  }
+  EXPECT_EQ(blocked.blob_by_name("pool2")->cpu_block(), 0);
+  EXPECT_EQ(blocked.blob_by_name("x")->cpu_block(), 0);
+}
+
+TEST(NetBlocksTest, LeNetComputesTheSameBitsInPaddedBlocks) {
+  if (math::CpuChannelBlock() == 0) GTEST_SKIP() << "no oneDNN convolutions in this build";
+  ExpectSameWithAndWithoutBlocks(LeNetBlocks(), "TRAIN", Plan::kNone, ExpectLeNetLayouts);
+  // Buffers shared with other blobs: the padded lanes must not carry their values.
+  ExpectSameWithAndWithoutBlocks(LeNetBlocks(), "TRAIN", Plan::kTraining, ExpectLeNetLayouts);
 }
 
 }  // namespace
