@@ -67,6 +67,29 @@ void ExpectSameBits(const float* expected, const float* actual, int count,
   }
 }
 
+// Writes value i + first to element i of the NCHW data view (its negative to the diff view) and
+// expects each in its place in the blocked home.
+void WriteViewsAndExpectTheHome(Tensor* t, int first) {
+  const int block = t->cpu_block(), channels = t->channels();
+  const int spatial = t->height() * t->width();
+  float* view = t->mutable_cpu_data();
+  for (int i = 0; i < t->count(); ++i) view[i] = static_cast<float>(i + first);
+  float* grad = t->mutable_cpu_diff();
+  for (int i = 0; i < t->count(); ++i) grad[i] = static_cast<float>(-i - first);
+  const float* home = t->cpu_home_data();
+  const float* home_diff = t->cpu_home_diff();
+  for (int n = 0; n < t->num(); ++n) {
+    for (int c = 0; c < channels; ++c) {
+      for (int i = 0; i < spatial; ++i) {
+        const size_t at = BlockedIndex(channels, spatial, block, n, c, i);
+        const float expected = static_cast<float>((n * channels + c) * spatial + i + first);
+        ASSERT_EQ(home[at], expected) << "n " << n << " c " << c << " i " << i;
+        ASSERT_EQ(home_diff[at], -expected) << "n " << n << " c " << c << " i " << i;
+      }
+    }
+  }
+}
+
 class TensorBlocks : public ::testing::TestWithParam<int> {};
 
 TEST_P(TensorBlocks, NchwViewsAndTheBlockedHomeHoldTheSameValues) {
@@ -75,23 +98,8 @@ TEST_P(TensorBlocks, NchwViewsAndTheBlockedHomeHoldTheSameValues) {
   Tensor t({num, channels, height, width});
   t.set_cpu_block(block);
   ASSERT_EQ(t.cpu_block(), block);
-  float* view = t.mutable_cpu_data();
-  for (int i = 0; i < t.count(); ++i) view[i] = static_cast<float>(i);
-  float* grad = t.mutable_cpu_diff();
-  for (int i = 0; i < t.count(); ++i) grad[i] = static_cast<float>(-i);
   // Written through the views: the home holds the same values in blocks.
-  const float* home = t.cpu_home_data();
-  const float* home_diff = t.cpu_home_diff();
-  for (int n = 0; n < num; ++n) {
-    for (int c = 0; c < channels; ++c) {
-      for (int i = 0; i < spatial; ++i) {
-        const size_t at = BlockedIndex(channels, spatial, block, n, c, i);
-        const float expected = static_cast<float>((n * channels + c) * spatial + i);
-        ASSERT_EQ(home[at], expected) << "n " << n << " c " << c << " i " << i;
-        ASSERT_EQ(home_diff[at], -expected) << "n " << n << " c " << c << " i " << i;
-      }
-    }
-  }
+  WriteViewsAndExpectTheHome(&t, 0);
   // Written through the home: the views follow.
   float* mutable_home = t.mutable_cpu_home_data();
   for (int n = 0; n < num; ++n) {
@@ -126,22 +134,7 @@ TEST_P(TensorBlocks, ChannelsThatFillTheLastBlockInPartArePaddedWithZeros) {
   // Garbage in the whole home first: writing through the views leaves zeros in the padding.
   std::fill_n(t.mutable_cpu_home_data(), t.home_count(), std::numeric_limits<float>::quiet_NaN());
   std::fill_n(t.mutable_cpu_home_diff(), t.home_count(), -1.0f);
-  float* view = t.mutable_cpu_data();
-  for (int i = 0; i < t.count(); ++i) view[i] = static_cast<float>(i + 1);
-  float* grad = t.mutable_cpu_diff();
-  for (int i = 0; i < t.count(); ++i) grad[i] = static_cast<float>(-i - 1);
-  const float* home = t.cpu_home_data();
-  const float* home_diff = t.cpu_home_diff();
-  for (int n = 0; n < num; ++n) {
-    for (int c = 0; c < channels; ++c) {
-      for (int i = 0; i < spatial; ++i) {
-        const size_t at = BlockedIndex(channels, spatial, block, n, c, i);
-        const float expected = static_cast<float>((n * channels + c) * spatial + i + 1);
-        ASSERT_EQ(home[at], expected) << "n " << n << " c " << c << " i " << i;
-        ASSERT_EQ(home_diff[at], -expected) << "n " << n << " c " << c << " i " << i;
-      }
-    }
-  }
+  WriteViewsAndExpectTheHome(&t, 1);
   ExpectZeroPadding(&t, "written through the views");
   // Written through the home: the views follow.
   t.mutable_cpu_home_data()[BlockedIndex(channels, spatial, block, 1, block + 2, 5)] = -7.0f;
