@@ -66,16 +66,7 @@ void Tensor::Reshape(const std::vector<int>& shape) {
     data_twin_ = Twin{};
     diff_twin_ = Twin{};
   } else {
-    // A buffer taken with UseDataBuffer or UseDiffBuffer that is too small for the new shape.
-    const size_t bytes = value * static_cast<size_t>(capacity_);
-    if (data_->size() < value * static_cast<size_t>(home)) {
-      data_ = std::make_shared<SyncedMemory>(bytes, device_id_);
-      data_twin_ = Twin{};
-    }
-    if (diff_->size() < value * static_cast<size_t>(home)) {
-      diff_ = std::make_shared<SyncedMemory>(bytes, device_id_);
-      diff_twin_ = Twin{};
-    }
+    FitBuffers();  // one taken with UseDataBuffer or UseDiffBuffer may be too small now
   }
 }
 
@@ -143,12 +134,18 @@ void Tensor::set_home_type(HalfType type) {
   if (type == HalfType::kNone) nhwc_ = false;
   data_twin_ = Twin{};
   diff_twin_ = Twin{};
-  const size_t bytes = value_bytes() * static_cast<size_t>(capacity_);
-  if (data_ != nullptr && data_->size() < value_bytes() * static_cast<size_t>(count_)) {
+  FitBuffers();
+}
+
+void Tensor::FitBuffers() {
+  const size_t needed = home_bytes(), bytes = value_bytes() * static_cast<size_t>(capacity_);
+  if (data_ != nullptr && data_->size() < needed) {
     data_ = std::make_shared<SyncedMemory>(bytes, device_id_);
+    data_twin_ = Twin{};
   }
-  if (diff_ != nullptr && diff_->size() < value_bytes() * static_cast<size_t>(count_)) {
+  if (diff_ != nullptr && diff_->size() < needed) {
     diff_ = std::make_shared<SyncedMemory>(bytes, device_id_);
+    diff_twin_ = Twin{};
   }
 }
 
@@ -182,15 +179,8 @@ void Tensor::set_cpu_block(int block) {
   data_twin_ = Twin{};
   diff_twin_ = Twin{};
   // A padded last block needs a larger home (zeros: the values are set after this).
-  const int home = home_count();
-  if (home > capacity_) capacity_ = home;
-  const size_t bytes = home_bytes();
-  if (data_ != nullptr && data_->size() < bytes) {
-    data_ = std::make_shared<SyncedMemory>(bytes, device_id_);
-  }
-  if (diff_ != nullptr && diff_->size() < bytes) {
-    diff_ = std::make_shared<SyncedMemory>(bytes, device_id_);
-  }
+  capacity_ = std::max(capacity_, home_count());
+  FitBuffers();
 }
 
 int Tensor::home_count() const {
@@ -229,15 +219,9 @@ void Tensor::Reorder(SyncedMemory& from, SyncedMemory& to, bool to_blocked) cons
     if (to_blocked) {
       const float* in = src + plain;
       float* out = dst + blocked;
-      if (lanes == block) {
-        for (int i = 0; i < spatial; ++i) {
-          for (int l = 0; l < block; ++l) out[i * block + l] = in[l * spatial + i];
-        }
-      } else {
-        for (int i = 0; i < spatial; ++i) {
-          for (int l = 0; l < lanes; ++l) out[i * block + l] = in[l * spatial + i];
-          for (int l = lanes; l < block; ++l) out[i * block + l] = 0.0f;
-        }
+      for (int i = 0; i < spatial; ++i) {
+        for (int l = 0; l < lanes; ++l) out[i * block + l] = in[l * spatial + i];
+        for (int l = lanes; l < block; ++l) out[i * block + l] = 0.0f;
       }
     } else {
       const float* in = src + blocked;

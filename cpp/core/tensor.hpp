@@ -205,6 +205,10 @@ class Tensor {
   const float* HomePointer(const std::shared_ptr<SyncedMemory>& home, Twin& twin, bool write) const;
   // float32 nChw{block_}c <-> NCHW on the host.
   void Reorder(SyncedMemory& from, SyncedMemory& to, bool to_blocked) const;
+  // Replaces a data or diff buffer too small for the home (home_bytes: one taken with
+  // UseDataBuffer, a wider home type, a padded block) with a new one of capacity_ values; the
+  // values are not kept.
+  void FitBuffers();
 
   std::shared_ptr<SyncedMemory> data_;
   std::shared_ptr<SyncedMemory> diff_;

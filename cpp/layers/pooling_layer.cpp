@@ -498,25 +498,34 @@ void PoolingLayer::PassBlocks(bool forward, Tensor* bottom, Tensor* top) {
       return blocked ? static_cast<size_t>(i) * L * plane
                      : (static_cast<size_t>(i / blocks) * channels_ + i % blocks * L) * plane;
     };
-    auto partial = [&](int i) { return tail != 0 && (!kIn || !kOut) && i % blocks == blocks - 1; };
+    // One group's pass, reading `from` (a side of `from_plane` positions) and writing `to`:
+    // `pass` on the sides as they are, or, for a padded last block with an NCHW side,
+    // `blocked_pass` (the pass with both sides blocked) on L-lane copies of the NCHW sides.
+    auto group = [&](int i, const float* from, bool from_blocked, int from_plane, float* to,
+                     bool to_blocked, int to_plane, auto pass, auto blocked_pass) {
+      if (tail == 0 || (from_blocked && to_blocked) || i % blocks != blocks - 1) {
+        pass(from, to);
+        return;
+      }
+      std::vector<float> from_lanes(from_blocked ? 0 : static_cast<size_t>(L) * from_plane);
+      std::vector<float> to_lanes(to_blocked ? 0 : static_cast<size_t>(L) * to_plane);
+      if (!from_blocked) GatherLanes(from, tail, from_plane, L, from_lanes.data());
+      blocked_pass(from_blocked ? from : from_lanes.data(), to_blocked ? to : to_lanes.data());
+      if (!to_blocked) ScatterLanes(to_lanes.data(), tail, to_plane, L, to);
+    };
     if (forward) {
       const float* src = bottom->cpu_data_kept(true);
       float* dst = top->mutable_cpu_data_kept(true);
 #pragma omp parallel for schedule(static)
       for (int i = 0; i < groups; ++i) {
-        const float* from = src + at(i, kIn, in_plane);
-        float* to = dst + at(i, kOut, out_plane);
         int* argmax = mask != nullptr ? mask + static_cast<size_t>(i) * L * out_plane : nullptr;
-        if (!partial(i)) {
-          ForwardGroup<L, kIn, kOut>(g, from, to, argmax);
-          continue;
-        }
-        std::vector<float> in_lanes(kIn ? 0 : static_cast<size_t>(L) * in_plane);
-        std::vector<float> out_lanes(static_cast<size_t>(L) * out_plane);
-        if (!kIn) GatherLanes(from, tail, in_plane, L, in_lanes.data());
-        ForwardGroup<L, true, true>(g, kIn ? from : in_lanes.data(), kOut ? to : out_lanes.data(),
-                                    argmax);
-        if (!kOut) ScatterLanes(out_lanes.data(), tail, out_plane, L, to);
+        group(
+            i, src + at(i, kIn, in_plane), kIn, in_plane, dst + at(i, kOut, out_plane), kOut,
+            out_plane,
+            [&](const float* from, float* to) { ForwardGroup<L, kIn, kOut>(g, from, to, argmax); },
+            [&](const float* from, float* to) {
+              ForwardGroup<L, true, true>(g, from, to, argmax);
+            });
       }
       return;
     }
@@ -525,19 +534,12 @@ void PoolingLayer::PassBlocks(bool forward, Tensor* bottom, Tensor* top) {
     const bool parallel = static_cast<size_t>(bottom->count()) >= kParallelBackward;
 #pragma omp parallel for if (parallel) schedule(static)
     for (int i = 0; i < groups; ++i) {
-      const float* from = top_diff + at(i, kOut, out_plane);
-      float* to = bottom_diff + at(i, kIn, in_plane);
       const int* argmax = mask != nullptr ? mask + static_cast<size_t>(i) * L * out_plane : nullptr;
-      if (!partial(i)) {
-        BackwardGroup<L, kIn, kOut>(g, from, to, argmax);
-        continue;
-      }
-      std::vector<float> out_lanes(kOut ? 0 : static_cast<size_t>(L) * out_plane);
-      std::vector<float> in_lanes(static_cast<size_t>(L) * in_plane);
-      if (!kOut) GatherLanes(from, tail, out_plane, L, out_lanes.data());
-      BackwardGroup<L, true, true>(g, kOut ? from : out_lanes.data(), kIn ? to : in_lanes.data(),
-                                   argmax);
-      if (!kIn) ScatterLanes(in_lanes.data(), tail, in_plane, L, to);
+      group(
+          i, top_diff + at(i, kOut, out_plane), kOut, out_plane, bottom_diff + at(i, kIn, in_plane),
+          kIn, in_plane,
+          [&](const float* from, float* to) { BackwardGroup<L, kIn, kOut>(g, from, to, argmax); },
+          [&](const float* from, float* to) { BackwardGroup<L, true, true>(g, from, to, argmax); });
     }
   });
 }
